@@ -1,0 +1,31 @@
+"""delayq: durable delayed jobs — a MySQL table as the truth, a Redis sorted set as the
+schedule, and a cron-driven `delayq run` that calls `class.method(data)` when due."""
+
+from .errors import (
+    BackendUnavailable,
+    BadInput,
+    ConfigError,
+    DelayqError,
+    HandlerNotAllowed,
+    JobNotFound,
+    NoRetry,
+)
+from .models import Status
+from .queue import JobSpec, Queue, connect
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BackendUnavailable",
+    "BadInput",
+    "ConfigError",
+    "DelayqError",
+    "HandlerNotAllowed",
+    "JobNotFound",
+    "JobSpec",
+    "NoRetry",
+    "Queue",
+    "Status",
+    "__version__",
+    "connect",
+]

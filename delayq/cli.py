@@ -1,0 +1,245 @@
+"""The `delayq` command: one typer function per command, the only module that prints or
+chooses an exit code.
+
+stdout carries results only (an id, a count, a JSON object); diagnostics go to stderr, and
+`delayq run` prints nothing when all is well because cron mails whatever it prints.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any
+
+import typer
+
+from .durations import format_delta, format_instant, parse_duration, parse_instant
+from .errors import BackendUnavailable, BadInput, ConfigError, DelayqError, JobNotFound
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Durable delayed jobs on MySQL + Redis, driven by cron.",
+)
+
+EXIT_CODES: dict[type[DelayqError], int] = {
+    BadInput: 2,
+    ConfigError: 2,
+    JobNotFound: 1,
+    BackendUnavailable: 1,
+}
+
+QueueOption = Annotated[str, typer.Option("--queue", "-q", help="Queue name.")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+DelayOption = Annotated[
+    str | None, typer.Option("--delay", help="Wait this long: seconds, or 90s, 15m, 2h, 1d.")
+]
+
+
+def exit_code(exc: DelayqError) -> int:
+    """The exit code for an expected error: 2 bad input, 1 unknown id or unreachable backend."""
+    for cls in type(exc).__mro__:
+        if cls in EXIT_CODES:
+            return EXIT_CODES[cls]
+    return 1
+
+
+@contextmanager
+def reporting_errors() -> Iterator[None]:
+    """Turn a DelayqError into one line on stderr and its exit code; never a traceback."""
+    try:
+        yield
+    except DelayqError as exc:
+        typer.echo(f"delayq: error: {exc}", err=True)
+        raise typer.Exit(exit_code(exc)) from None
+
+
+def _queue():  # type: ignore[no-untyped-def]
+    from .queue import connect  # imported here so `delayq --help` stays fast
+
+    return connect()
+
+
+def _print_json(obj: Any) -> None:
+    typer.echo(json.dumps(obj, sort_keys=True))
+
+
+@app.command()
+def init() -> None:
+    """Create the delay_queue table and the schedule index; safe to run again."""
+    with reporting_errors():
+        queue = _queue()
+        queue.init()
+        typer.echo(f"initialised {queue.describe()}")
+
+
+@app.command()
+def add(
+    class_path: Annotated[str, typer.Argument(metavar="CLASS", help="Dotted class or module.")],
+    method: Annotated[str, typer.Argument(help="Method or function to call.")],
+    data: Annotated[str, typer.Option("--data", help="JSON passed to the handler.")] = "null",
+    delay: DelayOption = None,
+    at: Annotated[str | None, typer.Option("--at", help="Due time, ISO 8601.")] = None,
+    ext: Annotated[str, typer.Option("--ext", help="Business key for lookup and cancel.")] = "",
+    queue_name: QueueOption = "default",
+) -> None:
+    """Schedule CLASS.METHOD(data); prints the new job id."""
+    with reporting_errors():
+        payload = _parse_json(data)
+        delay_seconds = parse_duration(delay, "--delay") if delay is not None else None
+        at_epoch = parse_instant(at) if at is not None else None
+        queue = _queue()
+        job_id = queue.add(
+            class_path,
+            method,
+            payload,
+            delay=delay_seconds,
+            at=at_epoch,
+            ext=ext,
+            queue=queue_name,
+        )
+        typer.echo(job_id)
+
+
+@app.command()
+def run(
+    since: Annotated[
+        str | None, typer.Option("--since", help="Look back this far (default 1d).")
+    ] = None,
+    limit: Annotated[int | None, typer.Option("--limit", help="Run at most N jobs.")] = None,
+    max_seconds: Annotated[
+        str | None, typer.Option("--max-seconds", help="Claim nothing new after this long.")
+    ] = None,
+    queues: Annotated[
+        list[str] | None, typer.Option("--queue", "-q", help="Only these queues.")
+    ] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="One line per job.")] = False,
+) -> None:
+    """Run the due jobs once; silent when all is well (for cron)."""
+    with reporting_errors():
+        since_seconds = parse_duration(since, "--since") if since is not None else None
+        budget = parse_duration(max_seconds, "--max-seconds") if max_seconds is not None else None
+        queue = _queue()
+        report = queue.run(
+            since=since_seconds,
+            limit=limit,
+            max_seconds=budget,
+            queues=queues,
+            on_outcome=_print_outcome if verbose else None,
+        )
+        if verbose:
+            typer.echo(
+                f"ran {report.succeeded + report.failed} jobs: {report.succeeded} succeeded, "
+                f"{report.failed} failed ({report.retried} retried), {report.missed} missed, "
+                f"{report.dropped} dropped, {report.recovered} recovered, "
+                f"{report.reindexed} re-indexed in {report.elapsed:.2f}s"
+            )
+
+
+def _print_outcome(outcome: Any) -> None:
+    retry = f" -> retry {outcome.retry_id}" if outcome.retry_id else ""
+    message = f" {outcome.message}" if outcome.message else ""
+    typer.echo(
+        f"{outcome.id} {outcome.class_path}.{outcome.method} attempt {outcome.attempt} "
+        f"{outcome.status.word} {outcome.duration * 1000:.1f}ms{message}{retry}"
+    )
+
+
+@app.command()
+def cancel(
+    job_id: Annotated[int | None, typer.Argument(metavar="[ID]", help="Job id.")] = None,
+    ext: Annotated[
+        str | None, typer.Option("--ext", help="Cancel every pending job with this key.")
+    ] = None,
+    queue_name: Annotated[
+        str | None, typer.Option("--queue", "-q", help="Only this queue.")
+    ] = None,
+) -> None:
+    """Cancel a pending job by id, or every pending job with --ext; prints the count."""
+    with reporting_errors():
+        typer.echo(_queue().cancel(job_id, ext=ext, queue=queue_name))
+
+
+@app.command()
+def retry(
+    job_id: Annotated[int, typer.Argument(metavar="ID", help="Job id.")],
+    delay: DelayOption = None,
+) -> None:
+    """Run a finished job again as a new attempt; prints the new id."""
+    with reporting_errors():
+        delay_seconds = parse_duration(delay, "--delay") if delay is not None else 0.0
+        typer.echo(_queue().retry(job_id, delay=delay_seconds))
+
+
+@app.command()
+def show(
+    job_id: Annotated[int, typer.Argument(metavar="ID", help="Job id.")],
+    as_json: JsonOption = False,
+) -> None:
+    """One job, with its retry chain."""
+    with reporting_errors():
+        queue = _queue()
+        view = queue.show(job_id)
+        if as_json:
+            _print_json(view)
+            return
+        for key in ("id", "status", "class", "method", "ext", "retry_times", "message"):
+            typer.echo(f"{key:<12}{'' if view[key] is None else view[key]}")
+        typer.echo(f"{'data':<12}{json.dumps(view['data'], ensure_ascii=False)}")
+        typer.echo(f"{'run_at':<12}{format_instant(view['run_at'])}")
+        chain = queue.history(job_id)
+        if len(chain) > 1:
+            steps = " -> ".join(f"{step['id']} {step['status']}" for step in chain)
+            typer.echo(f"{'attempts':<12}{steps}")
+
+
+@app.command()
+def status(as_json: JsonOption = False) -> None:
+    """Counts of jobs by status, per queue."""
+    with reporting_errors():
+        counts = _queue().status()
+        if as_json:
+            _print_json({"queues": counts})
+            return
+        if not counts:
+            typer.echo("no jobs")
+            return
+        words = list(next(iter(counts.values())))
+        typer.echo(f"{'queue':<20}" + "".join(f"{word:>11}" for word in words))
+        for name, by_word in counts.items():
+            typer.echo(f"{name:<20}" + "".join(f"{by_word[word]:>11}" for word in words))
+
+
+@app.command("embedded-stop")
+def embedded_stop() -> None:
+    """Stop the embedded Redis server under DELAYQ_HOME (its data stays on disk)."""
+    from . import embedded
+    from .config import load_settings
+
+    with reporting_errors():
+        stopped = embedded.stop(load_settings().home)
+        typer.echo("stopped" if stopped else "not running")
+
+
+def _parse_json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise BadInput(f"--data is not valid JSON: {exc}") from None
+
+
+def main() -> None:
+    """Console-script entry point."""
+    logging.basicConfig(
+        level=logging.WARNING,
+        stream=sys.stderr,
+        format="%(asctime)s delayq %(levelname)s %(message)s",
+    )
+    app()
+
+
+__all__ = ["app", "main", "format_delta"]

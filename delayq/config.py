@@ -1,0 +1,142 @@
+"""Settings: the one frozen bundle of configuration, and the only reader of DELAYQ_* and the file.
+
+Precedence: explicit arguments, then the environment, then the config file, then DEFAULTS.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from .durations import parse_duration
+from .errors import BadInput, ConfigError
+
+DEFAULTS: dict[str, Any] = {
+    "database_url": None,  # None: SQLite under home (the embedded default)
+    "redis_url": None,  # None: a Redis server embedded under home
+    "handlers": (),  # module prefixes whose code jobs may call; empty allows nothing
+    "home": ".delayq",
+    "lease": 60.0,  # seconds a claimed job stays ours without a heartbeat
+    "batch_size": 500,  # jobs claimed per Redis call and per guarded UPDATE
+    "since": 86400.0,  # how far back `run` looks; older due jobs become `missed`
+    "max_seconds": 50.0,  # a run claims nothing new after this, so cron runs do not pile up
+}
+ENV_PREFIX = "DELAYQ_"
+CONFIG_FILE = "delayq.toml"
+QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+DEFAULT_QUEUE = "default"
+
+
+@dataclass(frozen=True)
+class Settings:
+    database_url: str | None = None
+    redis_url: str | None = None
+    handlers: tuple[str, ...] = ()
+    home: Path = Path(".delayq")
+    lease: float = 60.0
+    batch_size: int = 500
+    since: float = 86400.0
+    max_seconds: float = 50.0
+
+    def validate(self) -> Settings:
+        """Return self, or raise ConfigError naming the variable that is wrong."""
+        if self.lease < 2:
+            raise ConfigError("DELAYQ_LEASE must be at least 2 seconds")
+        if not 1 <= self.batch_size <= 5000:
+            raise ConfigError("DELAYQ_BATCH_SIZE must be between 1 and 5000")
+        for prefix in self.handlers:
+            if not all(part.isidentifier() for part in prefix.split(".")):
+                raise ConfigError(f"DELAYQ_HANDLERS entry {prefix!r} is not a dotted module path")
+        return self
+
+    def with_overrides(self, **overrides: Any) -> Settings:
+        """A copy with the given non-None fields replaced, coerced and validated."""
+        given = {key: value for key, value in overrides.items() if value is not None}
+        return replace(self, **_coerce(given)).validate()
+
+
+def load_settings(
+    environ: Mapping[str, str] | None = None, config_path: str | Path | None = None
+) -> Settings:
+    """Settings from the config file overlaid by DELAYQ_* variables."""
+    environ = os.environ if environ is None else environ
+    values: dict[str, Any] = dict(DEFAULTS)
+    values.update(_read_file(config_path or environ.get(ENV_PREFIX + "CONFIG")))
+    for field in fields(Settings):
+        raw = environ.get(ENV_PREFIX + field.name.upper())
+        if raw is not None and raw != "":
+            values[field.name] = raw
+    return Settings(**_coerce(values)).validate()
+
+
+def validate_queue_name(name: str) -> str:
+    """`name`, if it can be a queue name (it becomes part of a Redis key)."""
+    if not QUEUE_NAME.match(name):
+        raise BadInput(f"queue name {name!r} must be 1-64 characters of A-Z a-z 0-9 _ . : -")
+    return name
+
+
+def redact_url(url: str | None) -> str:
+    """The URL with any password replaced by ***, for output and logs."""
+    if not url:
+        return "(embedded)"
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    userinfo = f"{parts.username or ''}:***@"
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, userinfo + host, parts.path, parts.query, parts.fragment))
+
+
+def _read_file(path: str | Path | None) -> dict[str, Any]:
+    candidate = Path(path) if path else Path(CONFIG_FILE)
+    if not candidate.is_file():
+        if path:
+            raise ConfigError(f"DELAYQ_CONFIG names {str(candidate)!r}, which does not exist")
+        return {}
+    try:
+        data = tomllib.loads(candidate.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"cannot read config file {str(candidate)!r}: {exc}") from None
+    known = {field.name for field in fields(Settings)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConfigError(f"config file {str(candidate)!r} has unknown keys: {', '.join(unknown)}")
+    return data
+
+
+def _coerce(values: dict[str, Any]) -> dict[str, Any]:
+    out = dict(values)
+    if "handlers" in out:
+        out["handlers"] = _split_handlers(out["handlers"])
+    if "home" in out:
+        out["home"] = Path(out["home"]).expanduser()
+    for name in ("lease", "since", "max_seconds"):
+        if name in out:
+            out[name] = _number(name, out[name])
+    if "batch_size" in out:
+        try:
+            out["batch_size"] = int(out["batch_size"])
+        except (TypeError, ValueError):
+            raise ConfigError("DELAYQ_BATCH_SIZE must be an integer") from None
+    return out
+
+
+def _split_handlers(value: Any) -> tuple[str, ...]:
+    items = value.split(",") if isinstance(value, str) else list(value)
+    return tuple(item.strip() for item in items if item and item.strip())
+
+
+def _number(name: str, value: Any) -> float:
+    try:
+        return parse_duration(value, name)
+    except BadInput as exc:
+        raise ConfigError(f"{ENV_PREFIX}{name.upper()}: {exc}") from None

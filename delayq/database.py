@@ -1,0 +1,73 @@
+"""Opening the database named by a URL (peewee's playhouse.db_url forms) with the settings
+delayq relies on: WAL and a busy timeout on SQLite, reconnect-on-gone-away on MySQL/MariaDB.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlparse
+
+from peewee import Database, MySQLDatabase, SqliteDatabase
+from playhouse.db_url import parse
+from playhouse.shortcuts import ReconnectMixin
+
+from .config import redact_url
+from .errors import ConfigError
+
+SQLITE_PRAGMAS = {
+    "journal_mode": "wal",  # readers never block the writer; several runs may overlap
+    "busy_timeout": 30000,  # wait for the write lock instead of failing at once
+    "synchronous": "full",  # a committed outcome survives power loss
+}
+
+
+class ReconnectingMySQLDatabase(ReconnectMixin, MySQLDatabase):  # type: ignore[misc]
+    """MySQLDatabase that reconnects once when the server dropped an idle connection.
+
+    Outside a transaction only: a statement inside one is never replayed silently.
+    """
+
+
+def open_database(url: str) -> Database:
+    """A peewee Database for `url`; connects lazily on first use."""
+    scheme = urlparse(url).scheme
+    try:
+        kwargs = parse(url, unquote_password=True, unquote_user=True)
+    except ValueError as exc:
+        raise ConfigError(f"DELAYQ_DATABASE_URL {redact_url(url)!r}: {exc}") from None
+    if scheme in ("sqlite", "sqlite3"):
+        return _open_sqlite(url, kwargs)
+    if scheme == "mysql":
+        return _open_mysql(url, kwargs)
+    raise ConfigError(
+        f"DELAYQ_DATABASE_URL {redact_url(url)!r}: use mysql://user:pw@host:3306/db "
+        "or sqlite:////absolute/path.db"
+    )
+
+
+def sqlite_url(path: Path) -> str:
+    """The sqlite:// URL of a file."""
+    return f"sqlite:///{path.resolve()}"
+
+
+def _open_sqlite(url: str, kwargs: dict) -> Database:
+    name = kwargs.pop("database", "")
+    if not name or name == ":memory:":
+        raise ConfigError(
+            f"DELAYQ_DATABASE_URL {url!r} names no file; use sqlite:////absolute/path.db "
+            "(three slashes before a relative path, four before an absolute one)"
+        )
+    Path(name).parent.mkdir(parents=True, exist_ok=True)
+    return SqliteDatabase(name, pragmas=SQLITE_PRAGMAS, timeout=30, **kwargs)
+
+
+def _open_mysql(url: str, kwargs: dict) -> Database:
+    name = kwargs.pop("database", "")
+    if not name:
+        raise ConfigError(
+            f"DELAYQ_DATABASE_URL {redact_url(url)!r} names no database; "
+            "use mysql://user:pw@host:3306/dbname"
+        )
+    kwargs.setdefault("connect_timeout", 5)
+    kwargs.setdefault("charset", "utf8mb4")
+    return ReconnectingMySQLDatabase(name, **kwargs)

@@ -1,0 +1,303 @@
+"""The `delay_queue` table: the durable truth about every job, and the queries on it.
+
+Every status change is a compare-and-set UPDATE guarded by the expected status (and, for a
+running job, the lease token); the affected-row count says who won. The Redis index never
+decides a job's fate; this table does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime
+from enum import IntEnum
+
+from peewee import (
+    SQL,
+    BigAutoField,
+    BigIntegerField,
+    CharField,
+    Database,
+    DatabaseProxy,
+    DateTimeField,
+    DoubleField,
+    IntegerField,
+    Model,
+    SmallIntegerField,
+    TextField,
+    fn,
+)
+
+database_proxy = DatabaseProxy()
+
+EXT_MAX = 255
+MESSAGE_MAX = 2000
+
+
+class Status(IntEnum):
+    PENDING = 1
+    RUNNING = 2  # claimed by a run that holds its lease
+    SUCCESS = 10
+    FAILED = 20
+    CANCELLED = 30
+    MISSED = 40  # was due longer ago than a run's --since window; `retry` can still run it
+
+    @property
+    def word(self) -> str:
+        """The lower-case contract word used in every output."""
+        return self.name.lower()
+
+    @classmethod
+    def from_word(cls, word: str) -> Status:
+        return cls[word.strip().upper()]
+
+
+def status_word(value: int) -> str:
+    """Contract word of a stored status, or `unknown(N)` for a number delayq never writes."""
+    try:
+        return Status(value).word
+    except ValueError:
+        return f"unknown({value})"
+
+
+class Job(Model):
+    id = BigAutoField()
+    params = TextField()  # {"class": ..., "method": ..., "data": ...}
+    message = TextField(null=True)  # result text or error
+    ext_string = CharField(max_length=EXT_MAX, default="", constraints=[SQL("DEFAULT ''")])
+    retry_times = IntegerField(default=0, constraints=[SQL("DEFAULT 0")])
+    status = SmallIntegerField(default=Status.PENDING, constraints=[SQL("DEFAULT 1")])
+    created = DateTimeField(default=datetime.now, constraints=[SQL("DEFAULT CURRENT_TIMESTAMP")])
+    modified = DateTimeField(default=datetime.now, constraints=[SQL("DEFAULT CURRENT_TIMESTAMP")])
+    run_at = DoubleField(null=True)  # due time, epoch seconds; the index can be rebuilt from it
+    queue = CharField(max_length=64, default="default", constraints=[SQL("DEFAULT 'default'")])
+    chain_id = BigIntegerField(null=True)  # first attempt of a retry chain; NULL on that row
+    lease_until = DoubleField(null=True)  # while running: when the lease lapses
+    lease_token = CharField(max_length=32, null=True)  # which run holds the lease
+    lost_leases = IntegerField(default=0, constraints=[SQL("DEFAULT 0")])
+
+    class Meta:
+        table_name = "delay_queue"
+        database = database_proxy
+        indexes = (
+            (("status", "queue", "run_at"), False),
+            (("ext_string",), False),
+            (("chain_id",), False),
+        )
+
+
+def create_tables(db: Database) -> None:
+    """Create `delay_queue` and its indexes if missing; safe to run again."""
+    Job._meta.table_settings = ["ENGINE=InnoDB", "DEFAULT CHARSET=utf8mb4"] if is_mysql(db) else []
+    db.create_tables([Job], safe=True)
+
+
+def is_mysql(db: object) -> bool:
+    """Whether `db` (or the database behind a proxy) speaks MySQL/MariaDB."""
+    obj = getattr(db, "obj", None) or db
+    return "mysql" in type(obj).__name__.lower()
+
+
+def local_now(now: float) -> datetime:
+    return datetime.fromtimestamp(now)
+
+
+def insert_jobs(rows: Sequence[dict]) -> list[int]:
+    """Insert rows in one transaction and return their ids in order."""
+    with Job._meta.database.atomic():
+        return [Job.insert(**row).execute() for row in rows]
+
+
+def insert_retry(row: Job, run_at: float, now: float) -> int:
+    """A new PENDING row repeating `row` as its next attempt; the old row stays as history."""
+    return Job.insert(
+        params=row.params,
+        ext_string=row.ext_string,
+        queue=row.queue,
+        retry_times=row.retry_times + 1,
+        chain_id=row.chain_id or row.id,
+        run_at=run_at,
+        status=Status.PENDING,
+        created=local_now(now),
+        modified=local_now(now),
+    ).execute()
+
+
+def get_job(job_id: int) -> Job | None:
+    return Job.get_or_none(Job.id == job_id)
+
+
+def mark_running(ids: Sequence[int], token: str, lease_until: float, now: float) -> list[Job]:
+    """Take PENDING rows among `ids` for this run; return the rows won, in id order."""
+    if not ids:
+        return []
+    Job.update(
+        status=Status.RUNNING, lease_token=token, lease_until=lease_until, modified=local_now(now)
+    ).where(Job.id.in_(list(ids)), Job.status == Status.PENDING).execute()
+    return list(
+        Job.select()
+        .where(Job.id.in_(list(ids)), Job.status == Status.RUNNING, Job.lease_token == token)
+        .order_by(Job.id)
+    )
+
+
+def mark_missed(ids: Sequence[int], message: str, now: float) -> int:
+    """PENDING rows among `ids` become MISSED; returns how many did."""
+    if not ids:
+        return 0
+    return (
+        Job.update(status=Status.MISSED, message=message, modified=local_now(now))
+        .where(Job.id.in_(list(ids)), Job.status == Status.PENDING)
+        .execute()
+    )
+
+
+def finish(job_id: int, token: str, status: Status, message: str, now: float) -> bool:
+    """Record the outcome of a job this run holds; False if the lease was lost meanwhile."""
+    return bool(
+        Job.update(
+            status=status,
+            message=message[:MESSAGE_MAX],
+            modified=local_now(now),
+            lease_until=None,
+        )
+        .where(Job.id == job_id, Job.status == Status.RUNNING, Job.lease_token == token)
+        .execute()
+    )
+
+
+def renew_leases(token: str, lease_until: float) -> int:
+    """Push out the lease of every row this run still holds."""
+    return (
+        Job.update(lease_until=lease_until)
+        .where(Job.lease_token == token, Job.status == Status.RUNNING)
+        .execute()
+    )
+
+
+def release(ids: Sequence[int], token: str, now: float) -> list[tuple[int, float | None]]:
+    """Hand unstarted rows back to PENDING; return (id, run_at) of those released."""
+    if not ids:
+        return []
+    rows = [
+        (row.id, row.run_at)
+        for row in Job.select(Job.id, Job.run_at).where(
+            Job.id.in_(list(ids)), Job.status == Status.RUNNING, Job.lease_token == token
+        )
+    ]
+    if rows:
+        Job.update(
+            status=Status.PENDING, lease_token=None, lease_until=None, modified=local_now(now)
+        ).where(
+            Job.id.in_([job_id for job_id, _ in rows]),
+            Job.lease_token == token,
+            Job.status == Status.RUNNING,
+        ).execute()
+    return rows
+
+
+def expired_leases(queue: str, now: float, limit: int) -> list[Job]:
+    """RUNNING rows of `queue` whose lease has lapsed: their run died."""
+    return list(
+        Job.select(Job.id, Job.run_at, Job.lease_token, Job.lost_leases)
+        .where(Job.status == Status.RUNNING, Job.queue == queue, Job.lease_until < now)
+        .limit(limit)
+    )
+
+
+def reclaim(job: Job, now: float) -> bool:
+    """Put a RUNNING row whose lease lapsed back to PENDING, counting the lost lease."""
+    return bool(
+        Job.update(
+            status=Status.PENDING,
+            lease_token=None,
+            lease_until=None,
+            lost_leases=Job.lost_leases + 1,
+            modified=local_now(now),
+        )
+        .where(Job.id == job.id, Job.status == Status.RUNNING, Job.lease_token == job.lease_token)
+        .execute()
+    )
+
+
+def overdue_pending(queue: str, before: float, limit: int) -> list[tuple[int, float]]:
+    """(id, due) of PENDING rows of `queue` due before `before`, oldest first."""
+    query = (
+        Job.select(Job.id, Job.run_at, Job.created)
+        .where(
+            Job.status == Status.PENDING,
+            Job.queue == queue,
+            (Job.run_at <= before) | Job.run_at.is_null(),
+        )
+        .order_by(Job.run_at)
+        .limit(limit)
+    )
+    return [(row.id, due_of(row)) for row in query]
+
+
+def due_of(row: Job) -> float:
+    """A row's due time; rows from producers that leave run_at empty count from `created`."""
+    if row.run_at is not None:
+        return float(row.run_at)
+    created = row.created
+    if isinstance(created, str):
+        created = datetime.fromisoformat(created)
+    return created.timestamp() if created else 0.0
+
+
+def iter_pending(batch: int = 5000) -> Iterator[list[tuple[str, int, float]]]:
+    """Every PENDING row as (queue, id, due), in batches by id, for rebuilding the index."""
+    last_id = 0
+    while True:
+        rows = list(
+            Job.select(Job.id, Job.queue, Job.run_at, Job.created)
+            .where(Job.status == Status.PENDING, Job.id > last_id)
+            .order_by(Job.id)
+            .limit(batch)
+        )
+        if not rows:
+            return
+        yield [(row.queue, row.id, due_of(row)) for row in rows]
+        last_id = rows[-1].id
+
+
+def pending_queues() -> list[str]:
+    """Names of queues that have PENDING or RUNNING rows."""
+    query = Job.select(Job.queue).where(Job.status.in_([Status.PENDING, Status.RUNNING])).distinct()
+    return sorted(row.queue for row in query)
+
+
+def pending_by_ext(ext: str, queue: str | None) -> list[tuple[int, str]]:
+    """(id, queue) of PENDING rows with this business key."""
+    query = Job.select(Job.id, Job.queue).where(Job.ext_string == ext, Job.status == Status.PENDING)
+    if queue is not None:
+        query = query.where(Job.queue == queue)
+    return [(row.id, row.queue) for row in query]
+
+
+def cancel(ids: Iterable[int], now: float) -> int:
+    """PENDING rows among `ids` become CANCELLED; returns how many did."""
+    ids = list(ids)
+    if not ids:
+        return 0
+    return (
+        Job.update(status=Status.CANCELLED, message="cancelled", modified=local_now(now))
+        .where(Job.id.in_(ids), Job.status == Status.PENDING)
+        .execute()
+    )
+
+
+def chain_of(job: Job) -> list[Job]:
+    """Every attempt of the job's chain (first attempt and its retries), oldest first."""
+    root = job.chain_id or job.id
+    return list(Job.select().where((Job.id == root) | (Job.chain_id == root)).order_by(Job.id))
+
+
+def counts_by_queue() -> dict[str, dict[int, int]]:
+    """{queue: {status: count}} over the whole table."""
+    out: dict[str, dict[int, int]] = {}
+    query = Job.select(Job.queue, Job.status, fn.COUNT(Job.id).alias("n")).group_by(
+        Job.queue, Job.status
+    )
+    for row in query:
+        out.setdefault(row.queue, {})[row.status] = row.n
+    return out

@@ -1,0 +1,344 @@
+"""Queue: the one façade over table + index that both the CLI and application code call.
+
+It validates input before anything is written, binds the model to its database, and turns
+database and Redis errors into BackendUnavailable so callers see one clear failure.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ParamSpec, TypeVar
+
+import peewee
+import redis
+
+from . import embedded, models
+from .config import DEFAULT_QUEUE, Settings, load_settings, redact_url, validate_queue_name
+from .database import open_database, sqlite_url
+from .errors import BackendUnavailable, BadInput, JobNotFound
+from .handlers import locate
+from .index import ScheduleIndex
+from .models import Job, Status
+from .runner import OutcomeCallback, RunLimits, RunReport, run_once
+
+logger = logging.getLogger(__name__)
+
+PARAMS_MAX_BYTES = 65535  # what a MySQL TEXT column holds
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _backend_errors(method: Callable[P, R]) -> Callable[P, R]:
+    """Surface database and Redis failures as BackendUnavailable, with no secrets in them."""
+
+    @functools.wraps(method)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return method(*args, **kwargs)
+        except peewee.DatabaseError as exc:
+            raise BackendUnavailable(f"database error: {_one_line(exc)}") from exc
+        except peewee.InterfaceError as exc:
+            raise BackendUnavailable(f"database unreachable: {_one_line(exc)}") from exc
+        except redis.RedisError as exc:
+            raise BackendUnavailable(f"Redis error: {_one_line(exc)}") from exc
+
+    return wrapper
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:300] or type(exc).__name__
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One job to add: what to call, with what, when, under which business key."""
+
+    class_path: str
+    method: str
+    data: Any = None
+    delay: float | None = None
+    at: float | None = None
+    ext: str = ""
+    queue: str = DEFAULT_QUEUE
+
+
+class Queue:
+    """Add, cancel, retry, inspect and run delayed jobs."""
+
+    def __init__(self, settings: Settings, db: peewee.Database, index: ScheduleIndex) -> None:
+        self.settings = settings
+        self.db = db
+        self.index = index
+
+    def _bind(self) -> None:
+        if models.database_proxy.obj is not self.db:
+            models.database_proxy.initialize(self.db)
+
+    @_backend_errors
+    def init(self) -> None:
+        """Create the table if missing and make sure the index holds every pending job."""
+        self._bind()
+        models.create_tables(self.db)
+        if not self.index.is_complete():
+            self.index.register(models.pending_queues())
+            self.index.rebuild_from(models.iter_pending())
+
+    def add(
+        self,
+        class_path: str,
+        method: str,
+        data: Any = None,
+        *,
+        delay: float | None = None,
+        at: float | None = None,
+        ext: str = "",
+        queue: str = DEFAULT_QUEUE,
+        now: float | None = None,
+    ) -> int:
+        """Schedule `class_path.method(data)` after `delay` seconds (or at epoch `at`)."""
+        return self.add_many([JobSpec(class_path, method, data, delay, at, ext, queue)], now=now)[0]
+
+    @_backend_errors
+    def add_many(self, specs: Iterable[JobSpec], *, now: float | None = None) -> list[int]:
+        """Schedule several jobs: one transaction, one Redis round trip per queue."""
+        now = time.time() if now is None else now
+        checked = [self._row_for(spec, now) for spec in specs]
+        if not checked:
+            return []
+        self._bind()
+        ids = models.insert_jobs(checked)
+        self._index_new(checked, ids)
+        return ids
+
+    def _row_for(self, spec: JobSpec, now: float) -> dict[str, Any]:
+        locate(spec.class_path, spec.method, self.settings.handlers)
+        validate_queue_name(spec.queue)
+        return {
+            "params": _encode_params(spec.class_path, spec.method, spec.data),
+            "ext_string": _check_ext(spec.ext),
+            "queue": spec.queue,
+            "run_at": _run_at(spec.delay, spec.at, now),
+            "status": Status.PENDING,
+            "retry_times": 0,
+            "created": models.local_now(now),
+            "modified": models.local_now(now),
+        }
+
+    def _index_new(self, rows: Sequence[Mapping[str, Any]], ids: Sequence[int]) -> None:
+        by_queue: dict[str, list[tuple[int, float]]] = {}
+        for row, job_id in zip(rows, ids, strict=True):
+            by_queue.setdefault(row["queue"], []).append((job_id, row["run_at"]))
+        try:
+            for queue, entries in by_queue.items():
+                self.index.add_many(queue, entries)
+        except redis.RedisError as exc:
+            # The rows are saved and the table is the truth: a run re-indexes them.
+            logger.warning(
+                "jobs %s saved but not indexed (%s); a run re-indexes them once they are due",
+                ",".join(map(str, ids[:10])),
+                _one_line(exc),
+            )
+
+    @_backend_errors
+    def cancel(
+        self,
+        job_id: int | None = None,
+        *,
+        ext: str | None = None,
+        queue: str | None = None,
+        now: float | None = None,
+    ) -> int:
+        """Cancel one pending job by id, or every pending job with business key `ext`."""
+        if (job_id is None) == (ext is None):
+            raise BadInput("cancel takes a job id or --ext, not both and not neither")
+        now = time.time() if now is None else now
+        self._bind()
+        if job_id is not None:
+            job = self._get(job_id)
+            targets = [(job.id, job.queue)] if job.status == Status.PENDING else []
+        else:
+            targets = models.pending_by_ext(_check_ext(ext or ""), queue)
+        count = models.cancel([job_id for job_id, _ in targets], now)
+        for name in {name for _, name in targets}:
+            self.index.remove(name, [job_id for job_id, q in targets if q == name])
+        return count
+
+    @_backend_errors
+    def retry(self, job_id: int, *, delay: float = 0.0, now: float | None = None) -> int:
+        """A new pending attempt of a finished job, due after `delay` seconds."""
+        now = time.time() if now is None else now
+        run_at = _run_at(delay, None, now)
+        self._bind()
+        job = self._get(job_id)
+        if job.status in (Status.PENDING, Status.RUNNING):
+            raise BadInput(f"job {job_id} is still {Status(job.status).word}; nothing to retry")
+        payload = _decode_params(job.params)
+        locate(payload["class"], payload["method"], self.settings.handlers)
+        new_id = models.insert_retry(job, run_at, now)
+        self.index.add(job.queue, new_id, run_at)
+        return new_id
+
+    @_backend_errors
+    def show(self, job_id: int) -> dict[str, Any]:
+        """The contract view of one job: id, status, retry_times, message, ext, run_at,
+        class, method, data."""
+        self._bind()
+        return job_view(self._get(job_id))
+
+    @_backend_errors
+    def history(self, job_id: int) -> list[dict[str, Any]]:
+        """Every attempt in the job's retry chain, oldest first."""
+        self._bind()
+        return [job_view(row) for row in models.chain_of(self._get(job_id))]
+
+    @_backend_errors
+    def status(self) -> dict[str, dict[str, int]]:
+        """{queue: {status word: count}} for every queue with rows."""
+        self._bind()
+        counts = models.counts_by_queue()
+        return {
+            queue: {status.word: by_status.get(status, 0) for status in Status}
+            for queue, by_status in sorted(counts.items())
+        }
+
+    @_backend_errors
+    def run(
+        self,
+        *,
+        since: float | None = None,
+        limit: int | None = None,
+        max_seconds: float | None = None,
+        queues: Sequence[str] | None = None,
+        now: float | None = None,
+        on_outcome: OutcomeCallback | None = None,
+    ) -> RunReport:
+        """One pass over the due jobs, as `delayq run`."""
+        if limit is not None and limit < 1:
+            raise BadInput("--limit must be at least 1")
+        for name in queues or ():
+            validate_queue_name(name)
+        limits = RunLimits(
+            since=self.settings.since if since is None else since,
+            limit=limit,
+            max_seconds=self.settings.max_seconds if max_seconds is None else max_seconds,
+        )
+        self._bind()
+        return run_once(self.settings, self.index, queues, limits, now, on_outcome)
+
+    def _get(self, job_id: int) -> Job:
+        job = models.get_job(job_id)
+        if job is None:
+            raise JobNotFound(f"no job with id {job_id}")
+        return job
+
+    def close(self) -> None:
+        """Close the database connection and the Redis pool."""
+        self.db.close()
+        self.index.client.close()
+
+    def __enter__(self) -> Queue:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def describe(self) -> str:
+        """Where this queue keeps its data, with passwords hidden."""
+        return (
+            f"database {redact_url(self.settings.database_url)}, "
+            f"redis {redact_url(self.settings.redis_url)}"
+        )
+
+
+def connect(settings: Settings | None = None, **overrides: Any) -> Queue:
+    """A Queue from `settings` (default: the environment and config file) plus overrides,
+    e.g. connect(database_url=..., redis_url=..., handlers=[...])."""
+    settings = (settings or load_settings()).with_overrides(**overrides)
+    database_url = settings.database_url or sqlite_url(embedded.database_path(settings.home))
+    redis_url = settings.redis_url or embedded.redis_url(settings.home)
+    db = open_database(database_url)
+    client = redis.Redis.from_url(redis_url, socket_connect_timeout=5, socket_timeout=30)
+    return Queue(settings, db, ScheduleIndex(client))
+
+
+def job_view(job: Job) -> dict[str, Any]:
+    """The contract's JSON object for a job."""
+    try:
+        payload = json.loads(job.params)
+    except (TypeError, ValueError):
+        payload = {}
+    if not isinstance(payload, dict):
+        payload = {}
+    return {
+        "id": job.id,
+        "status": models.status_word(job.status),
+        "retry_times": job.retry_times,
+        "message": job.message,
+        "ext": job.ext_string,
+        "run_at": job.run_at,
+        "class": payload.get("class"),
+        "method": payload.get("method"),
+        "data": payload.get("data"),
+    }
+
+
+def _encode_params(class_path: str, method: str, data: Any) -> str:
+    try:
+        text = json.dumps(
+            {"class": class_path, "method": method, "data": data},
+            ensure_ascii=False,
+            allow_nan=False,
+        )
+    except (TypeError, ValueError) as exc:
+        raise BadInput(f"data is not JSON-serialisable: {exc}") from None
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise BadInput("data contains text that is not valid UTF-8") from None
+    if size > PARAMS_MAX_BYTES:
+        raise BadInput(f"job payload is {size} bytes; the limit is {PARAMS_MAX_BYTES}")
+    return text
+
+
+def _decode_params(params: str) -> dict[str, Any]:
+    try:
+        payload = json.loads(params)
+    except (TypeError, ValueError):
+        payload = None
+    if not isinstance(payload, dict) or not all(
+        isinstance(payload.get(key), str) for key in ("class", "method")
+    ):
+        raise BadInput("the job's params are not a JSON object with class and method")
+    return payload
+
+
+def _check_ext(ext: str) -> str:
+    if not isinstance(ext, str):
+        raise BadInput("ext must be text")
+    try:
+        ext.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadInput("ext is not valid UTF-8") from None
+    if len(ext) > models.EXT_MAX:
+        raise BadInput(f"ext is {len(ext)} characters; the limit is {models.EXT_MAX}")
+    return ext
+
+
+def _run_at(delay: float | None, at: float | None, now: float) -> float:
+    if delay is not None and at is not None:
+        raise BadInput("give a delay or an --at time, not both")
+    if at is not None:
+        if not math.isfinite(at):
+            raise BadInput("--at must be a finite time")
+        return float(at)
+    delay = 0.0 if delay is None else float(delay)
+    if not math.isfinite(delay) or delay < 0:
+        raise BadInput(f"delay must be a non-negative number of seconds, not {delay}")
+    return now + delay
