@@ -1,0 +1,29 @@
+-- delayq: the durable job table (MySQL / MariaDB). `delayq init` creates the same table on
+-- any configured backend; tests/test_schema.py checks that the two agree.
+--
+-- status: 1 pending, 2 running (a run holds its lease), 10 success, 20 failed,
+--         30 cancelled, 40 missed (due longer ago than a run's --since window).
+-- Times: created/modified are local DATETIMEs; run_at and lease_until are epoch seconds.
+-- Producers that write rows themselves set params, ext_string and run_at, then
+-- ZADD delay_queue_job <run_at> <id>; every other column has a default.
+
+CREATE TABLE IF NOT EXISTS `delay_queue` (
+  `id` bigint NOT NULL AUTO_INCREMENT,
+  `params` text NOT NULL,                        -- {"class": ..., "method": ..., "data": ...}
+  `message` text DEFAULT NULL,                   -- result text or error
+  `ext_string` varchar(255) NOT NULL DEFAULT '', -- business key for lookup and cancel
+  `retry_times` int NOT NULL DEFAULT 0,          -- 0 on the first attempt
+  `status` smallint NOT NULL DEFAULT 1,
+  `created` datetime NOT NULL DEFAULT current_timestamp(),
+  `modified` datetime NOT NULL DEFAULT current_timestamp(),
+  `run_at` double DEFAULT NULL,                  -- due time; NULL counts as `created`
+  `queue` varchar(64) NOT NULL DEFAULT 'default',
+  `chain_id` bigint DEFAULT NULL,                -- first attempt of a retry chain
+  `lease_until` double DEFAULT NULL,             -- while running: when the lease lapses
+  `lease_token` varchar(32) DEFAULT NULL,        -- which run holds the lease
+  `lost_leases` int NOT NULL DEFAULT 0,          -- runs that died holding this job
+  PRIMARY KEY (`id`),
+  KEY `job_status_queue_run_at` (`status`, `queue`, `run_at`),
+  KEY `job_ext_string` (`ext_string`),
+  KEY `job_chain_id` (`chain_id`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;

