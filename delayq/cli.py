@@ -12,9 +12,12 @@ import logging
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from .queue import Queue
 
 from .durations import format_delta, format_instant, parse_duration, parse_instant
 from .errors import BackendUnavailable, BadInput, ConfigError, DelayqError, JobNotFound
@@ -58,7 +61,7 @@ def reporting_errors() -> Iterator[None]:
         raise typer.Exit(exit_code(exc)) from None
 
 
-def _queue():  # type: ignore[no-untyped-def]
+def _queue() -> Queue:
     from .queue import connect  # imported here so `delayq --help` stays fast
 
     return connect()

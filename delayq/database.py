@@ -21,7 +21,7 @@ SQLITE_PRAGMAS = {
 }
 
 
-class ReconnectingMySQLDatabase(ReconnectMixin, MySQLDatabase):  # type: ignore[misc]
+class ReconnectingMySQLDatabase(ReconnectMixin, MySQLDatabase):
     """MySQLDatabase that reconnects once when the server dropped an idle connection.
 
     Outside a transaction only: a statement inside one is never replayed silently.

@@ -151,7 +151,7 @@ def mark_missed(ids: Sequence[int], message: str, now: float) -> int:
     )
 
 
-def finish(job_id: int, token: str, status: Status, message: str, now: float) -> bool:
+def finish(job_id: int, token: str | None, status: Status, message: str, now: float) -> bool:
     """Record the outcome of a job this run holds; False if the lease was lost meanwhile."""
     return bool(
         Job.update(
@@ -298,6 +298,7 @@ def counts_by_queue() -> dict[str, dict[int, int]]:
     query = Job.select(Job.queue, Job.status, fn.COUNT(Job.id).alias("n")).group_by(
         Job.queue, Job.status
     )
-    for row in query:
-        out.setdefault(row.queue, {})[row.status] = row.n
+    for row in query.dicts():
+        fields: dict = row  # type: ignore[assignment]  # .dicts() yields dicts, not models
+        out.setdefault(fields["queue"], {})[fields["status"]] = fields["n"]
     return out

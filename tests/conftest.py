@@ -25,9 +25,7 @@ from delayq.database import sqlite_url
 
 ROOT = Path(__file__).resolve().parent.parent
 HANDLERS = ("tests.sample_handlers",)
-MARIADB_URL = os.environ.get(
-    "DELAYQ_TEST_MARIADB_URL", "mysql://root@127.0.0.1:3306/delayq_test"
-)
+MARIADB_URL = os.environ.get("DELAYQ_TEST_MARIADB_URL", "mysql://root@127.0.0.1:3306/delayq_test")
 REDIS_URL = os.environ.get("DELAYQ_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
@@ -48,8 +46,11 @@ def server_redis_url() -> str:
     except redis.RedisError as exc:
         _unreachable(f"Redis at {REDIS_URL}", exc)
     if size:
-        pytest.fail(f"Redis {REDIS_URL} is not empty ({size} keys); point DELAYQ_TEST_REDIS_URL "
-                    "at an empty database", pytrace=False)
+        pytest.fail(
+            f"Redis {REDIS_URL} is not empty ({size} keys); point DELAYQ_TEST_REDIS_URL "
+            "at an empty database",
+            pytrace=False,
+        )
     client.close()
     return REDIS_URL
 
@@ -60,8 +61,11 @@ def mariadb_url() -> str:
     parts = urlparse(MARIADB_URL)
     try:
         conn = pymysql.connect(
-            host=parts.hostname, port=parts.port or 3306, user=parts.username or "root",
-            password=parts.password or "", connect_timeout=3,
+            host=parts.hostname,
+            port=parts.port or 3306,
+            user=parts.username or "root",
+            password=parts.password or "",
+            connect_timeout=3,
         )
     except pymysql.MySQLError as exc:
         _unreachable(f"MariaDB at {parts.hostname}:{parts.port}", exc)
@@ -105,8 +109,11 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str
 def _drop_table(url: str) -> None:
     parts = urlparse(url)
     conn = pymysql.connect(
-        host=parts.hostname, port=parts.port or 3306, user=parts.username or "root",
-        password=parts.password or "", database=parts.path.lstrip("/"),
+        host=parts.hostname,
+        port=parts.port or 3306,
+        user=parts.username or "root",
+        password=parts.password or "",
+        database=parts.path.lstrip("/"),
     )
     with conn.cursor() as cursor:
         cursor.execute("DROP TABLE IF EXISTS delay_queue")

@@ -67,7 +67,10 @@ def test_failure_records_error_and_schedules_first_ladder_step(queue, log):
     assert retry["retry_times"] == 1
     assert retry["run_at"] == pytest.approx(NOW + LADDER[0])
     assert (retry["class"], retry["method"], retry["data"], retry["ext"]) == (
-        H, "fail", {"log": log, "n": 1}, "order:1",
+        H,
+        "fail",
+        {"log": log, "n": 1},
+        "order:1",
     )
     assert (report.failed, report.retried) == (1, 1)
     score = queue.index.client.zscore(schedule_key("default"), str(retry["id"]))
@@ -187,16 +190,38 @@ def test_since_option_narrows_the_window(queue, log):
     ("params", "expected"),
     [
         ({"class": "os", "method": "system", "data": "touch {marker}"}, "DELAYQ_HANDLERS"),
-        ({"class": "builtins", "method": "eval", "data": "open({marker!r},'w')"}, "DELAYQ_HANDLERS"),
-        ({"class": "subprocess", "method": "getoutput", "data": "touch {marker}"}, "DELAYQ_HANDLERS"),
-        ({"class": "tests.sample_handlers.leaky", "method": "system", "data": "touch {marker}"},
-         "outside DELAYQ_HANDLERS"),
-        ({"class": "tests.sample_handlers.leaky.os", "method": "system",
-          "data": "touch {marker}"}, "not a class"),
-        ({"class": "tests.sample_handlers.leaky", "method": "ALIAS",
-          "data": "open({marker!r},'w')"}, "outside DELAYQ_HANDLERS"),
-        ({"class": "tests.sample_handlers.leaky", "method": "__import__", "data": "os"},
-         "plain names"),
+        (
+            {"class": "builtins", "method": "eval", "data": "open({marker!r},'w')"},
+            "DELAYQ_HANDLERS",
+        ),
+        (
+            {"class": "subprocess", "method": "getoutput", "data": "touch {marker}"},
+            "DELAYQ_HANDLERS",
+        ),
+        (
+            {"class": "tests.sample_handlers.leaky", "method": "system", "data": "touch {marker}"},
+            "outside DELAYQ_HANDLERS",
+        ),
+        (
+            {
+                "class": "tests.sample_handlers.leaky.os",
+                "method": "system",
+                "data": "touch {marker}",
+            },
+            "not a class",
+        ),
+        (
+            {
+                "class": "tests.sample_handlers.leaky",
+                "method": "ALIAS",
+                "data": "open({marker!r},'w')",
+            },
+            "outside DELAYQ_HANDLERS",
+        ),
+        (
+            {"class": "tests.sample_handlers.leaky", "method": "__import__", "data": "os"},
+            "plain names",
+        ),
     ],
 )
 def test_hostile_rows_fail_without_executing_and_are_not_retried(queue, tmp_path, params, expected):
