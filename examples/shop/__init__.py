@@ -1,0 +1,1 @@
+"""Example handlers for the demo: an online shop's delayed business actions."""
