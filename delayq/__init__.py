@@ -1,6 +1,7 @@
 """delayq: durable delayed jobs — a MySQL table as the truth, a Redis sorted set as the
 schedule, and a cron-driven `delayq run` that calls `class.method(data)` when due."""
 
+from .context import JobContext, current_job
 from .errors import (
     BackendUnavailable,
     BadInput,
@@ -21,6 +22,7 @@ __all__ = [
     "ConfigError",
     "DelayqError",
     "HandlerNotAllowed",
+    "JobContext",
     "JobNotFound",
     "JobSpec",
     "NoRetry",
@@ -28,4 +30,5 @@ __all__ = [
     "Status",
     "__version__",
     "connect",
+    "current_job",
 ]

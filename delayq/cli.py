@@ -18,9 +18,11 @@ import typer
 
 if TYPE_CHECKING:
     from .queue import Queue
+    from .report import JobOutcome, RunReport
 
-from .durations import format_delta, format_instant, parse_duration, parse_instant
+from .durations import format_instant, parse_duration, parse_instant
 from .errors import BackendUnavailable, BadInput, ConfigError, DelayqError, JobNotFound
+from .interrupts import graceful_stop
 
 app = typer.Typer(
     add_completion=False,
@@ -89,21 +91,22 @@ def add(
     at: Annotated[str | None, typer.Option("--at", help="Due time, ISO 8601.")] = None,
     ext: Annotated[str, typer.Option("--ext", help="Business key for lookup and cancel.")] = "",
     queue_name: QueueOption = "default",
+    timeout: Annotated[
+        str | None, typer.Option("--timeout", help="Time limit for the handler (default 5m).")
+    ] = None,
 ) -> None:
     """Schedule CLASS.METHOD(data); prints the new job id."""
     with reporting_errors():
         payload = _parse_json(data)
-        delay_seconds = parse_duration(delay, "--delay") if delay is not None else None
-        at_epoch = parse_instant(at) if at is not None else None
-        queue = _queue()
-        job_id = queue.add(
+        job_id = _queue().add(
             class_path,
             method,
             payload,
-            delay=delay_seconds,
-            at=at_epoch,
+            delay=_duration_or_none(delay, "--delay"),
+            at=parse_instant(at) if at is not None else None,
             ext=ext,
             queue=queue_name,
+            timeout=_duration_or_none(timeout, "--timeout"),
         )
         typer.echo(job_id)
 
@@ -120,36 +123,71 @@ def run(
     queues: Annotated[
         list[str] | None, typer.Option("--queue", "-q", help="Only these queues.")
     ] = None,
+    loop: Annotated[
+        bool, typer.Option("--loop", help="Stay up, starting each job as it falls due.")
+    ] = False,
+    loop_for: Annotated[
+        str | None, typer.Option("--for", help="With --loop: stop after this long.")
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="One line per job.")] = False,
 ) -> None:
-    """Run the due jobs once; silent when all is well (for cron)."""
+    """Run the due jobs once (or, with --loop, as they fall due); silent when all is well."""
     with reporting_errors():
-        since_seconds = parse_duration(since, "--since") if since is not None else None
-        budget = parse_duration(max_seconds, "--max-seconds") if max_seconds is not None else None
+        options: dict[str, Any] = {
+            "since": parse_duration(since, "--since") if since is not None else None,
+            "limit": limit,
+            "max_seconds": _duration_or_none(max_seconds, "--max-seconds"),
+            "queues": queues,
+            "on_outcome": _print_outcome if verbose else None,
+        }
+        duration = _duration_or_none(loop_for, "--for")
+        if duration is not None and not loop:
+            raise BadInput("--for needs --loop")
         queue = _queue()
-        report = queue.run(
-            since=since_seconds,
-            limit=limit,
-            max_seconds=budget,
-            queues=queues,
-            on_outcome=_print_outcome if verbose else None,
-        )
+        with graceful_stop() as stop:
+            if loop:
+                report = queue.run_loop(duration=duration, stop=stop, **options)
+            else:
+                report = queue.run(stop=stop, **options)
         if verbose:
-            typer.echo(
-                f"ran {report.succeeded + report.failed} jobs: {report.succeeded} succeeded, "
-                f"{report.failed} failed ({report.retried} retried), {report.missed} missed, "
-                f"{report.dropped} dropped, {report.recovered} recovered, "
-                f"{report.reindexed} re-indexed in {report.elapsed:.2f}s"
-            )
+            typer.echo(_summary(report))
+    if report.interrupted is not None:
+        raise typer.Exit(128 + report.interrupted)
 
 
-def _print_outcome(outcome: Any) -> None:
-    retry = f" -> retry {outcome.retry_id}" if outcome.retry_id else ""
+def _duration_or_none(text: str | None, name: str) -> float | None:
+    return parse_duration(text, name) if text is not None else None
+
+
+def _summary(report: RunReport) -> str:
+    jobs = "job" if report.ran == 1 else "jobs"
+    return (
+        f"ran {report.ran} {jobs}: {report.succeeded} succeeded, {report.failed} failed "
+        f"({report.retried} retried), {report.missed} missed, {report.dropped} dropped, "
+        f"{report.recovered} recovered, {report.reindexed} re-indexed in {report.elapsed:.2f}s"
+    )
+
+
+def _print_outcome(outcome: JobOutcome) -> None:
     message = f" {outcome.message}" if outcome.message else ""
     typer.echo(
         f"{outcome.id} {outcome.class_path}.{outcome.method} attempt {outcome.attempt} "
-        f"{outcome.status.word} {outcome.duration * 1000:.1f}ms{message}{retry}"
+        f"{outcome.status.word} {outcome.duration * 1000:.1f}ms{message}"
     )
+
+
+@app.command()
+def reconcile() -> None:
+    """Compare the index with the table both ways and fix what differs; prints what it did."""
+    with reporting_errors():
+        result = _queue().reconcile()
+        names = sorted(set(result.reindexed) | set(result.removed))
+        for name in names:
+            typer.echo(
+                f"{name}: re-indexed {result.reindexed[name]}, removed {result.removed[name]}"
+            )
+        if not names:
+            typer.echo("nothing to do")
 
 
 @app.command()
@@ -243,6 +281,3 @@ def main() -> None:
         format="%(asctime)s delayq %(levelname)s %(message)s",
     )
     app()
-
-
-__all__ = ["app", "main", "format_delta"]

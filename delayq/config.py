@@ -26,6 +26,7 @@ DEFAULTS: dict[str, Any] = {
     "batch_size": 500,  # jobs claimed per Redis call and per guarded UPDATE
     "since": 86400.0,  # how far back `run` looks; older due jobs become `missed`
     "max_seconds": 50.0,  # a run claims nothing new after this, so cron runs do not pile up
+    "timeout": 300.0,  # a handler running longer than this fails with JobTimeout
 }
 ENV_PREFIX = "DELAYQ_"
 CONFIG_FILE = "delayq.toml"
@@ -43,9 +44,12 @@ class Settings:
     batch_size: int = 500
     since: float = 86400.0
     max_seconds: float = 50.0
+    timeout: float = 300.0
 
     def validate(self) -> Settings:
         """Return self, or raise ConfigError naming the variable that is wrong."""
+        if self.timeout <= 0:
+            raise ConfigError("DELAYQ_TIMEOUT must be more than 0 seconds")
         if self.lease < 2:
             raise ConfigError("DELAYQ_LEASE must be at least 2 seconds")
         if not 1 <= self.batch_size <= 5000:
@@ -119,7 +123,7 @@ def _coerce(values: dict[str, Any]) -> dict[str, Any]:
         out["handlers"] = _split_handlers(out["handlers"])
     if "home" in out:
         out["home"] = Path(out["home"]).expanduser()
-    for name in ("lease", "since", "max_seconds"):
+    for name in ("lease", "since", "max_seconds", "timeout"):
         if name in out:
             out[name] = _number(name, out[name])
     if "batch_size" in out:

@@ -4,6 +4,8 @@ delayq relies on: WAL and a busy timeout on SQLite, reconnect-on-gone-away on My
 
 from __future__ import annotations
 
+import re
+import sqlite3
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -43,6 +45,24 @@ def open_database(url: str) -> Database:
         f"DELAYQ_DATABASE_URL {redact_url(url)!r}: use mysql://user:pw@host:3306/db "
         "or sqlite:////absolute/path.db"
     )
+
+
+def supports_returning(db: Database) -> bool:
+    """Whether INSERT ... RETURNING works: MariaDB >= 10.5 or SQLite >= 3.35, not MySQL."""
+    cached = getattr(db, "_delayq_returning", None)
+    if cached is None:
+        if isinstance(db, SqliteDatabase):
+            cached = sqlite3.sqlite_version_info >= (3, 35)
+        else:
+            version = str(db.execute_sql("SELECT VERSION()").fetchone()[0])
+            cached = "mariadb" in version.lower() and _version_tuple(version) >= (10, 5)
+        db._delayq_returning = cached  # type: ignore[attr-defined]
+    return bool(cached)
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    numbers = re.findall(r"\d+", version.split("-")[0])
+    return tuple(int(n) for n in numbers[:3])
 
 
 def sqlite_url(path: Path) -> str:

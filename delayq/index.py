@@ -1,5 +1,6 @@
 """ScheduleIndex: the Redis side of delayq — one sorted set per queue (member = job id,
-score = due time), a registry of queue names, and a marker that says the index is complete.
+score = due time), each queue's outcome journal and wake-up list, a registry of queue names,
+a marker that says the index is complete, and the shared clock (Redis's TIME).
 
 The index only says *when*; the table says *whether*. Everything here can be rebuilt from the
 table (`rebuild_from`), so losing Redis costs a rebuild, never a job.
@@ -7,16 +8,22 @@ table (`rebuild_from`), so losing Redis costs a rebuild, never a job.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
 
 import redis
+from redis.commands.core import Script
 
 DEFAULT_QUEUE_KEY = "delay_queue_job"
 QUEUES_KEY = "delay_queue_queues"
 # Set after a full rebuild; its absence means Redis lost data (or never had it) and the
 # next run must rebuild the schedule from the table before trusting it.
 INDEXED_KEY = "delay_queue_indexed"
+# Outcomes a run journaled but has not yet written to the table live this long at most.
+JOURNAL_TTL = 7 * 86400
+ADD_CHUNK = 2000
+CLOCK_REFRESH = 60.0
 
 
 def schedule_key(queue: str) -> str:
@@ -29,7 +36,7 @@ def queue_key(queue: str, suffix: str) -> str:
     return f"{{{schedule_key(queue)}}}:{suffix}"
 
 
-def _load_script(client: redis.Redis, name: str) -> redis.commands.core.Script:
+def _load_script(client: redis.Redis, name: str) -> Script:
     source = resources.files("delayq").joinpath("lua", f"{name}.lua").read_text()
     return client.register_script(source)
 
@@ -40,25 +47,60 @@ class ScheduleIndex:
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
         self._claim_due = _load_script(client, "claim_due")
+        self._add_jobs = _load_script(client, "add_jobs")
+        self._offset = 0.0
+        self._known_queues: set[str] = set()
+        self._offset_checked = float("-inf")
+
+    def now(self) -> float:
+        """Epoch seconds on Redis's clock, so hosts with skewed clocks agree on what is due.
+
+        Measured once a minute as an offset to the local clock; an offset within the
+        measurement's own uncertainty (half a round trip, plus a millisecond) counts as zero.
+        """
+        local = time.time()
+        if time.monotonic() - self._offset_checked > CLOCK_REFRESH:
+            self._measure_offset()
+        return local + self._offset
+
+    def _measure_offset(self) -> None:
+        before = time.time()
+        seconds, micros = self.client.time()
+        after = time.time()
+        offset = seconds + micros / 1e6 - (before + after) / 2
+        self._offset = offset if abs(offset) > (after - before) / 2 + 0.001 else 0.0
+        self._offset_checked = time.monotonic()
 
     def add(self, queue: str, job_id: int, run_at: float) -> None:
         """Index one job: one round trip."""
         self.add_many(queue, [(job_id, run_at)])
 
     def add_many(self, queue: str, entries: Sequence[tuple[int, float]]) -> None:
-        """Index several jobs of one queue in one round trip."""
+        """Index jobs of one queue, waking a looping run if one is now due soonest.
+
+        Up to ADD_CHUNK entries cost one round trip: the script call, plus a SADD the first
+        time this client meets the queue.
+        """
         if not entries:
             return
+        keys = [schedule_key(queue), queue_key(queue, "wake")]
+        chunks = [entries[start : start + ADD_CHUNK] for start in range(0, len(entries), ADD_CHUNK)]
+        if len(chunks) == 1 and queue in self._known_queues:
+            self._add_jobs(keys=keys, args=_score_args(chunks[0]))
+            return
         pipe = self.client.pipeline(transaction=False)
-        for start in range(0, len(entries), 5000):
-            chunk = entries[start : start + 5000]
-            pipe.zadd(schedule_key(queue), {str(job_id): run_at for job_id, run_at in chunk})
+        for chunk in chunks:
+            self._add_jobs(keys=keys, args=_score_args(chunk), client=pipe)
         pipe.sadd(QUEUES_KEY, queue)
         pipe.execute()
+        self._known_queues.add(queue)
 
     def remove(self, queue: str, job_ids: Iterable[int]) -> int:
         """Drop jobs from a queue's schedule; returns how many were there."""
-        members = [str(job_id) for job_id in job_ids]
+        return self.remove_members(queue, [str(job_id) for job_id in job_ids])
+
+    def remove_members(self, queue: str, members: Sequence[str]) -> int:
+        """Drop members (ids or junk another producer wrote) from a queue's schedule."""
         return int(self.client.zrem(schedule_key(queue), *members)) if members else 0
 
     def claim_due(self, queue: str, now: float, limit: int) -> list[tuple[str, float]]:
@@ -75,6 +117,50 @@ class ScheduleIndex:
             return []
         scores = self.client.zmscore(schedule_key(queue), [str(job_id) for job_id in job_ids])
         return [job_id for job_id, score in zip(job_ids, scores, strict=True) if score is None]
+
+    def heads(self, queues: Sequence[str]) -> dict[str, float]:
+        """The earliest due time of each non-empty queue, in one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for queue in queues:
+            pipe.zrange(schedule_key(queue), 0, 0, withscores=True)
+        heads = {}
+        for queue, head in zip(queues, pipe.execute(), strict=True):
+            if head:
+                heads[queue] = float(head[0][1])
+        return heads
+
+    def wait_for_wake(self, queues: Sequence[str], timeout: float) -> bool:
+        """Block until a job due sooner is added to one of `queues`, or `timeout` passes."""
+        keys = [queue_key(queue, "wake") for queue in queues]
+        return self.client.blpop(keys, timeout=max(timeout, 0.001)) is not None
+
+    def journal(self, queue: str, job_id: int, record: str) -> None:
+        """Write down one job's outcome before the table has it: one round trip."""
+        key = queue_key(queue, "journal")
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hset(key, str(job_id), record)
+        pipe.expire(key, JOURNAL_TTL)
+        pipe.execute()
+
+    def journaled(self, queue: str, job_ids: Sequence[int]) -> dict[int, str]:
+        """The journaled outcomes of those of `job_ids` that have one."""
+        if not job_ids:
+            return {}
+        values = self.client.hmget(queue_key(queue, "journal"), [str(i) for i in job_ids])
+        return {
+            job_id: _text(value)
+            for job_id, value in zip(job_ids, values, strict=True)
+            if value is not None
+        }
+
+    def settle(
+        self, queue: str, journaled_ids: Sequence[int], retries: Sequence[tuple[int, float]]
+    ) -> None:
+        """After outcomes reached the table: index their retries and forget their journal."""
+        if retries:
+            self.add_many(queue, retries)
+        if journaled_ids:
+            self.client.hdel(queue_key(queue, "journal"), *[str(i) for i in journaled_ids])
 
     def queues(self) -> list[str]:
         """Names of every queue that has ever been indexed."""
@@ -100,11 +186,39 @@ class ScheduleIndex:
             for queue, entries in by_queue.items():
                 self.add_many(queue, entries)
             count += len(batch)
-        self.client.set(INDEXED_KEY, "1")
+        self.mark_complete()
         return count
+
+    def mark_complete(self) -> None:
+        """Record that every pending row of the table is in the index."""
+        self.client.set(INDEXED_KEY, "1")
+
+    def members(self, queue: str, batch: int = 5000) -> Iterable[list[tuple[str, float]]]:
+        """Every (member, score) of a queue's schedule, in batches, without blocking Redis."""
+        chunk: list[tuple[str, float]] = []
+        for member, score in self.client.zscan_iter(schedule_key(queue), count=batch):
+            chunk.append((_text(member), float(score)))
+            if len(chunk) >= batch:
+                yield chunk
+                chunk = []
+        if chunk:
+            yield chunk
 
     def size(self, queue: str) -> int:
         return int(self.client.zcard(schedule_key(queue)))
+
+    def sizes(self, queues: Sequence[str]) -> Mapping[str, int]:
+        pipe = self.client.pipeline(transaction=False)
+        for queue in queues:
+            pipe.zcard(schedule_key(queue))
+        return dict(zip(queues, (int(n) for n in pipe.execute()), strict=True))
+
+
+def _score_args(entries: Sequence[tuple[int, float]]) -> list[str]:
+    args: list[str] = []
+    for job_id, run_at in entries:
+        args += [repr(float(run_at)), str(job_id)]
+    return args
 
 
 def _text(value: bytes | str) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from enum import IntEnum
+from typing import Any, NamedTuple, cast
 
 from peewee import (
     SQL,
@@ -30,6 +31,7 @@ from peewee import (
 database_proxy = DatabaseProxy()
 
 EXT_MAX = 255
+INSERT_CHUNK = 1000
 MESSAGE_MAX = 2000
 
 
@@ -74,6 +76,7 @@ class Job(Model):
     lease_until = DoubleField(null=True)  # while running: when the lease lapses
     lease_token = CharField(max_length=32, null=True)  # which run holds the lease
     lost_leases = IntegerField(default=0, constraints=[SQL("DEFAULT 0")])
+    timeout = DoubleField(null=True)  # seconds the handler may take; NULL: the configured default
 
     class Meta:
         table_name = "delay_queue"
@@ -97,17 +100,63 @@ def is_mysql(db: object) -> bool:
     return "mysql" in type(obj).__name__.lower()
 
 
+class ClaimedJob(NamedTuple):
+    """The columns a run needs of a job it holds; a tuple, not a model, to stay cheap."""
+
+    id: int
+    params: str
+    ext_string: str
+    retry_times: int
+    queue: str
+    chain_id: int | None
+    run_at: float | None
+    timeout: float | None
+
+
+CLAIMED_COLUMNS = (
+    Job.id,
+    Job.params,
+    Job.ext_string,
+    Job.retry_times,
+    Job.queue,
+    Job.chain_id,
+    Job.run_at,
+    Job.timeout,
+)
+
+
+def tuples(query: Any) -> list[tuple[Any, ...]]:
+    """The rows of a SELECT as plain tuples (cheaper than models, and typed as tuples)."""
+    return cast(list[tuple[Any, ...]], list(query.tuples()))
+
+
+def get_job(job_id: int) -> Job | None:
+    return Job.get_or_none(Job.id == job_id)
+
+
 def local_now(now: float) -> datetime:
     return datetime.fromtimestamp(now)
 
 
-def insert_jobs(rows: Sequence[dict]) -> list[int]:
-    """Insert rows in one transaction and return their ids in order."""
+def insert_jobs(rows: Sequence[dict], returning: bool) -> list[int]:
+    """Insert rows in one transaction and return their ids in the order of `rows`.
+
+    With RETURNING (MariaDB >= 10.5, SQLite >= 3.35) a chunk is one multi-row statement;
+    without it, one INSERT per row.
+    """
+    ids: list[int] = []
     with Job._meta.database.atomic():
-        return [Job.insert(**row).execute() for row in rows]
+        if not returning:
+            return [Job.insert(**row).execute() for row in rows]
+        for start in range(0, len(rows), INSERT_CHUNK):
+            cursor = Job.insert_many(rows[start : start + INSERT_CHUNK]).returning(Job.id).execute()
+            # One statement assigns increasing ids in row order; RETURNING's own order is
+            # not promised, so sort.
+            ids.extend(sorted(int(row[0]) for row in cursor))
+    return ids
 
 
-def insert_retry(row: Job, run_at: float, now: float) -> int:
+def insert_retry(row: Job | ClaimedJob, run_at: float, now: float) -> int:
     """A new PENDING row repeating `row` as its next attempt; the old row stays as history."""
     return Job.insert(
         params=row.params,
@@ -116,107 +165,11 @@ def insert_retry(row: Job, run_at: float, now: float) -> int:
         retry_times=row.retry_times + 1,
         chain_id=row.chain_id or row.id,
         run_at=run_at,
+        timeout=row.timeout,
         status=Status.PENDING,
         created=local_now(now),
         modified=local_now(now),
     ).execute()
-
-
-def get_job(job_id: int) -> Job | None:
-    return Job.get_or_none(Job.id == job_id)
-
-
-def mark_running(ids: Sequence[int], token: str, lease_until: float, now: float) -> list[Job]:
-    """Take PENDING rows among `ids` for this run; return the rows won, in id order."""
-    if not ids:
-        return []
-    Job.update(
-        status=Status.RUNNING, lease_token=token, lease_until=lease_until, modified=local_now(now)
-    ).where(Job.id.in_(list(ids)), Job.status == Status.PENDING).execute()
-    return list(
-        Job.select()
-        .where(Job.id.in_(list(ids)), Job.status == Status.RUNNING, Job.lease_token == token)
-        .order_by(Job.id)
-    )
-
-
-def mark_missed(ids: Sequence[int], message: str, now: float) -> int:
-    """PENDING rows among `ids` become MISSED; returns how many did."""
-    if not ids:
-        return 0
-    return (
-        Job.update(status=Status.MISSED, message=message, modified=local_now(now))
-        .where(Job.id.in_(list(ids)), Job.status == Status.PENDING)
-        .execute()
-    )
-
-
-def finish(job_id: int, token: str | None, status: Status, message: str, now: float) -> bool:
-    """Record the outcome of a job this run holds; False if the lease was lost meanwhile."""
-    return bool(
-        Job.update(
-            status=status,
-            message=message[:MESSAGE_MAX],
-            modified=local_now(now),
-            lease_until=None,
-        )
-        .where(Job.id == job_id, Job.status == Status.RUNNING, Job.lease_token == token)
-        .execute()
-    )
-
-
-def renew_leases(token: str, lease_until: float) -> int:
-    """Push out the lease of every row this run still holds."""
-    return (
-        Job.update(lease_until=lease_until)
-        .where(Job.lease_token == token, Job.status == Status.RUNNING)
-        .execute()
-    )
-
-
-def release(ids: Sequence[int], token: str, now: float) -> list[tuple[int, float | None]]:
-    """Hand unstarted rows back to PENDING; return (id, run_at) of those released."""
-    if not ids:
-        return []
-    rows = [
-        (row.id, row.run_at)
-        for row in Job.select(Job.id, Job.run_at).where(
-            Job.id.in_(list(ids)), Job.status == Status.RUNNING, Job.lease_token == token
-        )
-    ]
-    if rows:
-        Job.update(
-            status=Status.PENDING, lease_token=None, lease_until=None, modified=local_now(now)
-        ).where(
-            Job.id.in_([job_id for job_id, _ in rows]),
-            Job.lease_token == token,
-            Job.status == Status.RUNNING,
-        ).execute()
-    return rows
-
-
-def expired_leases(queue: str, now: float, limit: int) -> list[Job]:
-    """RUNNING rows of `queue` whose lease has lapsed: their run died."""
-    return list(
-        Job.select(Job.id, Job.run_at, Job.lease_token, Job.lost_leases)
-        .where(Job.status == Status.RUNNING, Job.queue == queue, Job.lease_until < now)
-        .limit(limit)
-    )
-
-
-def reclaim(job: Job, now: float) -> bool:
-    """Put a RUNNING row whose lease lapsed back to PENDING, counting the lost lease."""
-    return bool(
-        Job.update(
-            status=Status.PENDING,
-            lease_token=None,
-            lease_until=None,
-            lost_leases=Job.lost_leases + 1,
-            modified=local_now(now),
-        )
-        .where(Job.id == job.id, Job.status == Status.RUNNING, Job.lease_token == job.lease_token)
-        .execute()
-    )
 
 
 def overdue_pending(queue: str, before: float, limit: int) -> list[tuple[int, float]]:

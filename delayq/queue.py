@@ -10,7 +10,6 @@ import functools
 import json
 import logging
 import math
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
@@ -20,12 +19,16 @@ import redis
 
 from . import embedded, models
 from .config import DEFAULT_QUEUE, Settings, load_settings, redact_url, validate_queue_name
-from .database import open_database, sqlite_url
+from .database import open_database, sqlite_url, supports_returning
 from .errors import BackendUnavailable, BadInput, JobNotFound
 from .handlers import locate
 from .index import ScheduleIndex
+from .interrupts import GracefulStop
+from .looping import run_loop
 from .models import Job, Status
-from .runner import OutcomeCallback, RunLimits, RunReport, run_once
+from .recovery import Reconciled, reconcile
+from .report import OutcomeCallback, RunReport
+from .runner import RunLimits, run_once
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +70,7 @@ class JobSpec:
     at: float | None = None
     ext: str = ""
     queue: str = DEFAULT_QUEUE
+    timeout: float | None = None  # seconds the handler may run; None: DELAYQ_TIMEOUT
 
 
 class Queue:
@@ -100,31 +104,39 @@ class Queue:
         at: float | None = None,
         ext: str = "",
         queue: str = DEFAULT_QUEUE,
+        timeout: float | None = None,
         now: float | None = None,
     ) -> int:
         """Schedule `class_path.method(data)` after `delay` seconds (or at epoch `at`)."""
-        return self.add_many([JobSpec(class_path, method, data, delay, at, ext, queue)], now=now)[0]
+        spec = JobSpec(class_path, method, data, delay, at, ext, queue, timeout)
+        return self.add_many([spec], now=now)[0]
 
     @_backend_errors
     def add_many(self, specs: Iterable[JobSpec], *, now: float | None = None) -> list[int]:
         """Schedule several jobs: one transaction, one Redis round trip per queue."""
-        now = time.time() if now is None else now
-        checked = [self._row_for(spec, now) for spec in specs]
+        now = self.index.now() if now is None else now
+        located: set[tuple[str, str]] = set()
+        checked = [self._row_for(spec, now, located) for spec in specs]
         if not checked:
             return []
         self._bind()
-        ids = models.insert_jobs(checked)
+        ids = models.insert_jobs(
+            checked, returning=len(checked) > 1 and supports_returning(self.db)
+        )
         self._index_new(checked, ids)
         return ids
 
-    def _row_for(self, spec: JobSpec, now: float) -> dict[str, Any]:
-        locate(spec.class_path, spec.method, self.settings.handlers)
+    def _row_for(self, spec: JobSpec, now: float, located: set[tuple[str, str]]) -> dict[str, Any]:
+        if (spec.class_path, spec.method) not in located:
+            locate(spec.class_path, spec.method, self.settings.handlers)
+            located.add((spec.class_path, spec.method))
         validate_queue_name(spec.queue)
         return {
             "params": _encode_params(spec.class_path, spec.method, spec.data),
             "ext_string": _check_ext(spec.ext),
             "queue": spec.queue,
             "run_at": _run_at(spec.delay, spec.at, now),
+            "timeout": _check_timeout(spec.timeout),
             "status": Status.PENDING,
             "retry_times": 0,
             "created": models.local_now(now),
@@ -158,7 +170,7 @@ class Queue:
         """Cancel one pending job by id, or every pending job with business key `ext`."""
         if (job_id is None) == (ext is None):
             raise BadInput("cancel takes a job id or --ext, not both and not neither")
-        now = time.time() if now is None else now
+        now = self.index.now() if now is None else now
         self._bind()
         if job_id is not None:
             job = self._get(job_id)
@@ -173,7 +185,7 @@ class Queue:
     @_backend_errors
     def retry(self, job_id: int, *, delay: float = 0.0, now: float | None = None) -> int:
         """A new pending attempt of a finished job, due after `delay` seconds."""
-        now = time.time() if now is None else now
+        now = self.index.now() if now is None else now
         run_at = _run_at(delay, None, now)
         self._bind()
         job = self._get(job_id)
@@ -218,19 +230,53 @@ class Queue:
         queues: Sequence[str] | None = None,
         now: float | None = None,
         on_outcome: OutcomeCallback | None = None,
+        stop: GracefulStop | None = None,
     ) -> RunReport:
         """One pass over the due jobs, as `delayq run`."""
+        limits = self._limits(since, limit, max_seconds, queues)
+        self._bind()
+        return run_once(self.settings, self.index, queues, limits, now, on_outcome, stop)
+
+    @_backend_errors
+    def run_loop(
+        self,
+        *,
+        duration: float | None = None,
+        since: float | None = None,
+        limit: int | None = None,
+        max_seconds: float | None = None,
+        queues: Sequence[str] | None = None,
+        on_outcome: OutcomeCallback | None = None,
+        stop: GracefulStop | None = None,
+    ) -> RunReport:
+        """Passes back to back for `duration` seconds (None: until stopped), sleeping until
+        the next job is due, as `delayq run --loop`."""
+        limits = self._limits(since, limit, max_seconds, queues)
+        self._bind()
+        return run_loop(self.settings, self.index, queues, limits, duration, on_outcome, stop)
+
+    def _limits(
+        self,
+        since: float | None,
+        limit: int | None,
+        max_seconds: float | None,
+        queues: Sequence[str] | None,
+    ) -> RunLimits:
         if limit is not None and limit < 1:
             raise BadInput("--limit must be at least 1")
         for name in queues or ():
             validate_queue_name(name)
-        limits = RunLimits(
+        return RunLimits(
             since=self.settings.since if since is None else since,
             limit=limit,
             max_seconds=self.settings.max_seconds if max_seconds is None else max_seconds,
         )
+
+    @_backend_errors
+    def reconcile(self) -> Reconciled:
+        """Compare index and table both ways: re-index lost pending jobs, drop stale entries."""
         self._bind()
-        return run_once(self.settings, self.index, queues, limits, now, on_outcome)
+        return reconcile(self.index)
 
     def _get(self, job_id: int) -> Job:
         job = models.get_job(job_id)
@@ -329,6 +375,12 @@ def _check_ext(ext: str) -> str:
     if len(ext) > models.EXT_MAX:
         raise BadInput(f"ext is {len(ext)} characters; the limit is {models.EXT_MAX}")
     return ext
+
+
+def _check_timeout(timeout: float | None) -> float | None:
+    if timeout is not None and (not math.isfinite(timeout) or timeout <= 0):
+        raise BadInput(f"timeout must be a positive number of seconds, not {timeout}")
+    return timeout
 
 
 def _run_at(delay: float | None, at: float | None, now: float) -> float:

@@ -1,8 +1,9 @@
-"""One pass of `delayq run`: recover lapsed leases, re-index orphans, then claim due jobs in
-batches, call each handler in-process, record the outcome and schedule the retry.
+"""One pass of `delayq run`: settle the jobs of dead runs, re-index orphans, then claim due
+jobs in batches, call each handler in-process under its time limit, and hand the outcomes to
+the journal and its group commits.
 
-The runner owns the order of those steps and nothing else: the table (models) decides who
-wins a job, the index (ScheduleIndex) only hands out due ids, retry.py says when to retry.
+The runner owns the order of those steps and nothing else: the table decides who wins a job
+(leases.py), the index only hands out due ids, outcomes.py records, retry.py says when.
 """
 
 from __future__ import annotations
@@ -16,57 +17,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import models
+from . import context, interrupts, leases, recovery
 from .config import Settings
 from .durations import format_instant
 from .errors import BadInput, HandlerNotAllowed, NoRetry
 from .handlers import Handler, resolve
 from .index import ScheduleIndex
-from .models import Job, Status
-from .retry import next_run_at, should_retry
+from .interrupts import Abandoned, GracefulStop, JobTimeout
+from .models import MESSAGE_MAX, ClaimedJob, Job, Status
+from .outcomes import Outcome, OutcomeBuffer, Settled
+from .report import JobOutcome, OutcomeCallback, RunReport
+from .retry import should_retry
 
 logger = logging.getLogger(__name__)
-
-# A pending row due this long ago and absent from the index was lost by Redis (or by a run
-# that died between claim and lease); the grace keeps a live run's fresh claims out of reach.
-ORPHAN_GRACE = 30.0
-# A job whose run died under it this many times is a poison job: it fails instead.
-MAX_LOST_LEASES = 3
-SWEEP_LIMIT = 1000
-
-
-@dataclass
-class RunReport:
-    """What one pass did; `delayq run -v` and the Python API show it."""
-
-    claimed: int = 0
-    succeeded: int = 0
-    failed: int = 0
-    retried: int = 0
-    missed: int = 0
-    dropped: int = 0
-    recovered: int = 0
-    reindexed: int = 0
-    stopped_early: bool = False
-    elapsed: float = 0.0
-
-
-@dataclass(frozen=True)
-class JobOutcome:
-    """One job's result, handed to the caller's callback as it happens."""
-
-    id: int
-    queue: str
-    class_path: str
-    method: str
-    attempt: int
-    status: Status
-    message: str
-    duration: float
-    retry_id: int | None = None
-
-
-OutcomeCallback = Callable[[JobOutcome], None]
 
 
 @dataclass
@@ -74,6 +37,7 @@ class RunLimits:
     since: float
     limit: int | None
     max_seconds: float
+    sweep: bool = True  # recover leases and re-index orphans before claiming
 
 
 @dataclass
@@ -83,11 +47,13 @@ class _Pass:
     limits: RunLimits
     clock: Callable[[], float]
     on_outcome: OutcomeCallback | None
+    stop: GracefulStop | None
     token: str = field(default_factory=lambda: uuid.uuid4().hex)
     report: RunReport = field(default_factory=RunReport)
-    handlers: dict[tuple[str, str], Handler | Exception] = field(default_factory=dict)
+    handlers: dict[tuple[str, str], Handler | BadInput] = field(default_factory=dict)
     started_at: float = field(default_factory=time.monotonic)
     calls: int = 0
+    time_limits: bool = False
 
 
 def run_once(
@@ -97,74 +63,67 @@ def run_once(
     limits: RunLimits | None = None,
     now: float | None = None,
     on_outcome: OutcomeCallback | None = None,
+    stop: GracefulStop | None = None,
 ) -> RunReport:
     """One pass over `queues` (default: every queue the index knows)."""
     limits = limits or RunLimits(settings.since, None, settings.max_seconds)
-    clock = (lambda: now) if now is not None else time.time
-    state = _Pass(settings, index, limits, clock, on_outcome)
-    _ensure_index(state)
-    names = list(queues) if queues else index.queues()
-    with _Heartbeat(state):
-        for queue in names:
-            _recover_leases(state, queue)
-            _reindex_orphans(state, queue)
-            _drain(state, queue)
+    clock = (lambda: now) if now is not None else index.now
+    state = _Pass(settings, index, limits, clock, on_outcome, stop)
+    try:
+        with interrupts.time_limits() as enabled, _Heartbeat(state):
+            state.time_limits = enabled
+            state.report.reindexed += recovery.ensure_index(index)
+            for queue in list(queues) if queues else index.queues():
+                if limits.sweep:
+                    _sweep(state, queue)
+                _drain(state, queue)
+    except Abandoned:
+        logger.warning("run abandoned its current job; it is back on the schedule")
     state.report.elapsed = time.monotonic() - state.started_at
+    if stop is not None and stop.requested:
+        state.report.interrupted = stop.signum
     return state.report
 
 
-def _ensure_index(state: _Pass) -> None:
-    if state.index.is_complete():
-        return
-    state.index.register(models.pending_queues())
-    count = state.index.rebuild_from(models.iter_pending())
-    state.report.reindexed += count
-    logger.warning("Redis had no schedule index; rebuilt %d entries from the table", count)
-
-
-def _recover_leases(state: _Pass, queue: str) -> None:
+def _sweep(state: _Pass, queue: str) -> None:
     now = state.clock()
-    for job in models.expired_leases(queue, now, SWEEP_LIMIT):
-        if job.lost_leases + 1 >= MAX_LOST_LEASES:
-            message = (
-                f"lost: the run holding it died {job.lost_leases + 1} times while it ran; "
-                "not retried (a poison job?)"
-            )
-            if models.finish(job.id, job.lease_token, Status.FAILED, message, now):
-                state.report.failed += 1
-                logger.error("job %d failed: %s", job.id, message)
-            continue
-        if models.reclaim(job, now):
-            state.index.add(queue, job.id, now)
-            state.report.recovered += 1
-            logger.warning("job %d: lease lapsed (its run died); scheduled again", job.id)
-
-
-def _reindex_orphans(state: _Pass, queue: str) -> None:
-    overdue = models.overdue_pending(queue, state.clock() - ORPHAN_GRACE, SWEEP_LIMIT)
-    due_by_id = dict(overdue)
-    missing = state.index.missing(queue, list(due_by_id))
-    if missing:
-        state.index.add_many(queue, [(job_id, due_by_id[job_id]) for job_id in missing])
-        state.report.reindexed += len(missing)
-        logger.warning(
-            "queue %s: re-indexed %d pending jobs the index had lost", queue, len(missing)
-        )
+    recovered = recovery.recover_leases(state.index, queue, now)
+    state.report.recovered += recovered.requeued + recovered.journaled
+    state.report.failed += recovered.poisoned
+    state.report.reindexed += recovery.reindex_orphans(state.index, queue, now)
 
 
 def _drain(state: _Pass, queue: str) -> None:
-    while not _should_stop(state):
-        size = state.settings.batch_size
-        if state.limits.limit is not None:
-            size = min(size, state.limits.limit - state.calls)
-        claimed = state.index.claim_due(queue, state.clock(), size)
-        if not claimed:
-            return
-        state.report.claimed += len(claimed)
-        _process_batch(state, queue, claimed)
+    buffer = OutcomeBuffer(state.index, queue, state.token)
+    completed = False
+    try:
+        while not _should_stop(state):
+            size = state.settings.batch_size
+            if state.limits.limit is not None:
+                size = min(size, state.limits.limit - state.calls)
+            claimed = state.index.claim_due(queue, state.clock(), size)
+            if not claimed:
+                break
+            state.report.claimed += len(claimed)
+            _process_batch(state, queue, claimed, buffer)
+        completed = True
+    finally:
+        _flush(state, buffer, quietly=not completed)
+
+
+def _flush(state: _Pass, buffer: OutcomeBuffer, quietly: bool) -> None:
+    try:
+        _count(state, buffer.flush())
+    except Exception as exc:
+        if not quietly:
+            raise
+        # Already failing: what was journaled is settled by the next run's recovery.
+        logger.error("could not record outcomes (%s); the next run settles them", exc)
 
 
 def _should_stop(state: _Pass) -> bool:
+    if state.stop is not None and state.stop.requested:
+        return True
     over_limit = state.limits.limit is not None and state.calls >= state.limits.limit
     over_time = time.monotonic() - state.started_at >= state.limits.max_seconds
     if over_limit or over_time:
@@ -172,8 +131,30 @@ def _should_stop(state: _Pass) -> bool:
     return over_limit or over_time
 
 
-def _process_batch(state: _Pass, queue: str, claimed: list[tuple[str, float]]) -> None:
+def _process_batch(
+    state: _Pass, queue: str, claimed: list[tuple[str, float]], buffer: OutcomeBuffer
+) -> None:
     now = state.clock()
+    due_by_id = _parse_members(state, queue, claimed)
+    cutoff = now - state.limits.since
+    _mark_missed(state, [job_id for job_id, due in due_by_id.items() if due < cutoff], now)
+    runnable = [job_id for job_id, due in due_by_id.items() if due >= cutoff]
+    jobs = leases.mark_running(runnable, state.token, now + state.settings.lease, now)
+    state.report.dropped += len(runnable) - len(jobs)
+    jobs.sort(key=lambda job: (due_by_id[job.id], job.id))
+    unstarted = 0
+    try:
+        for position, job in enumerate(jobs):
+            if _should_stop(state):
+                break
+            outcome = _execute(state, job, due_by_id[job.id])
+            unstarted = position + 1
+            _count(state, buffer.add(outcome, more_coming=unstarted < len(jobs)))
+    finally:
+        _hand_back(state, queue, jobs[unstarted:], due_by_id)
+
+
+def _parse_members(state: _Pass, queue: str, claimed: list[tuple[str, float]]) -> dict[int, float]:
     due_by_id: dict[int, float] = {}
     for member, score in claimed:
         if member.isdigit():
@@ -181,18 +162,7 @@ def _process_batch(state: _Pass, queue: str, claimed: list[tuple[str, float]]) -
         else:
             state.report.dropped += 1
             logger.warning("queue %s: dropped index member %r: not a job id", queue, member)
-    cutoff = now - state.limits.since
-    missed = [job_id for job_id, due in due_by_id.items() if due < cutoff]
-    _mark_missed(state, missed, now)
-    runnable = [job_id for job_id, due in due_by_id.items() if due >= cutoff]
-    rows = models.mark_running(runnable, state.token, now + state.settings.lease, now)
-    state.report.dropped += len(runnable) - len(rows)
-    rows.sort(key=lambda row: (due_by_id[row.id], row.id))
-    for position, row in enumerate(rows):
-        if _should_stop(state):
-            _hand_back(state, queue, [later.id for later in rows[position:]])
-            return
-        _execute(state, row)
+    return due_by_id
 
 
 def _mark_missed(state: _Pass, ids: list[int], now: float) -> None:
@@ -202,38 +172,65 @@ def _mark_missed(state: _Pass, ids: list[int], now: float) -> None:
         f"missed: due more than {state.limits.since:g}s before the run at "
         f"{format_instant(now)}; `delayq retry ID` runs it"
     )
-    count = models.mark_missed(ids, message, now)
+    count = leases.mark_missed(ids, message, now)
     state.report.missed += count
     state.report.dropped += len(ids) - count
     logger.warning("%d jobs missed the run window (ids %s)", count, _preview(ids))
 
 
-def _hand_back(state: _Pass, queue: str, ids: list[int]) -> None:
-    now = state.clock()
-    released = models.release(ids, state.token, now)
-    state.index.add_many(queue, [(job_id, due or now) for job_id, due in released])
-
-
-def _execute(state: _Pass, row: Job) -> None:
-    state.calls += 1
-    started = time.monotonic()
+def _hand_back(
+    state: _Pass, queue: str, jobs: list[ClaimedJob], due_by_id: dict[int, float]
+) -> None:
+    """Unstarted (or abandoned) jobs go back to pending and onto the schedule at once."""
+    if not jobs:
+        return
     try:
-        class_path, method, data = _parse_params(row.params)
+        released = leases.release([job.id for job in jobs], state.token, state.clock())
+        state.index.add_many(queue, [(job_id, due_by_id[job_id]) for job_id, _ in released])
+    except Exception as exc:  # noqa: BLE001 - their leases bring them back anyway
+        logger.error("could not hand %d jobs back (%s); their leases will", len(jobs), exc)
+
+
+def _execute(state: _Pass, job: ClaimedJob, due: float) -> Outcome:
+    state.calls += 1
+    started_at = state.clock()
+    started = time.monotonic()
+    state.report.lateness.observe(started_at - due)
+    try:
+        class_path, method, data = _parse_params(job.params)
         handler = _handler(state, class_path, method)
     except HandlerNotAllowed as exc:
-        _record_failure(state, row, ("?", "?"), str(exc), started, retry=False)
-        return
+        return _finish(state, job, ("?", "?"), Status.FAILED, str(exc), False, started)
     except BadInput as exc:
-        _record_failure(state, row, ("?", "?"), str(exc), started, retry=_is_transient(exc))
-        return
+        retry = not str(exc).startswith("bad params")  # a deploy may fix a missing module
+        return _finish(state, job, ("?", "?"), Status.FAILED, str(exc), retry, started)
+    status, message, retry = _call(state, job, handler, data)
+    return _finish(state, job, (class_path, method), status, message, retry, started)
+
+
+def _call(state: _Pass, job: ClaimedJob, handler: Handler, data: Any) -> tuple[Status, str, bool]:
+    """Run the handler under its time limit and the job context; never raises for its errors."""
+    limit = job.timeout or state.settings.timeout
+    token = context.running(
+        context.JobContext(
+            job.id, job.queue, job.retry_times, job.ext_string, job.run_at, job.chain_id or job.id
+        )
+    )
     try:
+        if state.time_limits:
+            interrupts.arm(limit)
         result = handler(data)
     except NoRetry as exc:
-        _record_failure(state, row, (class_path, method), _describe(exc), started, retry=False)
+        return Status.FAILED, _describe(exc), False
+    except JobTimeout:
+        return Status.FAILED, f"JobTimeout: ran longer than its {limit:g}s time limit", True
     except (Exception, SystemExit) as exc:  # a handler's error, however bad, never stops the run
-        _record_failure(state, row, (class_path, method), _describe(exc), started, retry=True)
-    else:
-        _record_success(state, row, (class_path, method), result, started)
+        return Status.FAILED, _describe(exc), True
+    finally:
+        if state.time_limits:
+            interrupts.disarm()
+        context.finished(token)
+    return Status.SUCCESS, _short_result(result), False
 
 
 def _parse_params(params: str) -> tuple[str, str, Any]:
@@ -249,11 +246,6 @@ def _parse_params(params: str) -> tuple[str, str, Any]:
     return class_path, method, payload.get("data")
 
 
-def _is_transient(exc: BadInput) -> bool:
-    # A malformed row stays malformed; a missing module may be fixed by the next deploy.
-    return not str(exc).startswith("bad params")
-
-
 def _handler(state: _Pass, class_path: str, method: str) -> Handler:
     key = (class_path, method)
     if key not in state.handlers:
@@ -262,71 +254,68 @@ def _handler(state: _Pass, class_path: str, method: str) -> Handler:
         except BadInput as exc:
             state.handlers[key] = exc
     found = state.handlers[key]
-    if isinstance(found, Exception):
+    if isinstance(found, BadInput):
         raise found
     return found
 
 
-def _record_success(
-    state: _Pass, row: Job, call: tuple[str, str], result: Any, started: float
-) -> None:
-    message = _short_result(result)
-    if not models.finish(row.id, state.token, Status.SUCCESS, message, state.clock()):
-        logger.error("job %d succeeded but its lease had been taken over", row.id)
-    state.report.succeeded += 1
-    _emit(state, row, call, Status.SUCCESS, message, started, None)
-
-
-def _record_failure(
-    state: _Pass, row: Job, call: tuple[str, str], message: str, started: float, retry: bool
-) -> None:
-    now = state.clock()
-    retry_id = None
-    with Job._meta.database.atomic():
-        if not models.finish(row.id, state.token, Status.FAILED, message, now):
-            logger.error("job %d failed but its lease had been taken over", row.id)
-            return
-        if retry and should_retry(row.retry_times):
-            retry_id = models.insert_retry(row, next_run_at(row.retry_times, now), now)
-    if retry_id is not None:
-        state.index.add(row.queue, retry_id, next_run_at(row.retry_times, now))
-        state.report.retried += 1
-    state.report.failed += 1
-    _emit(state, row, call, Status.FAILED, message, started, retry_id)
-
-
-def _emit(
+def _finish(
     state: _Pass,
-    row: Job,
+    job: ClaimedJob,
     call: tuple[str, str],
     status: Status,
     message: str,
+    retry: bool,
     started: float,
-    retry_id: int | None,
-) -> None:
-    outcome = JobOutcome(
-        row.id,
-        row.queue,
-        call[0],
-        call[1],
-        row.retry_times,
-        status,
-        message,
-        time.monotonic() - started,
-        retry_id,
-    )
+) -> Outcome:
+    duration = time.monotonic() - started
+    outcome = Outcome(job, status, message, retry, state.clock())
+    will_retry = status == Status.FAILED and retry and should_retry(job.retry_times)
     logger.info(
         "job %d %s.%s attempt %d: %s in %.3fs%s",
-        outcome.id,
-        outcome.class_path,
-        outcome.method,
-        outcome.attempt,
+        job.id,
+        call[0],
+        call[1],
+        job.retry_times,
         status.word,
-        outcome.duration,
-        f"; retry as job {retry_id}" if retry_id else "",
+        duration,
+        "; will retry" if will_retry else "",
+        extra={
+            "job_id": job.id,
+            "class_path": call[0],
+            "method": call[1],
+            "queue": job.queue,
+            "attempt": job.retry_times,
+            "duration": duration,
+            "outcome": status.word,
+        },
     )
     if state.on_outcome is not None:
-        state.on_outcome(outcome)
+        lateness = outcome.finished_at - duration - (job.run_at or outcome.finished_at)
+        state.on_outcome(
+            JobOutcome(
+                job.id,
+                job.queue,
+                call[0],
+                call[1],
+                job.retry_times,
+                status,
+                message,
+                duration,
+                lateness,
+            )
+        )
+    return outcome
+
+
+def _count(state: _Pass, settled: Settled | None) -> None:
+    if settled is None:
+        return
+    state.report.succeeded += settled.succeeded
+    state.report.failed += settled.failed
+    state.report.retried += len(settled.retries)
+    for job_id in settled.lost:
+        logger.error("job %d finished but its lease had been taken over", job_id)
 
 
 def _describe(exc: BaseException) -> str:
@@ -334,18 +323,18 @@ def _describe(exc: BaseException) -> str:
         text = str(exc)
     except Exception:  # noqa: BLE001 - a handler's exception may not even print
         text = "<unprintable>"
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return (f"{type(exc).__name__}: {text}" if text else type(exc).__name__)[:MESSAGE_MAX]
 
 
 def _short_result(result: Any) -> str:
     if result is None:
         return ""
     if isinstance(result, str):
-        return result[: models.MESSAGE_MAX]
+        return result[:MESSAGE_MAX]
     try:
-        return json.dumps(result, default=repr)[: models.MESSAGE_MAX]
+        return json.dumps(result, default=repr)[:MESSAGE_MAX]
     except (TypeError, ValueError):
-        return repr(result)[: models.MESSAGE_MAX]
+        return repr(result)[:MESSAGE_MAX]
 
 
 def _preview(ids: list[int]) -> str:
@@ -375,12 +364,11 @@ class _Heartbeat:
 
     def _beat(self) -> None:
         interval = self.state.settings.lease / 3
-        db = Job._meta.database
         while not self.stopped.wait(interval):
             try:
-                models.renew_leases(
+                leases.renew_leases(
                     self.state.token, self.state.clock() + self.state.settings.lease
                 )
             except Exception as exc:  # noqa: BLE001 - a missed beat only shortens the lease
                 logger.warning("lease heartbeat failed: %s", exc)
-        db.close()
+        Job._meta.database.close()

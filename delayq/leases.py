@@ -1,0 +1,126 @@
+"""Queries on the rows a run holds: taking them (pending -> running with a lease), renewing
+the lease, recording outcomes, handing them back, and taking back rows whose run died.
+
+Each is a compare-and-set guarded by the status and the lease token, so a run that lost its
+lease can never overwrite the run that took the job over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from peewee import Case
+
+from .models import CLAIMED_COLUMNS, MESSAGE_MAX, ClaimedJob, Job, Status, local_now, tuples
+
+
+def mark_running(
+    ids: Sequence[int], token: str, lease_until: float, now: float
+) -> list[ClaimedJob]:
+    """Take the PENDING rows among `ids` for this run; return those won, in id order."""
+    if not ids:
+        return []
+    Job.update(
+        status=Status.RUNNING, lease_token=token, lease_until=lease_until, modified=local_now(now)
+    ).where(Job.id.in_(list(ids)), Job.status == Status.PENDING).execute()
+    query = (
+        Job.select(*CLAIMED_COLUMNS)
+        .where(Job.id.in_(list(ids)), Job.status == Status.RUNNING, Job.lease_token == token)
+        .order_by(Job.id)
+    )
+    return [ClaimedJob(*row) for row in tuples(query)]
+
+
+def mark_missed(ids: Sequence[int], message: str, now: float) -> int:
+    """PENDING rows among `ids` become MISSED; returns how many did."""
+    if not ids:
+        return 0
+    return (
+        Job.update(status=Status.MISSED, message=message, modified=local_now(now))
+        .where(Job.id.in_(list(ids)), Job.status == Status.PENDING)
+        .execute()
+    )
+
+
+def finish(job_id: int, token: str | None, status: Status, message: str, now: float) -> bool:
+    """Record the outcome of one held job; False if its lease was taken over meanwhile."""
+    return finish_many([(job_id, message)], token, status, now) == 1
+
+
+def finish_many(
+    outcomes: Sequence[tuple[int, str]], token: str | None, status: Status, now: float
+) -> int:
+    """Record one status for many held jobs, each with its own message, in one UPDATE."""
+    if not outcomes:
+        return 0
+    ids = [job_id for job_id, _ in outcomes]
+    message: Any = outcomes[0][1][:MESSAGE_MAX]
+    if len(outcomes) > 1:
+        message = Case(Job.id, [(job_id, text[:MESSAGE_MAX]) for job_id, text in outcomes])
+    return (
+        Job.update(status=status, message=message, modified=local_now(now), lease_until=None)
+        .where(Job.id.in_(ids), Job.status == Status.RUNNING, Job.lease_token == token)
+        .execute()
+    )
+
+
+def renew_leases(token: str, lease_until: float) -> int:
+    """Push out the lease of every row this run still holds."""
+    return (
+        Job.update(lease_until=lease_until)
+        .where(Job.lease_token == token, Job.status == Status.RUNNING)
+        .execute()
+    )
+
+
+def release(ids: Sequence[int], token: str, now: float) -> list[tuple[int, float | None]]:
+    """Hand held rows back to PENDING; return (id, run_at) of those released."""
+    if not ids:
+        return []
+    held = (Job.id.in_(list(ids))) & (Job.status == Status.RUNNING) & (Job.lease_token == token)
+    rows = [
+        (job_id, run_at) for job_id, run_at in tuples(Job.select(Job.id, Job.run_at).where(held))
+    ]
+    if rows:
+        Job.update(
+            status=Status.PENDING, lease_token=None, lease_until=None, modified=local_now(now)
+        ).where(held).execute()
+    return rows
+
+
+class Lapsed(NamedTuple):
+    """A running row whose lease lapsed, with the token of the run that died holding it."""
+
+    job: ClaimedJob
+    token: str | None
+    lost_leases: int
+
+
+def expired_leases(queue: str, now: float, limit: int) -> list[Lapsed]:
+    """RUNNING rows of `queue` whose lease has lapsed: the run holding them died."""
+    query = (
+        Job.select(*CLAIMED_COLUMNS, Job.lease_token, Job.lost_leases)
+        .where(Job.status == Status.RUNNING, Job.queue == queue, Job.lease_until < now)
+        .limit(limit)
+    )
+    return [Lapsed(ClaimedJob(*row[:-2]), row[-2], row[-1]) for row in tuples(query)]
+
+
+def reclaim(lapsed: Lapsed, now: float) -> bool:
+    """Put a RUNNING row whose lease lapsed back to PENDING, counting the lost lease."""
+    return bool(
+        Job.update(
+            status=Status.PENDING,
+            lease_token=None,
+            lease_until=None,
+            lost_leases=Job.lost_leases + 1,
+            modified=local_now(now),
+        )
+        .where(
+            Job.id == lapsed.job.id,
+            Job.status == Status.RUNNING,
+            Job.lease_token == lapsed.token,
+        )
+        .execute()
+    )

@@ -1,0 +1,72 @@
+"""`delayq run --loop`: passes back to back, sleeping between them until the head of the
+schedule is due or an adder wakes the loop because it added a job due sooner.
+
+No fixed polling step: the wait is computed from the schedule, so a job starts within
+milliseconds of its due time instead of within the seed's loop step.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+
+from .config import Settings
+from .index import ScheduleIndex
+from .interrupts import GracefulStop
+from .report import OutcomeCallback, RunReport
+from .runner import RunLimits, run_once
+
+# Lease recovery and the orphan sweep need not run on every wake-up.
+SWEEP_EVERY = 5.0
+# The longest single wait, so a stop signal or a new queue is noticed within this.
+MAX_WAIT = 1.0
+
+
+def run_loop(
+    settings: Settings,
+    index: ScheduleIndex,
+    queues: Sequence[str] | None,
+    limits: RunLimits,
+    duration: float | None,
+    on_outcome: OutcomeCallback | None = None,
+    stop: GracefulStop | None = None,
+) -> RunReport:
+    """Run passes until `duration` seconds have passed (None: until stopped)."""
+    total = RunReport()
+    deadline = None if duration is None else time.monotonic() + duration
+    last_sweep = float("-inf")
+    while True:
+        remaining = float("inf") if deadline is None else deadline - time.monotonic()
+        if remaining <= 0 or (stop is not None and stop.requested):
+            break
+        sweep = time.monotonic() - last_sweep >= SWEEP_EVERY
+        if sweep:
+            last_sweep = time.monotonic()
+        budget = min(limits.max_seconds, remaining)
+        report = run_once(
+            settings,
+            index,
+            queues,
+            replace(limits, max_seconds=budget, sweep=sweep),
+            None,
+            on_outcome,
+            stop,
+        )
+        total.merge(report)
+        if report.interrupted is not None:
+            break
+        if not report.stopped_early:
+            _sleep_until_due(index, queues, remaining)
+    if stop is not None and stop.requested:
+        total.interrupted = stop.signum
+    return total
+
+
+def _sleep_until_due(index: ScheduleIndex, queues: Sequence[str] | None, remaining: float) -> None:
+    names = list(queues) if queues else index.queues() or ["default"]
+    heads = index.heads(names)
+    wait = min(heads.values()) - index.now() if heads else MAX_WAIT
+    wait = min(wait, remaining, MAX_WAIT)
+    if wait > 0:
+        index.wait_for_wake(names, wait)

@@ -1,0 +1,119 @@
+"""Recording what handlers did: each outcome is journaled in Redis the moment the handler
+returns (one round trip), and the journal is written to the table in group commits — every
+few hundred jobs or few hundred milliseconds, whichever comes first.
+
+Why a journal: batching the table writes must not widen the duplicate window. If the run
+dies with outcomes not yet in the table, the next run's lease recovery finds them in the
+journal and records them instead of running those jobs again; only the job whose handler was
+running can run twice.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+
+from . import leases, models
+from .index import ScheduleIndex
+from .models import ClaimedJob, Job, Status
+from .retry import next_run_at, should_retry
+
+FLUSH_MAX = 500
+FLUSH_INTERVAL = 0.2
+
+
+@dataclass(frozen=True)
+class Outcome:
+    job: ClaimedJob
+    status: Status
+    message: str
+    retry: bool  # whether a failure may be retried (NoRetry and refused handlers may not)
+    finished_at: float
+
+    def to_record(self) -> str:
+        return json.dumps([int(self.status), self.message, self.retry, self.finished_at])
+
+    @classmethod
+    def from_record(cls, job: ClaimedJob, record: str) -> Outcome:
+        status, message, retry, finished_at = json.loads(record)
+        return cls(job, Status(status), message, bool(retry), float(finished_at))
+
+
+@dataclass
+class Settled:
+    """What a flush wrote: counts for the report, and the retry rows it created."""
+
+    succeeded: int = 0
+    failed: int = 0
+    retries: list[tuple[int, float]] = field(default_factory=list)
+    lost: list[int] = field(default_factory=list)  # outcomes whose lease had been taken over
+
+
+class OutcomeBuffer:
+    """Outcomes of one queue's jobs held under one lease token, waiting for a group commit."""
+
+    def __init__(self, index: ScheduleIndex, queue: str, token: str | None) -> None:
+        self.index = index
+        self.queue = queue
+        self.token = token
+        self.waiting: list[Outcome] = []
+        self.journaled: list[int] = []
+        self.window_started = time.monotonic()
+
+    def add(self, outcome: Outcome, more_coming: bool) -> Settled | None:
+        """Keep an outcome; returns what was written if this triggered a flush.
+
+        An outcome that will be flushed right away is not journaled: the table write itself
+        closes the window.
+        """
+        self.waiting.append(outcome)
+        full = len(self.waiting) >= FLUSH_MAX
+        stale = time.monotonic() - self.window_started >= FLUSH_INTERVAL
+        if full or stale or not more_coming:
+            return self.flush()
+        self.index.journal(self.queue, outcome.job.id, outcome.to_record())
+        self.journaled.append(outcome.job.id)
+        return None
+
+    def flush(self) -> Settled:
+        """Write every waiting outcome to the table, then index retries and drop the journal."""
+        settled = write_outcomes(self.waiting, self.token)
+        self.index.settle(self.queue, self.journaled, settled.retries)
+        self.waiting, self.journaled = [], []
+        self.window_started = time.monotonic()
+        return settled
+
+
+def write_outcomes(outcomes: list[Outcome], token: str | None) -> Settled:
+    """One transaction: successes in one UPDATE, each failure with its retry row."""
+    settled = Settled()
+    if not outcomes:
+        return settled
+    now = max(outcome.finished_at for outcome in outcomes)
+    successes = [(o.job.id, o.message) for o in outcomes if o.status == Status.SUCCESS]
+    with Job._meta.database.atomic():
+        settled.succeeded = leases.finish_many(successes, token, Status.SUCCESS, now)
+        if settled.succeeded < len(successes):
+            settled.lost += _not_finished([job_id for job_id, _ in successes], Status.SUCCESS)
+        for outcome in outcomes:
+            if outcome.status == Status.FAILED:
+                _write_failure(outcome, token, settled)
+    return settled
+
+
+def _write_failure(outcome: Outcome, token: str | None, settled: Settled) -> None:
+    job = outcome.job
+    if not leases.finish(job.id, token, Status.FAILED, outcome.message, outcome.finished_at):
+        settled.lost.append(job.id)
+        return
+    settled.failed += 1
+    if outcome.retry and should_retry(job.retry_times):
+        run_at = next_run_at(job.retry_times, outcome.finished_at)
+        settled.retries.append((models.insert_retry(job, run_at, outcome.finished_at), run_at))
+
+
+def _not_finished(ids: list[int], status: Status) -> list[int]:
+    query = Job.select(Job.id).where(Job.id.in_(ids), Job.status == status)
+    done = {job_id for (job_id,) in models.tuples(query)}
+    return [job_id for job_id in ids if job_id not in done]
