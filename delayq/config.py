@@ -93,11 +93,10 @@ def redact_url(url: str | None) -> str:
     parts = urlsplit(url)
     if parts.password is None:
         return url
-    userinfo = f"{parts.username or ''}:***@"
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, userinfo + host, parts.path, parts.query, parts.fragment))
+    # Rebuild from the netloc text, not .hostname, which drops IPv6 brackets.
+    host = parts.netloc.rpartition("@")[2]
+    netloc = f"{parts.username or ''}:***@{host}"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
 def _read_file(path: str | Path | None) -> dict[str, Any]:

@@ -86,7 +86,7 @@ def _import_longest(class_path: str) -> tuple[types.ModuleType, list[str]]:
         except ModuleNotFoundError as exc:
             # Only "this very module does not exist" means try a shorter path; a missing
             # import *inside* the handler module is the handler's own error.
-            if exc.name is None or not name.startswith(exc.name):
+            if exc.name is None or not (name == exc.name or name.startswith(exc.name + ".")):
                 raise BadInput(f"handler module {name!r} failed to import: {exc}") from None
         except Exception as exc:
             raise BadInput(

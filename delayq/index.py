@@ -108,8 +108,44 @@ class ScheduleIndex:
 
         Members come back as text: a member written by another producer may not be an id.
         """
-        flat = self._claim_due(keys=[schedule_key(queue)], args=[repr(now), limit])
+        keys = [schedule_key(queue), queue_key(queue, "claimed")]
+        flat = self._claim_due(keys=keys, args=[repr(now), limit])
         return [(_text(flat[i]), float(flat[i + 1])) for i in range(0, len(flat), 2)]
+
+    def leased(self, queue: str, members: Sequence[str], token: str, order: Sequence[int]) -> None:
+        """The claimed members are now leased (or dropped) in the table: forget the claims,
+        and note the order run `token` will call the batch in (see `orders`); one round trip.
+        """
+        pipe = self.client.pipeline(transaction=False)
+        if members:
+            pipe.zrem(queue_key(queue, "claimed"), *members)
+        if len(order) > 1:
+            # If the run dies, recovery can tell the job that was running from the ones that
+            # never started.
+            key = queue_key(queue, "journal")
+            pipe.hset(key, f"order:{token}", ",".join(map(str, order)))
+            pipe.expire(key, JOURNAL_TTL)
+        pipe.execute()
+
+    def lost(self, queue: str, job_ids: Sequence[int], claimed_before: float) -> list[int]:
+        """Those of `job_ids` neither on the schedule nor claimed since `claimed_before`.
+
+        Claims older than that are dropped first: a run leases its claims within
+        milliseconds, so an old claim belongs to a run that died.
+        """
+        if not job_ids:
+            return []
+        members = [str(job_id) for job_id in job_ids]
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zremrangebyscore(queue_key(queue, "claimed"), "-inf", f"({claimed_before!r}")
+        pipe.zmscore(schedule_key(queue), members)
+        pipe.zmscore(queue_key(queue, "claimed"), members)
+        _, scheduled, claimed = pipe.execute()
+        return [
+            job_id
+            for job_id, on_schedule, in_flight in zip(job_ids, scheduled, claimed, strict=True)
+            if on_schedule is None and in_flight is None
+        ]
 
     def missing(self, queue: str, job_ids: Sequence[int]) -> list[int]:
         """Those of `job_ids` that are not in the queue's schedule."""
@@ -141,6 +177,21 @@ class ScheduleIndex:
         pipe.hset(key, str(job_id), record)
         pipe.expire(key, JOURNAL_TTL)
         pipe.execute()
+
+    def forget_order(self, queue: str, token: str) -> None:
+        self.client.hdel(queue_key(queue, "journal"), f"order:{token}")
+
+    def orders(self, queue: str, tokens: Sequence[str]) -> dict[str, list[int]]:
+        """The noted batch order of each of these runs that has one."""
+        if not tokens:
+            return {}
+        fields = [f"order:{token}" for token in tokens]
+        values = self.client.hmget(queue_key(queue, "journal"), fields)
+        return {
+            token: [int(part) for part in _text(value).split(",") if part]
+            for token, value in zip(tokens, values, strict=True)
+            if value is not None
+        }
 
     def journaled(self, queue: str, job_ids: Sequence[int]) -> dict[int, str]:
         """The journaled outcomes of those of `job_ids` that have one."""

@@ -107,14 +107,15 @@ def expired_leases(queue: str, now: float, limit: int) -> list[Lapsed]:
     return [Lapsed(ClaimedJob(*row[:-2]), row[-2], row[-1]) for row in tuples(query)]
 
 
-def reclaim(lapsed: Lapsed, now: float) -> bool:
-    """Put a RUNNING row whose lease lapsed back to PENDING, counting the lost lease."""
+def reclaim(lapsed: Lapsed, now: float, was_running: bool) -> bool:
+    """Put a RUNNING row whose lease lapsed back to PENDING; a job whose handler was running
+    when its run died counts a lost lease, one that never started does not."""
     return bool(
         Job.update(
             status=Status.PENDING,
             lease_token=None,
             lease_until=None,
-            lost_leases=Job.lost_leases + 1,
+            lost_leases=Job.lost_leases + (1 if was_running else 0),
             modified=local_now(now),
         )
         .where(

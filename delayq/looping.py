@@ -15,7 +15,7 @@ from .config import Settings
 from .index import ScheduleIndex
 from .interrupts import GracefulStop
 from .report import OutcomeCallback, RunReport
-from .runner import RunLimits, run_once
+from .runner import RunLimits, known_queues, run_once
 
 # Lease recovery and the orphan sweep need not run on every wake-up.
 SWEEP_EVERY = 5.0
@@ -64,7 +64,7 @@ def run_loop(
 
 
 def _sleep_until_due(index: ScheduleIndex, queues: Sequence[str] | None, remaining: float) -> None:
-    names = list(queues) if queues else index.queues() or ["default"]
+    names = list(queues) if queues else known_queues(index)
     heads = index.heads(names)
     wait = min(heads.values()) - index.now() if heads else MAX_WAIT
     wait = min(wait, remaining, MAX_WAIT)

@@ -50,23 +50,47 @@ def recover_leases(index: ScheduleIndex, queue: str, now: float) -> Recovered:
     result = Recovered()
     lapsed = leases.expired_leases(queue, now, SWEEP_LIMIT)
     journal = index.journaled(queue, [item.job.id for item in lapsed])
-    by_token: dict[str | None, list[Outcome]] = {}
+    outcomes: dict[str | None, list[Outcome]] = {}
+    unsettled: list[leases.Lapsed] = []
     for item in lapsed:
         record = journal.get(item.job.id)
-        if record is not None:
-            by_token.setdefault(item.token, []).append(Outcome.from_record(item.job, record))
-        elif item.lost_leases + 1 >= MAX_LOST_LEASES:
+        if record is None:
+            unsettled.append(item)
+        else:
+            outcomes.setdefault(item.token, []).append(Outcome.from_record(item.job, record))
+    running = _were_running(index, queue, unsettled)
+    for item in unsettled:
+        was_running = item.job.id in running
+        if was_running and item.lost_leases + 1 >= MAX_LOST_LEASES:
             result.poisoned += _fail_poison(item, now)
-        elif leases.reclaim(item, now):
+        elif leases.reclaim(item, now, was_running):
             index.add(queue, item.job.id, now)
             result.requeued += 1
             logger.warning("job %d: its run died (lease lapsed); scheduled again", item.job.id)
-    for token, outcomes in by_token.items():
-        settled = write_outcomes(outcomes, token)
-        index.settle(queue, [o.job.id for o in outcomes], settled.retries)
+    for token, settled_outcomes in outcomes.items():
+        settled = write_outcomes(settled_outcomes, token)
+        index.settle(queue, [o.job.id for o in settled_outcomes], settled.retries)
         result.journaled += settled.succeeded + settled.failed
-        logger.warning("recorded %d journaled outcomes of a run that died", len(outcomes))
+        logger.warning("recorded %d journaled outcomes of a run that died", len(settled_outcomes))
     return result
+
+
+def _were_running(index: ScheduleIndex, queue: str, unsettled: list[leases.Lapsed]) -> set[int]:
+    """Ids of the jobs whose handler was running when their run died: per dead run, the
+    first unsettled job in its noted batch order. Without a noted order, every job counts."""
+    tokens = sorted({item.token for item in unsettled if item.token})
+    orders = index.orders(queue, tokens)
+    ids_by_token: dict[str | None, set[int]] = {}
+    for item in unsettled:
+        ids_by_token.setdefault(item.token, set()).add(item.job.id)
+    running: set[int] = set()
+    for token, ids in ids_by_token.items():
+        order = orders.get(token) if token else None
+        if order is None:
+            running |= ids
+            continue
+        running |= {next((job_id for job_id in order if job_id in ids), min(ids))}
+    return running
 
 
 def _fail_poison(item: leases.Lapsed, now: float) -> int:
@@ -81,9 +105,10 @@ def _fail_poison(item: leases.Lapsed, now: float) -> int:
 
 
 def reindex_orphans(index: ScheduleIndex, queue: str, now: float) -> int:
-    """Put back pending rows that have been due a while but are missing from the index."""
+    """Put back pending rows that have been due a while but are neither on the schedule nor
+    claimed by a live run: Redis lost them, or a run died between claiming and leasing."""
     overdue = dict(models.overdue_pending(queue, now - ORPHAN_GRACE, SWEEP_LIMIT))
-    missing = index.missing(queue, list(overdue))
+    missing = index.lost(queue, list(overdue), claimed_before=now - ORPHAN_GRACE)
     if missing:
         index.add_many(queue, [(job_id, overdue[job_id]) for job_id in missing])
         logger.warning(

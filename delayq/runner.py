@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import context, interrupts, leases, recovery
-from .config import Settings
+from .config import DEFAULT_QUEUE, Settings
 from .durations import format_instant
 from .errors import BadInput, HandlerNotAllowed, NoRetry
 from .handlers import Handler, resolve
@@ -54,6 +54,7 @@ class _Pass:
     started_at: float = field(default_factory=time.monotonic)
     calls: int = 0
     time_limits: bool = False
+    noted_order: bool = False
 
 
 def run_once(
@@ -73,7 +74,7 @@ def run_once(
         with interrupts.time_limits() as enabled, _Heartbeat(state):
             state.time_limits = enabled
             state.report.reindexed += recovery.ensure_index(index)
-            for queue in list(queues) if queues else index.queues():
+            for queue in list(queues) if queues else known_queues(index):
                 if limits.sweep:
                     _sweep(state, queue)
                 _drain(state, queue)
@@ -83,6 +84,12 @@ def run_once(
     if stop is not None and stop.requested:
         state.report.interrupted = stop.signum
     return state.report
+
+
+def known_queues(index: ScheduleIndex) -> list[str]:
+    """Every queue the index has met, and always the default one, which producers that
+    write rows themselves use without registering it."""
+    return sorted(set(index.queues()) | {DEFAULT_QUEUE})
 
 
 def _sweep(state: _Pass, queue: str) -> None:
@@ -109,6 +116,9 @@ def _drain(state: _Pass, queue: str) -> None:
         completed = True
     finally:
         _flush(state, buffer, quietly=not completed)
+        if state.noted_order:
+            state.index.forget_order(queue, state.token)
+            state.noted_order = False
 
 
 def _flush(state: _Pass, buffer: OutcomeBuffer, quietly: bool) -> None:
@@ -142,6 +152,8 @@ def _process_batch(
     jobs = leases.mark_running(runnable, state.token, now + state.settings.lease, now)
     state.report.dropped += len(runnable) - len(jobs)
     jobs.sort(key=lambda job: (due_by_id[job.id], job.id))
+    state.index.leased(queue, [member for member, _ in claimed], state.token, [j.id for j in jobs])
+    state.noted_order = state.noted_order or len(jobs) > 1
     unstarted = 0
     try:
         for position, job in enumerate(jobs):

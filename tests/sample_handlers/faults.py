@@ -1,0 +1,52 @@
+"""Handlers that misbehave on purpose: they kill their process, kill the database
+connections of the run, report their own context. Each appends to data["log"] first."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+from urllib.parse import urlparse
+
+import pymysql
+
+import delayq
+from tests.sample_handlers.jobs import _append
+
+
+def die(data: dict[str, Any]) -> None:
+    """Kill the whole process, as a segfault or the OOM killer would."""
+    _append(data["log"], "die")
+    os._exit(9)
+
+
+def whoami(data: dict[str, Any]) -> str:
+    job = delayq.current_job()
+    assert job is not None
+    _append(data["log"], f"{job.id} {job.attempt} {job.chain_id} {job.ext}")
+    if data.get("fail"):
+        raise ValueError("again")
+    return f"{job.id}/{job.attempt}"
+
+
+def kill_db_connections(data: dict[str, Any]) -> str:
+    """KILL every other connection to the test database: the run's own included."""
+    url = urlparse(data["url"])
+    conn = pymysql.connect(
+        host=url.hostname,
+        port=url.port or 3306,
+        user=url.username or "root",
+        password=url.password or "",
+        database=url.path.lstrip("/"),
+    )
+    killed = 0
+    with conn.cursor() as cursor:
+        cursor.execute(
+            "SELECT id FROM information_schema.processlist WHERE db = %s AND id <> CONNECTION_ID()",
+            (url.path.lstrip("/"),),
+        )
+        for (connection_id,) in cursor.fetchall():
+            cursor.execute(f"KILL {int(connection_id)}")
+            killed += 1
+    conn.close()
+    _append(data["log"], f"killed {killed}")
+    return f"killed {killed}"
