@@ -1,0 +1,369 @@
+"""The `delayq` command through typer's CliRunner, configured only by DELAYQ_* variables, on
+both backends: exit codes, the one-line error on stderr, stdout carrying results only, and
+bad input refused before anything reaches the table or the schedule."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from typer.testing import CliRunner, Result
+
+from delayq.cli import app
+from delayq.database import open_database
+from delayq.index import DEFAULT_QUEUE_KEY
+
+HANDLERS = ("tests.sample_handlers",)
+H = "tests.sample_handlers.jobs"
+VIEW_KEYS = {"id", "status", "retry_times", "message", "ext", "run_at", "class", "method", "data"}
+STATUS_WORDS = {"pending", "running", "success", "failed", "cancelled", "missed"}
+SETTINGS_VARIABLES = (
+    "DELAYQ_CONFIG",
+    "DELAYQ_DATABASE_URL",
+    "DELAYQ_REDIS_URL",
+    "DELAYQ_HANDLERS",
+    "DELAYQ_HOME",
+    "DELAYQ_LEASE",
+    "DELAYQ_BATCH_SIZE",
+    "DELAYQ_SINCE",
+    "DELAYQ_MAX_SECONDS",
+)
+
+Invoke = Callable[..., Result]
+
+
+@pytest.fixture
+def delayq(
+    backend: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Invoke]:
+    """Run `delayq ARGS...` in-process against the current backend, after `delayq init`."""
+    for name in SETTINGS_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("DELAYQ_DATABASE_URL", backend["database_url"])
+    monkeypatch.setenv("DELAYQ_REDIS_URL", backend["redis_url"])
+    monkeypatch.setenv("DELAYQ_HANDLERS", ",".join(HANDLERS))
+    monkeypatch.setenv("DELAYQ_HOME", str(tmp_path / "home"))
+    workdir = tmp_path / "cwd"  # no stray ./delayq.toml can join in
+    workdir.mkdir()
+    monkeypatch.chdir(workdir)
+    runner = CliRunner()
+
+    def invoke(*args: str) -> Result:
+        return runner.invoke(app, list(args))
+
+    initialised = invoke("init")
+    assert initialised.exit_code == 0, initialised.output
+    yield invoke
+
+
+@pytest.fixture
+def stored(backend: dict[str, str]) -> Iterator[Callable[[], tuple[int, int, list[str]]]]:
+    """What the backend holds: (rows in delay_queue, members of delay_queue_job, schedule keys)."""
+    client = redis.Redis.from_url(backend["redis_url"], decode_responses=True)
+
+    def snapshot() -> tuple[int, int, list[str]]:
+        db = open_database(backend["database_url"])
+        try:
+            rows = db.execute_sql("SELECT COUNT(*) FROM delay_queue").fetchone()[0]
+        finally:
+            db.close()
+        keys = sorted(client.scan_iter(match=f"{DEFAULT_QUEUE_KEY}*", _type="zset"))
+        return rows, client.zcard(DEFAULT_QUEUE_KEY), keys
+
+    yield snapshot
+    client.close()
+
+
+NOTHING = (0, 0, [])
+
+
+def assert_one_error_line(result: Result, code: int, *fragments: str) -> None:
+    assert result.exit_code == code, (result.stdout, result.stderr)
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("delayq: error: ")
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+def add(delayq: Invoke, *args: str) -> int:
+    result = delayq("add", *args)
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr == ""
+    return int(result.stdout)
+
+
+def payload_overhead(class_path: str, method: str) -> int:
+    """Bytes of the stored params around an empty string payload."""
+    text = json.dumps({"class": class_path, "method": method, "data": ""}, ensure_ascii=False)
+    return len(text.encode())
+
+
+def string_data_of(total_bytes: int) -> str:
+    """JSON text of a string whose job params are exactly `total_bytes` UTF-8 bytes long."""
+    room = total_bytes - payload_overhead(H, "echo")
+    return json.dumps("é" * (room // 2) + "x" * (room % 2), ensure_ascii=False)
+
+
+BAD_ADDS = {
+    "data-not-json": ([H, "echo", "--data", "{not json"], "--data is not valid JSON"),
+    "data-nan": ([H, "echo", "--data", "NaN"], "not JSON-serialisable"),
+    "delay-negative": ([H, "echo", "--delay", "-5"], "--delay must be a non-negative"),
+    "delay-negative-unit": ([H, "echo", "--delay=-1.5m"], "--delay must be a non-negative"),
+    "delay-garbage": ([H, "echo", "--delay", "soon"], "--delay 'soon' is not a duration"),
+    "delay-and-at": ([H, "echo", "--delay", "5", "--at", "2030-01-01T00:00:00+00:00"], "not both"),
+    "at-garbage": ([H, "echo", "--at", "tomorrow"], "ISO 8601"),
+    "handler-os-system": (["os", "system", "--data", '"touch /tmp/x"'], "DELAYQ_HANDLERS"),
+    "handler-re-exported": (["tests.sample_handlers.leaky", "system"], "outside DELAYQ_HANDLERS"),
+    "handler-through-module": (["tests.sample_handlers.leaky.os", "system"], "not a class"),
+    "handler-no-module": (["tests.sample_handlers.no_such_module", "run"], "does not exist"),
+    "handler-import-fails": (["tests.sample_handlers.broken", "run"], "RuntimeError: broken"),
+    "handler-no-function": ([H, "no_such_function"], "does not exist"),
+    "ext-256-ascii": ([H, "echo", "--ext", "x" * 256], "ext is 256 characters; the limit is 255"),
+    "ext-256-accented": ([H, "echo", "--ext", "é" * 256], "ext is 256 characters"),
+    "params-65536-bytes": (
+        [H, "echo", "--data", string_data_of(65536)],
+        "job payload is 65536 bytes; the limit is 65535",
+    ),
+    "queue-with-space": ([H, "echo", "--queue", "bad queue!"], "queue name 'bad queue!'"),
+    "queue-empty": ([H, "echo", "--queue", ""], "queue name ''"),
+    "queue-65-chars": ([H, "echo", "--queue", "q" * 65], "1-64 characters"),
+}
+
+
+@pytest.mark.parametrize(("args", "fragment"), BAD_ADDS.values(), ids=BAD_ADDS.keys())
+def test_bad_add_exits_2_with_one_error_line_and_writes_nothing(delayq, stored, args, fragment):
+    result = delayq("add", *args)
+
+    assert_one_error_line(result, 2, fragment)
+    assert stored() == NOTHING
+
+
+BAD_OTHERS = {
+    "run-limit-0": (["run", "--limit", "0"], "--limit must be at least 1"),
+    "run-bad-queue": (["run", "--queue", "bad queue!"], "queue name 'bad queue!'"),
+    "run-since-garbage": (["run", "--since", "soon"], "--since 'soon' is not a duration"),
+    "run-max-seconds-negative": (["run", "--max-seconds", "-1"], "--max-seconds must be"),
+    "retry-delay-negative": (["retry", "1", "--delay", "-5"], "--delay must be a non-negative"),
+    "cancel-ext-too-long": (["cancel", "--ext", "x" * 256], "ext is 256 characters"),
+}
+
+
+@pytest.mark.parametrize(("args", "fragment"), BAD_OTHERS.values(), ids=BAD_OTHERS.keys())
+def test_bad_options_of_other_commands_exit_2_with_one_error_line(delayq, stored, args, fragment):
+    result = delayq(*args)
+
+    assert_one_error_line(result, 2, fragment)
+    assert stored() == NOTHING
+
+
+def test_add_prints_only_the_new_id(delayq, stored):
+    result = delayq("add", H, "echo", "--data", '{"n": 1}', "--delay", "1h")
+
+    assert result.exit_code == 0
+    assert result.stderr == ""
+    assert result.stdout.strip().isdigit()
+    assert result.stdout == f"{int(result.stdout)}\n"
+    assert stored() == (1, 1, [DEFAULT_QUEUE_KEY])
+
+
+def test_ext_of_255_characters_and_params_of_65535_bytes_are_accepted_whole(delayq, stored):
+    data = string_data_of(65535)
+    ext = "é" * 255
+
+    job_id = add(delayq, H, "echo", "--data", data, "--ext", ext)
+
+    view = json.loads(delayq("show", str(job_id), "--json").stdout)
+    assert view["ext"] == ext
+    assert view["data"] == json.loads(data)
+    assert stored() == (1, 1, [DEFAULT_QUEUE_KEY])
+
+
+def test_show_json_has_exactly_the_contract_keys_with_a_lower_case_status(delayq):
+    before = time.time()
+    job_id = add(delayq, H, "echo", "--data", '{"n": 1}', "--ext", "order:1", "--delay", "1h")
+
+    result = delayq("show", str(job_id), "--json")
+
+    assert result.exit_code == 0
+    assert result.stderr == ""
+    view = json.loads(result.stdout)
+    assert set(view) == VIEW_KEYS
+    assert result.stdout == json.dumps(view, sort_keys=True) + "\n"
+    assert view["id"] == job_id
+    assert view["status"] == "pending"
+    assert (view["class"], view["method"], view["data"]) == (H, "echo", {"n": 1})
+    assert (view["ext"], view["retry_times"], view["message"]) == ("order:1", 0, None)
+    assert before + 3600 <= view["run_at"] <= time.time() + 3600
+
+
+def test_run_is_silent_and_show_json_then_reports_success(delayq):
+    job_id = add(delayq, H, "echo", "--data", '{"n": 1}')
+
+    ran = delayq("run")
+
+    assert (ran.exit_code, ran.stdout, ran.stderr) == (0, "", "")
+    view = json.loads(delayq("show", str(job_id), "--json").stdout)
+    assert set(view) == VIEW_KEYS
+    assert (view["status"], view["message"]) == ("success", '{"n": 1}')
+
+
+def test_status_json_counts_every_status_word_per_queue(delayq):
+    add(delayq, H, "echo", "--delay", "1h")
+    cancelled = add(delayq, H, "echo", "--delay", "1h")
+    add(delayq, H, "echo", "--delay", "1h", "--queue", "mail")
+    assert delayq("cancel", str(cancelled)).stdout == "1\n"
+
+    result = delayq("status", "--json")
+
+    assert result.exit_code == 0
+    counts = json.loads(result.stdout)
+    assert result.stdout == json.dumps(counts, sort_keys=True) + "\n"
+    assert set(counts) == {"queues"}
+    assert set(counts["queues"]) == {"default", "mail"}
+    assert all(set(by_word) == STATUS_WORDS for by_word in counts["queues"].values())
+    assert counts["queues"]["default"] == dict.fromkeys(STATUS_WORDS, 0) | {
+        "pending": 1,
+        "cancelled": 1,
+    }
+    assert counts["queues"]["mail"] == dict.fromkeys(STATUS_WORDS, 0) | {"pending": 1}
+
+
+def test_status_json_of_an_empty_table_has_no_queues(delayq):
+    result = delayq("status", "--json")
+
+    assert (result.exit_code, result.stdout) == (0, '{"queues": {}}\n')
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["show"], ["show", "--json"], ["retry"], ["cancel"]],
+    ids=["show", "show-json", "retry", "cancel"],
+)
+def test_unknown_id_exits_1_and_writes_nothing(delayq, stored, command):
+    result = delayq(*command[:1], "987654", *command[1:])
+
+    assert_one_error_line(result, 1, "no job with id 987654")
+    assert stored() == NOTHING
+
+
+def test_cancel_with_both_an_id_and_ext_exits_2_and_cancels_nothing(delayq, stored):
+    job_id = add(delayq, H, "echo", "--ext", "order:1", "--delay", "1h")
+
+    result = delayq("cancel", str(job_id), "--ext", "order:1")
+
+    assert_one_error_line(result, 2, "not both")
+    assert json.loads(delayq("show", str(job_id), "--json").stdout)["status"] == "pending"
+    assert stored() == (1, 1, [DEFAULT_QUEUE_KEY])
+
+
+def test_cancel_with_neither_an_id_nor_ext_exits_2(delayq, stored):
+    add(delayq, H, "echo", "--delay", "1h")
+
+    result = delayq("cancel")
+
+    assert_one_error_line(result, 2, "not neither")
+    assert stored() == (1, 1, [DEFAULT_QUEUE_KEY])
+
+
+def test_cancel_by_ext_prints_the_count_and_empties_the_schedule(delayq, stored):
+    first = add(delayq, H, "echo", "--ext", "order:7", "--delay", "1h")
+    add(delayq, H, "echo", "--ext", "order:7", "--delay", "2h")
+
+    result = delayq("cancel", "--ext", "order:7")
+
+    assert (result.exit_code, result.stdout) == (0, "2\n")
+    assert json.loads(delayq("show", str(first), "--json").stdout)["status"] == "cancelled"
+    assert stored()[:2] == (2, 0)
+
+
+def test_retry_of_a_pending_job_exits_2_and_adds_no_attempt(delayq, stored):
+    job_id = add(delayq, H, "echo", "--delay", "1h")
+
+    result = delayq("retry", str(job_id))
+
+    assert_one_error_line(result, 2, f"job {job_id} is still pending")
+    assert stored() == (1, 1, [DEFAULT_QUEUE_KEY])
+
+
+def test_retry_of_a_finished_job_prints_the_new_id(delayq, stored):
+    job_id = add(delayq, H, "echo", "--data", "7")
+    assert delayq("run").exit_code == 0
+
+    result = delayq("retry", str(job_id), "--delay", "1h")
+
+    assert result.exit_code == 0
+    new_id = int(result.stdout)
+    view = json.loads(delayq("show", str(new_id), "--json").stdout)
+    assert (view["status"], view["retry_times"], view["data"]) == ("pending", 1, 7)
+    assert stored() == (2, 1, [DEFAULT_QUEUE_KEY])
+
+
+def test_usage_error_from_typer_exits_2_and_writes_nothing(delayq, stored):
+    result = delayq("show", "not-a-number")
+
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert stored() == NOTHING
+
+
+def test_init_twice_is_fine_and_keeps_the_jobs(delayq, stored):
+    job_id = add(delayq, H, "echo", "--delay", "1h")
+
+    result = delayq("init")
+
+    assert result.exit_code == 0
+    assert result.stderr == ""
+    assert result.stdout.startswith("initialised database ")
+    assert delayq("init").exit_code == 0
+    assert stored() == (1, 1, [DEFAULT_QUEUE_KEY])
+    assert json.loads(delayq("show", str(job_id), "--json").stdout)["status"] == "pending"
+
+
+@pytest.fixture
+def bare_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> CliRunner:
+    """No backend fixture: each test sets the DELAYQ_* variables it is about."""
+    for name in SETTINGS_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("DELAYQ_HANDLERS", ",".join(HANDLERS))
+    monkeypatch.setenv("DELAYQ_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    return CliRunner()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["init"], ["status"], ["show", "1"], ["add", H, "echo"]],
+    ids=["init", "status", "show", "add"],
+)
+def test_unreachable_database_exits_1_with_one_error_line(bare_env, monkeypatch, command):
+    # Port 1 on loopback: nothing listens, so the connection is refused at once.
+    monkeypatch.setenv("DELAYQ_DATABASE_URL", "mysql://root@127.0.0.1:1/delayq")
+    monkeypatch.setenv("DELAYQ_REDIS_URL", "redis://127.0.0.1:1/0")
+
+    result = bare_env.invoke(app, command)
+
+    assert_one_error_line(result, 1, "database error")
+
+
+@pytest.mark.parametrize("command", [["init"], ["run"]], ids=["init", "run"])
+def test_unreachable_redis_exits_1_with_one_error_line(bare_env, monkeypatch, tmp_path, command):
+    monkeypatch.setenv("DELAYQ_DATABASE_URL", f"sqlite:///{tmp_path / 'delayq.db'}")
+    monkeypatch.setenv("DELAYQ_REDIS_URL", "redis://127.0.0.1:1/0")
+
+    result = bare_env.invoke(app, command)
+
+    assert_one_error_line(result, 1, "Redis error")
+
+
+def test_bad_setting_exits_2_naming_the_variable(bare_env, monkeypatch):
+    monkeypatch.setenv("DELAYQ_BATCH_SIZE", "0")
+
+    result = bare_env.invoke(app, ["status"])
+
+    assert_one_error_line(result, 2, "DELAYQ_BATCH_SIZE")
