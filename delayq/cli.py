@@ -170,9 +170,10 @@ def _summary(report: RunReport) -> str:
 
 def _print_outcome(outcome: JobOutcome) -> None:
     message = f" {outcome.message}" if outcome.message else ""
+    retry = " (will retry)" if outcome.will_retry else ""
     typer.echo(
         f"{outcome.id} {outcome.class_path}.{outcome.method} attempt {outcome.attempt} "
-        f"{outcome.status.word} {outcome.duration * 1000:.1f}ms{message}"
+        f"{outcome.status.word} {outcome.duration * 1000:.1f}ms{message}{retry}"
     )
 
 

@@ -126,7 +126,8 @@ CLAIMED_COLUMNS = (
 
 
 def tuples(query: Any) -> list[tuple[Any, ...]]:
-    """The rows of a SELECT as plain tuples (cheaper than models, and typed as tuples)."""
+    """The rows of a SELECT (or of a RETURNING cursor) as plain tuples: cheaper than models,
+    and typed as tuples."""
     return cast(list[tuple[Any, ...]], list(query.tuples()))
 
 
@@ -149,10 +150,10 @@ def insert_jobs(rows: Sequence[dict], returning: bool) -> list[int]:
         if not returning:
             return [Job.insert(**row).execute() for row in rows]
         for start in range(0, len(rows), INSERT_CHUNK):
-            cursor = Job.insert_many(rows[start : start + INSERT_CHUNK]).returning(Job.id).execute()
+            query = Job.insert_many(rows[start : start + INSERT_CHUNK]).returning(Job.id)
             # One statement assigns increasing ids in row order; RETURNING's own order is
             # not promised, so sort.
-            ids.extend(sorted(int(row[0]) for row in cursor))
+            ids.extend(sorted(int(row[0]) for row in query.tuples().execute()))
     return ids
 
 
@@ -185,6 +186,15 @@ def overdue_pending(queue: str, before: float, limit: int) -> list[tuple[int, fl
         .limit(limit)
     )
     return [(row.id, due_of(row)) for row in query]
+
+
+def still_pending(ids: Sequence[int]) -> list[int]:
+    """Those of `ids` whose row is PENDING now, in the given order."""
+    if not ids:
+        return []
+    query = Job.select(Job.id).where(Job.id.in_(list(ids)), Job.status == Status.PENDING)
+    pending = {job_id for (job_id,) in tuples(query)}
+    return [job_id for job_id in ids if job_id in pending]
 
 
 def due_of(row: Job) -> float:

@@ -109,6 +109,9 @@ def reindex_orphans(index: ScheduleIndex, queue: str, now: float) -> int:
     claimed by a live run: Redis lost them, or a run died between claiming and leasing."""
     overdue = dict(models.overdue_pending(queue, now - ORPHAN_GRACE, SWEEP_LIMIT))
     missing = index.lost(queue, list(overdue), claimed_before=now - ORPHAN_GRACE)
+    # A run may have claimed and leased a job between our read of the table and our look at
+    # Redis; only a job still pending after Redis said it is nowhere is really lost.
+    missing = models.still_pending(missing)
     if missing:
         index.add_many(queue, [(job_id, overdue[job_id]) for job_id in missing])
         logger.warning(

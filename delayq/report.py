@@ -105,6 +105,7 @@ class JobOutcome:
     message: str
     duration: float
     lateness: float
+    will_retry: bool = False
 
 
 OutcomeCallback = Callable[[JobOutcome], None]

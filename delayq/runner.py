@@ -315,6 +315,7 @@ def _finish(
                 message,
                 duration,
                 lateness,
+                will_retry,
             )
         )
     return outcome

@@ -337,18 +337,26 @@ def bare_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> CliRunner:
 
 
 @pytest.mark.parametrize(
-    "command",
-    [["init"], ["status"], ["show", "1"], ["add", H, "echo"]],
+    ("command", "first_failure"),
+    [
+        (["init"], "database error"),
+        (["status"], "database error"),
+        (["show", "1"], "database error"),
+        # add reads Redis's clock before it writes the row
+        (["add", H, "echo"], "Redis error"),
+    ],
     ids=["init", "status", "show", "add"],
 )
-def test_unreachable_database_exits_1_with_one_error_line(bare_env, monkeypatch, command):
+def test_unreachable_servers_exit_1_with_one_error_line(
+    bare_env, monkeypatch, command, first_failure
+):
     # Port 1 on loopback: nothing listens, so the connection is refused at once.
     monkeypatch.setenv("DELAYQ_DATABASE_URL", "mysql://root@127.0.0.1:1/delayq")
     monkeypatch.setenv("DELAYQ_REDIS_URL", "redis://127.0.0.1:1/0")
 
     result = bare_env.invoke(app, command)
 
-    assert_one_error_line(result, 1, "database error")
+    assert_one_error_line(result, 1, first_failure)
 
 
 @pytest.mark.parametrize("command", [["init"], ["run"]], ids=["init", "run"])

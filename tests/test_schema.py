@@ -39,6 +39,7 @@ COLUMNS = [
     "lease_until",
     "lease_token",
     "lost_leases",
+    "timeout",
 ]
 INDEXES = {
     "PRIMARY": ["id"],
