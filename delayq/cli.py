@@ -200,23 +200,6 @@ def show(
             typer.echo(f"{'attempts':<12}{steps}")
 
 
-@app.command()
-def status(as_json: JsonOption = False) -> None:
-    """Counts of jobs by status, per queue."""
-    with reporting_errors():
-        counts = _queue().status()
-        if as_json:
-            _print_json({"queues": counts})
-            return
-        if not counts:
-            typer.echo("no jobs")
-            return
-        words = list(next(iter(counts.values())))
-        typer.echo(f"{'queue':<20}" + "".join(f"{word:>11}" for word in words))
-        for name, by_word in counts.items():
-            typer.echo(f"{name:<20}" + "".join(f"{by_word[word]:>11}" for word in words))
-
-
 @app.command("embedded-stop")
 def embedded_stop() -> None:
     """Stop the embedded Redis server under DELAYQ_HOME (its data stays on disk)."""
@@ -246,3 +229,6 @@ def main() -> None:
 
 
 __all__ = ["app", "main", "format_delta"]
+
+# The operator's commands live in cli_ops.py; importing it registers them on `app`.
+from . import cli_ops  # noqa: E402, F401

@@ -18,13 +18,14 @@ from typing import Any, ParamSpec, TypeVar
 import peewee
 import redis
 
-from . import embedded, models
+from . import embedded, models, reports
 from .config import DEFAULT_QUEUE, Settings, load_settings, redact_url, validate_queue_name
 from .database import open_database, sqlite_url
 from .errors import BackendUnavailable, BadInput, JobNotFound
 from .handlers import locate
 from .index import ScheduleIndex
 from .models import Job, Status
+from .reports import JobFilter, StatusReport, Upcoming
 from .runner import OutcomeCallback, RunLimits, RunReport, run_once
 
 logger = logging.getLogger(__name__)
@@ -199,14 +200,39 @@ class Queue:
         return [job_view(row) for row in models.chain_of(self._get(job_id))]
 
     @_backend_errors
-    def status(self) -> dict[str, dict[str, int]]:
-        """{queue: {status word: count}} for every queue with rows."""
+    def status(self, *, now: float | None = None) -> StatusReport:
+        """Every queue's counts, backlog and next due time, and what the last run recorded."""
         self._bind()
-        counts = models.counts_by_queue()
-        return {
-            queue: {status.word: by_status.get(status, 0) for status in Status}
-            for queue, by_status in sorted(counts.items())
-        }
+        return reports.status_report(self.index, time.time() if now is None else now)
+
+    @_backend_errors
+    def list_jobs(
+        self,
+        filters: JobFilter,
+        *,
+        limit: int = 50,
+        before_id: int | None = None,
+        now: float | None = None,
+    ) -> list[dict[str, Any]]:
+        """Rows matching `filters`, newest first, as `list --json` shows them."""
+        if limit < 1:
+            raise BadInput("--limit must be at least 1")
+        self._bind()
+        now = time.time() if now is None else now
+        return [row_view(row) for row in reports.list_jobs(filters, now, limit, before_id)]
+
+    @_backend_errors
+    def peek(self, count: int = 10, *, queues: Sequence[str] | None = None) -> list[Upcoming]:
+        """The next `count` scheduled jobs across `queues` (default all), without claiming."""
+        if count < 1:
+            raise BadInput("peek needs a count of at least 1")
+        self._bind()
+        if queues:
+            names = [validate_queue_name(name) for name in queues]
+        else:
+            # The default schedule's key is the contract's, so producers ZADD it directly.
+            names = sorted({DEFAULT_QUEUE, *self.index.queues()})
+        return reports.next_scheduled(self.index, names, count)
 
     @_backend_errors
     def run(
@@ -287,6 +313,17 @@ def job_view(job: Job) -> dict[str, Any]:
         "method": payload.get("method"),
         "data": payload.get("data"),
     }
+
+
+def row_view(job: Job) -> dict[str, Any]:
+    """`job_view` plus where the row sits: queue, chain and when it was created and changed."""
+    return dict(
+        job_view(job),
+        queue=job.queue,
+        chain_id=job.chain_id,
+        created=reports.epoch_of(job.created),
+        modified=reports.epoch_of(job.modified),
+    )
 
 
 def _encode_params(class_path: str, method: str, data: Any) -> str:
