@@ -19,6 +19,7 @@ from rich.table import Table
 from .cli import JsonOption, _print_json, _queue, app, reporting_errors
 from .durations import format_delta, format_instant, parse_duration
 from .errors import BadInput
+from .maintenance import PURGEABLE
 from .models import Status, status_word
 from .reports import JobFilter, LastRun, QueueStats, StatusReport, Upcoming, params_of
 
@@ -231,3 +232,51 @@ def _upcoming_view(entry: Upcoming, now: float) -> dict[str, Any]:
         "ext": entry.row.ext_string if entry.row else None,
         "status": status_word(entry.row.status) if entry.row else None,
     }
+
+
+DryRunOption = Annotated[bool, typer.Option("--dry-run", help="Count, change nothing.")]
+
+
+@app.command()
+def purge(
+    older_than: Annotated[
+        DurationText, typer.Option("--older-than", help="Rows last changed longer ago, e.g. 30d.")
+    ],
+    status_words: Annotated[
+        str, typer.Option("--status", help="Which finished statuses, comma-separated.")
+    ] = "success,failed,cancelled,missed",
+    dry_run: DryRunOption = False,
+) -> None:
+    """Delete old finished rows in small batches; prints how many (would be) deleted."""
+    with reporting_errors():
+        age = parse_duration(older_than, "--older-than")
+        statuses = _parse_statuses(status_words, PURGEABLE)
+        typer.echo(_queue().purge(age, statuses, dry_run=dry_run))
+
+
+@app.command()
+def requeue(
+    status_words: Annotated[
+        str, typer.Option("--status", help="Finished statuses to retry, e.g. failed,missed.")
+    ],
+    class_path: Annotated[
+        str | None, typer.Option("--class", help="Only jobs calling this exact class.")
+    ] = None,
+    queue_name: OptionalQueue = None,
+    since: Annotated[
+        DurationText | None, typer.Option("--since", help="Only rows that finished this recently.")
+    ] = None,
+    dry_run: DryRunOption = False,
+) -> None:
+    """Retry the latest attempt of every matching chain; prints how many (would be) requeued."""
+    with reporting_errors():
+        filters = JobFilter(
+            statuses=_parse_statuses(status_words, PURGEABLE),
+            queue=queue_name,
+            class_path=class_path,
+            since=_duration(since, "--since"),
+        )
+        result = _queue().requeue(filters, dry_run=dry_run)
+    for job_id, reason in result.skipped:
+        typer.echo(f"delayq: skipped job {job_id}: {reason}", err=True)
+    typer.echo(len(result.ids))

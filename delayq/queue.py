@@ -18,12 +18,13 @@ from typing import Any, ParamSpec, TypeVar
 import peewee
 import redis
 
-from . import embedded, models, reports
+from . import embedded, maintenance, models, reports
 from .config import DEFAULT_QUEUE, Settings, load_settings, redact_url, validate_queue_name
 from .database import open_database, sqlite_url
 from .errors import BackendUnavailable, BadInput, JobNotFound
 from .handlers import locate
 from .index import ScheduleIndex
+from .maintenance import RequeueResult
 from .models import Job, Status
 from .reports import JobFilter, StatusReport, Upcoming
 from .runner import OutcomeCallback, RunLimits, RunReport, run_once
@@ -257,6 +258,32 @@ class Queue:
         )
         self._bind()
         return run_once(self.settings, self.index, queues, limits, now, on_outcome)
+
+    @_backend_errors
+    def purge(
+        self,
+        older_than: float,
+        statuses: Sequence[Status] = maintenance.PURGEABLE,
+        *,
+        dry_run: bool = False,
+        now: float | None = None,
+        pause: float = maintenance.PAUSE,
+    ) -> int:
+        """Delete finished rows last changed more than `older_than` seconds ago; the count."""
+        before = (time.time() if now is None else now) - older_than
+        self._bind()
+        if dry_run:
+            return sum(len(ids) for ids in maintenance.purgeable_ids(statuses, before))
+        return maintenance.purge(statuses, before, pause=pause)
+
+    @_backend_errors
+    def requeue(
+        self, filters: JobFilter, *, dry_run: bool = False, now: float | None = None
+    ) -> RequeueResult:
+        """`retry` every chain whose latest attempt matches `filters`, due now."""
+        now = time.time() if now is None else now
+        self._bind()
+        return maintenance.requeue(filters, self.settings.handlers, self.index, now, dry_run)
 
     def _get(self, job_id: int) -> Job:
         job = models.get_job(job_id)
