@@ -8,10 +8,9 @@ stdout carries results only (an id, a count, a JSON object); diagnostics go to s
 from __future__ import annotations
 
 import json
-import logging
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -21,6 +20,7 @@ if TYPE_CHECKING:
 
 from .durations import format_delta, format_instant, parse_duration, parse_instant
 from .errors import BackendUnavailable, BadInput, ConfigError, DelayqError, JobNotFound
+from .logs import setup_logging
 
 app = typer.Typer(
     add_completion=False,
@@ -121,9 +121,20 @@ def run(
         list[str] | None, typer.Option("--queue", "-q", help="Only these queues.")
     ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="One line per job.")] = False,
+    metrics_file: Annotated[
+        Path | None, typer.Option("--metrics-file", help="Write Prometheus metrics here.")
+    ] = None,
+    log_file: Annotated[
+        Path | None, typer.Option("--log-file", help="Append log records here, not stderr.")
+    ] = None,
+    log_level: Annotated[
+        str, typer.Option("--log-level", help="debug, info (a line per job), warning, error.")
+    ] = "warning",
+    log_json: Annotated[bool, typer.Option("--log-json", help="One JSON object a line.")] = False,
 ) -> None:
     """Run the due jobs once; silent when all is well (for cron)."""
     with reporting_errors():
+        setup_logging(log_level, log_file, log_json)
         since_seconds = parse_duration(since, "--since") if since is not None else None
         budget = parse_duration(max_seconds, "--max-seconds") if max_seconds is not None else None
         queue = _queue()
@@ -134,6 +145,10 @@ def run(
             queues=queues,
             on_outcome=_print_outcome if verbose else None,
         )
+        if metrics_file is not None:
+            from .metrics import write_metrics  # prometheus_client only when asked for
+
+            write_metrics(metrics_file, report, queue.status().queues)
         if verbose:
             typer.echo(
                 f"ran {report.succeeded + report.failed} jobs: {report.succeeded} succeeded, "
@@ -220,11 +235,7 @@ def _parse_json(text: str) -> Any:
 
 def main() -> None:
     """Console-script entry point."""
-    logging.basicConfig(
-        level=logging.WARNING,
-        stream=sys.stderr,
-        format="%(asctime)s delayq %(levelname)s %(message)s",
-    )
+    setup_logging()
     app()
 
 

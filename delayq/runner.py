@@ -324,6 +324,7 @@ def _emit(
         status.word,
         outcome.duration,
         f"; retry as job {retry_id}" if retry_id else "",
+        extra={"job_outcome": outcome},  # logs.JsonLinesFormatter turns it into fields
     )
     if state.on_outcome is not None:
         state.on_outcome(outcome)
