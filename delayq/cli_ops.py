@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .cli import JsonOption, _print_json, _queue, app, reporting_errors
+from .doctor import FAIL, diagnose
 from .durations import format_delta, format_instant, parse_duration
 from .errors import BadInput
 from .maintenance import PURGEABLE
@@ -280,3 +281,13 @@ def requeue(
     for job_id, reason in result.skipped:
         typer.echo(f"delayq: skipped job {job_id}: {reason}", err=True)
     typer.echo(len(result.ids))
+
+
+@app.command()
+def doctor() -> None:
+    """Check settings, servers, table, handlers and Redis; one line each; exit 1 on a FAIL."""
+    checks = diagnose()
+    for check in checks:
+        typer.echo(f"{check.level:<5} {check.name:<9} {check.detail}")
+    if any(check.level == FAIL for check in checks):
+        raise typer.Exit(1)
