@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
+from datetime import datetime
 from typing import Annotated, Any
 
 import typer
@@ -34,13 +35,18 @@ def _console() -> Console:
     return Console(file=sys.stdout, width=wide, highlight=False, soft_wrap=False)
 
 
-def _table(headers: str, right: str = "") -> Table:
+def _table(headers: str, right: str = "", wrap: str = "") -> Table:
     """A borderless table with these space-separated headers (`|` stands for a space);
-    the ones named in `right` are right-aligned."""
+    those named in `right` are right-aligned. On a narrow terminal only the columns named in
+    `wrap` give up width (their text wraps, or is cut with an ellipsis); the others keep
+    their values whole."""
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
-    aligned = right.split()
     for header in headers.split():
-        table.add_column(header.replace("|", " "), justify="right" if header in aligned else "left")
+        table.add_column(
+            header.replace("|", " "),
+            justify="right" if header in right.split() else "left",
+            no_wrap=header not in wrap.split(),
+        )
     return table
 
 
@@ -102,21 +108,35 @@ def _print_status(report: StatusReport) -> None:
     if not report.queues:
         console.print("no jobs")
         return
-    counts = "due later running success failed cancelled missed failed|1h"
-    table = _table(f"queue {counts} oldest|due next|due", right=f"{counts} oldest|due next|due")
+    # Two narrow tables rather than one wide one: each fits an 80-column terminal.
+    counts = "due later running success failed cancelled missed"
+    jobs = _table(f"queue {counts}", right=counts)
+    timing = _table("queue oldest|due late next|due failed|1h", right="late next|due failed|1h")
     for name, stats in report.queues.items():
-        table.add_row(name, *_status_cells(stats, report.now))
-    console.print(table)
+        jobs.add_row(name, *_count_cells(stats))
+        timing.add_row(name, *_timing_cells(stats, report.now))
+    console.print(jobs)
+    console.print()
+    console.print(timing)
 
 
-def _status_cells(stats: QueueStats, now: float) -> list[str]:
+def _count_cells(stats: QueueStats) -> list[str]:
     counts = [stats.pending_due, stats.pending_later, stats.running, stats.success]
-    counts += [stats.failed, stats.cancelled, stats.missed, stats.failed_last_hour]
-    oldest = "-"
+    return [str(count) for count in [*counts, stats.failed, stats.cancelled, stats.missed]]
+
+
+def _timing_cells(stats: QueueStats, now: float) -> list[str]:
+    oldest, late = "-", "-"
     if stats.oldest_due_lag is not None:
-        oldest = f"{format_delta(stats.oldest_due_lag)} late (#{stats.oldest_due_id})"
+        oldest = f"#{stats.oldest_due_id} {_clock(stats.oldest_due_at)}"
+        late = format_delta(stats.oldest_due_lag)
     upcoming = "-" if stats.next_due_at is None else _relative(stats.next_due_at - now)
-    return [str(count) for count in counts] + [oldest, upcoming]
+    return [oldest, late, upcoming, str(stats.failed_last_hour)]
+
+
+def _clock(epoch: float | None) -> str:
+    """Local time to the second, short enough for a table cell."""
+    return "-" if epoch is None else datetime.fromtimestamp(epoch).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _describe_last_run(last: LastRun | None, now: float) -> str:
@@ -175,7 +195,7 @@ def _print_rows(rows: list[dict[str, Any]]) -> None:
     if not rows:
         console.print("no jobs")
         return
-    table = _table("id status queue call ext try run_at message", right="id try")
+    table = _table("id status queue call ext try run_at message", "id try", wrap="call ext message")
     for row in rows:
         table.add_row(
             str(row["id"]),
@@ -184,7 +204,7 @@ def _print_rows(rows: list[dict[str, Any]]) -> None:
             f"{row['class']}.{row['method']}",
             row["ext"],
             str(row["retry_times"]),
-            format_instant(row["run_at"]),
+            _clock(row["run_at"]),
             _shorten(row["message"] or "", 60),
         )
     console.print(table)
@@ -212,7 +232,7 @@ def peek(
     if not upcoming:
         console.print("nothing scheduled")
         return
-    table = _table("id queue due call ext status", right="id")
+    table = _table("id queue due call ext status", right="id", wrap="call ext")
     for view in (_upcoming_view(entry, now) for entry in upcoming):
         call = f"{view['class']}.{view['method']}" if view["status"] else "(no row)"
         due = _relative(view["due_in"])

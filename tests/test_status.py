@@ -165,8 +165,20 @@ def test_status_table_names_each_queue_and_a_run_that_never_happened(queue, cli_
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert lines[0] == "last run: never"
-    assert lines[1].split()[:4] == ["queue", "due", "later", "running"]
-    assert [line.split()[:3] for line in lines[3:]] == [["mail", "0", "1"]]
+    assert lines[1].split() == [
+        "queue",
+        "due",
+        "later",
+        "running",
+        "success",
+        "failed",
+        "cancelled",
+        "missed",
+    ]
+    assert lines[3].split() == ["mail", "0", "1", "0", "0", "0", "0", "0"]
+    assert lines[4] == ""
+    assert lines[5].split() == ["queue", "oldest", "due", "late", "next", "due", "failed", "1h"]
+    assert lines[7].split()[:4] == ["mail", "-", "-", "in"]
 
 
 def test_check_exits_1_with_one_line_per_problem_on_stderr(queue, cli_env, log):
