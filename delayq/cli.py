@@ -1,5 +1,5 @@
-"""The `delayq` command: one typer function per command, the only module that prints or
-chooses an exit code.
+"""The `delayq` command: one typer function per command; with cli_ops.py (the operator's
+commands, registered on the same app) the only modules that print or choose an exit code.
 
 stdout carries results only (an id, a count, a JSON object); diagnostics go to stderr, and
 `delayq run` prints nothing when all is well because cron mails whatever it prints.

@@ -106,7 +106,7 @@ class StatusReport:
             if lag is not None and lag > max_lag:
                 found.append(
                     f"queue {name}: job {stats.oldest_due_id} is {format_delta(lag)} late"
-                    f" (max {format_delta(max_lag)}); {stats.pending_due} jobs due"
+                    f" (max {format_delta(max_lag)}), {stats.pending_due} due in all"
                 )
         return found
 

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from croniter import croniter
 
+from delayq.config import DEFAULTS
+
 ROOT = Path(__file__).resolve().parent.parent
 CRONTAB = ROOT / "crontab.example"
 CONTRIB = ROOT / "contrib"
@@ -60,8 +62,6 @@ def test_the_commented_alternative_is_a_valid_job_too():
 
 
 def test_crontab_names_only_settings_delayq_reads():
-    from delayq.config import DEFAULTS
-
     names = [line.split("=", 1)[0] for line in CRONTAB.read_text().splitlines()]
     delayq_names = [name for name in names if name.startswith("DELAYQ_")]
     assert delayq_names

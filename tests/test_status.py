@@ -125,7 +125,7 @@ def test_problems_name_an_idle_runner_and_a_late_queue(queue, log):
     report = queue.status(now=NOW)
     assert report.problems(max_idle=300, max_lag=600) == [
         "no run recorded (delay_queue_last_run is empty): is cron running delayq run?",
-        f"queue default: job {late} is 15m late (max 10m); 1 jobs due",
+        f"queue default: job {late} is 15m late (max 10m), 1 due in all",
     ]
 
     queue.index.client.hset(LAST_RUN_KEY, mapping={"started_at": NOW - 400, "duration": 2})
