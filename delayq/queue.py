@@ -270,6 +270,8 @@ class Queue:
         pause: float = maintenance.PAUSE,
     ) -> int:
         """Delete finished rows last changed more than `older_than` seconds ago; the count."""
+        if older_than < 0:
+            raise BadInput("--older-than must not be negative")
         before = (time.time() if now is None else now) - older_than
         self._bind()
         if dry_run:
