@@ -1,5 +1,5 @@
-"""The `delayq` command: one typer function per command, the only module that prints or
-chooses an exit code.
+"""The `delayq` command: one typer function per command; with cli_ops.py (the operator's
+commands, registered on the same app) the only modules that print or choose an exit code.
 
 stdout carries results only (an id, a count, a JSON object); diagnostics go to stderr, and
 `delayq run` prints nothing when all is well because cron mails whatever it prints.
@@ -8,10 +8,9 @@ stdout carries results only (an id, a count, a JSON object); diagnostics go to s
 from __future__ import annotations
 
 import json
-import logging
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -23,6 +22,7 @@ if TYPE_CHECKING:
 from .durations import format_instant, parse_duration, parse_instant
 from .errors import BackendUnavailable, BadInput, ConfigError, DelayqError, JobNotFound
 from .interrupts import graceful_stop
+from .logs import setup_logging
 
 app = typer.Typer(
     add_completion=False,
@@ -130,9 +130,20 @@ def run(
         str | None, typer.Option("--for", help="With --loop: stop after this long.")
     ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="One line per job.")] = False,
+    metrics_file: Annotated[
+        Path | None, typer.Option("--metrics-file", help="Write Prometheus metrics here.")
+    ] = None,
+    log_file: Annotated[
+        Path | None, typer.Option("--log-file", help="Append log records here, not stderr.")
+    ] = None,
+    log_level: Annotated[
+        str, typer.Option("--log-level", help="debug, info (a line per job), warning, error.")
+    ] = "warning",
+    log_json: Annotated[bool, typer.Option("--log-json", help="One JSON object a line.")] = False,
 ) -> None:
     """Run the due jobs once (or, with --loop, as they fall due); silent when all is well."""
     with reporting_errors():
+        setup_logging(log_level, log_file, log_json)
         options: dict[str, Any] = {
             "since": parse_duration(since, "--since") if since is not None else None,
             "limit": limit,
@@ -149,6 +160,10 @@ def run(
                 report = queue.run_loop(duration=duration, stop=stop, **options)
             else:
                 report = queue.run(stop=stop, **options)
+        if metrics_file is not None:
+            from .metrics import write_metrics  # prometheus_client only when asked for
+
+            write_metrics(metrics_file, report, queue.status().queues)
         if verbose:
             typer.echo(_summary(report))
     if report.interrupted is not None:
@@ -239,23 +254,6 @@ def show(
             typer.echo(f"{'attempts':<12}{steps}")
 
 
-@app.command()
-def status(as_json: JsonOption = False) -> None:
-    """Counts of jobs by status, per queue."""
-    with reporting_errors():
-        counts = _queue().status()
-        if as_json:
-            _print_json({"queues": counts})
-            return
-        if not counts:
-            typer.echo("no jobs")
-            return
-        words = list(next(iter(counts.values())))
-        typer.echo(f"{'queue':<20}" + "".join(f"{word:>11}" for word in words))
-        for name, by_word in counts.items():
-            typer.echo(f"{name:<20}" + "".join(f"{by_word[word]:>11}" for word in words))
-
-
 @app.command("embedded-stop")
 def embedded_stop() -> None:
     """Stop the embedded Redis server under DELAYQ_HOME (its data stays on disk)."""
@@ -276,9 +274,9 @@ def _parse_json(text: str) -> Any:
 
 def main() -> None:
     """Console-script entry point."""
-    logging.basicConfig(
-        level=logging.WARNING,
-        stream=sys.stderr,
-        format="%(asctime)s delayq %(levelname)s %(message)s",
-    )
+    setup_logging()
     app()
+
+
+# The operator's commands live in cli_ops.py; importing it registers them on `app`.
+from . import cli_ops  # noqa: E402, F401

@@ -73,6 +73,15 @@ def check_allowed(class_path: str, method: str, allowed: Sequence[str]) -> None:
         )
 
 
+def import_prefix(prefix: str) -> None:
+    """Import a DELAYQ_HANDLERS entry (a module, or a class inside one), or raise BadInput
+    saying why not: `delayq doctor` tells a typo from a missing deploy this way."""
+    module, rest = _import_longest(prefix)
+    owner: Any = module
+    for name in rest:
+        owner = _attribute(owner, name, prefix)
+
+
 def _is_plain_name(name: str) -> bool:
     return name.isidentifier() and not name.startswith("_")
 

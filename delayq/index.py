@@ -20,6 +20,9 @@ QUEUES_KEY = "delay_queue_queues"
 # Set after a full rebuild; its absence means Redis lost data (or never had it) and the
 # next run must rebuild the schedule from the table before trusting it.
 INDEXED_KEY = "delay_queue_indexed"
+# A hash each run overwrites with when it started, how long it took, its outcome and how
+# many jobs it ran; `delayq status` reads it to tell whether cron is alive.
+LAST_RUN_KEY = "delay_queue_last_run"
 # Outcomes a run journaled but has not yet written to the table live this long at most.
 JOURNAL_TTL = 7 * 86400
 ADD_CHUNK = 2000
@@ -212,6 +215,18 @@ class ScheduleIndex:
             self.add_many(queue, retries)
         if journaled_ids:
             self.client.hdel(queue_key(queue, "journal"), *[str(i) for i in journaled_ids])
+
+    def record_run(self, started_at: float, duration: float, outcome: str, jobs: int) -> None:
+        """Note this run for `delayq status`."""
+        self.client.hset(
+            LAST_RUN_KEY,
+            mapping={
+                "started_at": repr(started_at),
+                "duration": repr(duration),
+                "outcome": outcome,
+                "jobs": str(jobs),
+            },
+        )
 
     def queues(self) -> list[str]:
         """Names of every queue that has ever been indexed."""

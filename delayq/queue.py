@@ -17,7 +17,7 @@ from typing import Any, ParamSpec, TypeVar
 import peewee
 import redis
 
-from . import embedded, models
+from . import embedded, maintenance, models, reports
 from .config import DEFAULT_QUEUE, Settings, load_settings, redact_url, validate_queue_name
 from .database import open_database, sqlite_url, supports_returning
 from .errors import BackendUnavailable, BadInput, JobNotFound
@@ -25,9 +25,11 @@ from .handlers import locate
 from .index import ScheduleIndex
 from .interrupts import GracefulStop
 from .looping import run_loop
+from .maintenance import RequeueResult
 from .models import Job, Status
 from .recovery import Reconciled, reconcile
 from .report import OutcomeCallback, RunReport
+from .reports import JobFilter, StatusReport, Upcoming
 from .runner import RunLimits, run_once
 
 logger = logging.getLogger(__name__)
@@ -191,6 +193,16 @@ class Queue:
         job = self._get(job_id)
         if job.status in (Status.PENDING, Status.RUNNING):
             raise BadInput(f"job {job_id} is still {Status(job.status).word}; nothing to retry")
+        open_attempts = [
+            row for row in models.chain_of(job) if row.status in (Status.PENDING, Status.RUNNING)
+        ]
+        if open_attempts:
+            # Its automatic retry is still to come; a second one would run the job twice.
+            later = open_attempts[0]
+            raise BadInput(
+                f"job {job_id} already has attempt {later.id} {models.status_word(later.status)};"
+                " retry that one later, or cancel it first"
+            )
         payload = _decode_params(job.params)
         locate(payload["class"], payload["method"], self.settings.handlers)
         new_id = models.insert_retry(job, run_at, now)
@@ -211,14 +223,39 @@ class Queue:
         return [job_view(row) for row in models.chain_of(self._get(job_id))]
 
     @_backend_errors
-    def status(self) -> dict[str, dict[str, int]]:
-        """{queue: {status word: count}} for every queue with rows."""
+    def status(self, *, now: float | None = None) -> StatusReport:
+        """Every queue's counts, backlog and next due time, and what the last run recorded."""
         self._bind()
-        counts = models.counts_by_queue()
-        return {
-            queue: {status.word: by_status.get(status, 0) for status in Status}
-            for queue, by_status in sorted(counts.items())
-        }
+        return reports.status_report(self.index, self.index.now() if now is None else now)
+
+    @_backend_errors
+    def list_jobs(
+        self,
+        filters: JobFilter,
+        *,
+        limit: int = 50,
+        before_id: int | None = None,
+        now: float | None = None,
+    ) -> list[dict[str, Any]]:
+        """Rows matching `filters`, newest first, as `list --json` shows them."""
+        if limit < 1:
+            raise BadInput("--limit must be at least 1")
+        self._bind()
+        now = self.index.now() if now is None else now
+        return [row_view(row) for row in reports.list_jobs(filters, now, limit, before_id)]
+
+    @_backend_errors
+    def peek(self, count: int = 10, *, queues: Sequence[str] | None = None) -> list[Upcoming]:
+        """The next `count` scheduled jobs across `queues` (default all), without claiming."""
+        if count < 1:
+            raise BadInput("peek needs a count of at least 1")
+        self._bind()
+        if queues:
+            names = [validate_queue_name(name) for name in queues]
+        else:
+            # The default schedule's key is the contract's, so producers ZADD it directly.
+            names = sorted({DEFAULT_QUEUE, *self.index.queues()})
+        return reports.next_scheduled(self.index, names, count)
 
     @_backend_errors
     def run(
@@ -278,6 +315,34 @@ class Queue:
         self._bind()
         return reconcile(self.index)
 
+    @_backend_errors
+    def purge(
+        self,
+        older_than: float,
+        statuses: Sequence[Status] = maintenance.PURGEABLE,
+        *,
+        dry_run: bool = False,
+        now: float | None = None,
+        pause: float = maintenance.PAUSE,
+    ) -> int:
+        """Delete finished rows last changed more than `older_than` seconds ago; the count."""
+        if older_than < 0:
+            raise BadInput("--older-than must not be negative")
+        before = (self.index.now() if now is None else now) - older_than
+        self._bind()
+        if dry_run:
+            return sum(len(ids) for ids in maintenance.purgeable_ids(statuses, before))
+        return maintenance.purge(statuses, before, pause=pause)
+
+    @_backend_errors
+    def requeue(
+        self, filters: JobFilter, *, dry_run: bool = False, now: float | None = None
+    ) -> RequeueResult:
+        """`retry` every chain whose latest attempt matches `filters`, due now."""
+        now = self.index.now() if now is None else now
+        self._bind()
+        return maintenance.requeue(filters, self.settings.handlers, self.index, now, dry_run)
+
     def _get(self, job_id: int) -> Job:
         job = models.get_job(job_id)
         if job is None:
@@ -333,6 +398,17 @@ def job_view(job: Job) -> dict[str, Any]:
         "method": payload.get("method"),
         "data": payload.get("data"),
     }
+
+
+def row_view(job: Job) -> dict[str, Any]:
+    """`job_view` plus where the row sits: queue, chain and when it was created and changed."""
+    return dict(
+        job_view(job),
+        queue=job.queue,
+        chain_id=job.chain_id,
+        created=reports.epoch_of(job.created),
+        modified=reports.epoch_of(job.modified),
+    )
 
 
 def _encode_params(class_path: str, method: str, data: Any) -> str:

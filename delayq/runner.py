@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import threading
 import time
 import uuid
@@ -70,20 +71,43 @@ def run_once(
     limits = limits or RunLimits(settings.since, None, settings.max_seconds)
     clock = (lambda: now) if now is not None else index.now
     state = _Pass(settings, index, limits, clock, on_outcome, stop)
+    started_at = clock()
+    try:
+        _run_queues(state, queues)
+    except Exception as exc:
+        _record_run(state, started_at, f"failed: {type(exc).__name__}")
+        raise
+    if stop is not None and stop.requested:
+        state.report.interrupted = stop.signum
+    _record_run(state, started_at, _run_outcome(state.report))
+    return state.report
+
+
+def _run_queues(state: _Pass, queues: Sequence[str] | None) -> None:
     try:
         with interrupts.time_limits() as enabled, _Heartbeat(state):
             state.time_limits = enabled
-            state.report.reindexed += recovery.ensure_index(index)
-            for queue in list(queues) if queues else known_queues(index):
-                if limits.sweep:
+            state.report.reindexed += recovery.ensure_index(state.index)
+            for queue in list(queues) if queues else known_queues(state.index):
+                if state.limits.sweep:
                     _sweep(state, queue)
                 _drain(state, queue)
     except Abandoned:
         logger.warning("run abandoned its current job; it is back on the schedule")
+
+
+def _run_outcome(report: RunReport) -> str:
+    if report.interrupted is not None:
+        return f"interrupted by {signal.Signals(report.interrupted).name}"
+    return "stopped early (--limit or --max-seconds)" if report.stopped_early else "ok"
+
+
+def _record_run(state: _Pass, started_at: float, outcome: str) -> None:
     state.report.elapsed = time.monotonic() - state.started_at
-    if stop is not None and stop.requested:
-        state.report.interrupted = stop.signum
-    return state.report
+    try:
+        state.index.record_run(started_at, state.report.elapsed, outcome, state.report.ran)
+    except Exception as exc:  # noqa: BLE001 - a run is not failed by its own bookkeeping
+        logger.warning("could not record the run for `delayq status`: %s", exc)
 
 
 def known_queues(index: ScheduleIndex) -> list[str]:
@@ -282,7 +306,18 @@ def _finish(
 ) -> Outcome:
     duration = time.monotonic() - started
     outcome = Outcome(job, status, message, retry, state.clock())
-    will_retry = status == Status.FAILED and retry and should_retry(job.retry_times)
+    report = JobOutcome(
+        job.id,
+        job.queue,
+        call[0],
+        call[1],
+        job.retry_times,
+        status,
+        message,
+        duration,
+        outcome.finished_at - duration - (job.run_at or outcome.finished_at),
+        status == Status.FAILED and retry and should_retry(job.retry_times),
+    )
     logger.info(
         "job %d %s.%s attempt %d: %s in %.3fs%s",
         job.id,
@@ -291,33 +326,11 @@ def _finish(
         job.retry_times,
         status.word,
         duration,
-        "; will retry" if will_retry else "",
-        extra={
-            "job_id": job.id,
-            "class_path": call[0],
-            "method": call[1],
-            "queue": job.queue,
-            "attempt": job.retry_times,
-            "duration": duration,
-            "outcome": status.word,
-        },
+        "; will retry" if report.will_retry else "",
+        extra={"job_outcome": report},  # logs.JsonLinesFormatter turns it into fields
     )
     if state.on_outcome is not None:
-        lateness = outcome.finished_at - duration - (job.run_at or outcome.finished_at)
-        state.on_outcome(
-            JobOutcome(
-                job.id,
-                job.queue,
-                call[0],
-                call[1],
-                job.retry_times,
-                status,
-                message,
-                duration,
-                lateness,
-                will_retry,
-            )
-        )
+        state.on_outcome(report)
     return outcome
 
 

@@ -213,33 +213,6 @@ def test_run_is_silent_and_show_json_then_reports_success(delayq):
     assert (view["status"], view["message"]) == ("success", '{"n": 1}')
 
 
-def test_status_json_counts_every_status_word_per_queue(delayq):
-    add(delayq, H, "echo", "--delay", "1h")
-    cancelled = add(delayq, H, "echo", "--delay", "1h")
-    add(delayq, H, "echo", "--delay", "1h", "--queue", "mail")
-    assert delayq("cancel", str(cancelled)).stdout == "1\n"
-
-    result = delayq("status", "--json")
-
-    assert result.exit_code == 0
-    counts = json.loads(result.stdout)
-    assert result.stdout == json.dumps(counts, sort_keys=True) + "\n"
-    assert set(counts) == {"queues"}
-    assert set(counts["queues"]) == {"default", "mail"}
-    assert all(set(by_word) == STATUS_WORDS for by_word in counts["queues"].values())
-    assert counts["queues"]["default"] == dict.fromkeys(STATUS_WORDS, 0) | {
-        "pending": 1,
-        "cancelled": 1,
-    }
-    assert counts["queues"]["mail"] == dict.fromkeys(STATUS_WORDS, 0) | {"pending": 1}
-
-
-def test_status_json_of_an_empty_table_has_no_queues(delayq):
-    result = delayq("status", "--json")
-
-    assert (result.exit_code, result.stdout) == (0, '{"queues": {}}\n')
-
-
 @pytest.mark.parametrize(
     "command",
     [["show"], ["show", "--json"], ["retry"], ["cancel"]],
@@ -340,7 +313,8 @@ def bare_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> CliRunner:
     ("command", "first_failure"),
     [
         (["init"], "database error"),
-        (["status"], "database error"),
+        # status reads Redis's clock before the table
+        (["status"], "Redis error"),
         (["show", "1"], "database error"),
         # add reads Redis's clock before it writes the row
         (["add", H, "echo"], "Redis error"),

@@ -160,9 +160,8 @@ def test_a_second_signal_abandons_the_current_job_back_to_the_schedule(queue, cl
     assert queue.index.size("default") == 1
 
 
+@pytest.mark.parametrize("backend", ["mariadb"], indirect=True)  # a MariaDB fault
 def test_database_connections_killed_mid_run_are_reconnected(queue, cli_env, log, backend):
-    if not backend["database_url"].startswith("mysql"):
-        pytest.skip("connection KILL is a MariaDB fault")
     killer = queue.add(F, "kill_db_connections", {"log": log, "url": backend["database_url"]})
     after = [queue.add(H, "record", {"log": log, "n": n}) for n in range(3)]
 

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from delayq import Status
-from delayq.index import schedule_key
+from delayq import BadInput, Status
+from delayq.index import LAST_RUN_KEY, schedule_key
 from delayq.models import Job
 from delayq.retry import LADDER, MAX_RETRIES
 from tests.sample_handlers.jobs import read_log
@@ -160,6 +160,25 @@ def test_manual_retry_copies_the_job_as_the_next_attempt(queue, log):
     assert [step["id"] for step in queue.history(new_id)] == [job_id, new_id]
     queue.run(now=NOW + 30)
     assert queue.show(new_id)["status"] == "failed"
+
+
+def test_manual_retry_is_refused_while_the_chain_has_a_pending_attempt(queue, log):
+    job_id = queue.add(H, "fail", {"log": log}, now=NOW)
+    queue.run(now=NOW)
+
+    with pytest.raises(BadInput, match="already has attempt"):
+        queue.retry(job_id, now=NOW)
+    assert len(queue.history(job_id)) == 2
+
+
+def test_a_run_records_itself_for_status(queue, log):
+    queue.add(H, "record", {"log": log}, now=NOW)
+
+    queue.run(now=NOW)
+
+    last = {k.decode(): v.decode() for k, v in queue.index.client.hgetall(LAST_RUN_KEY).items()}
+    assert (last["outcome"], last["jobs"]) == ("ok", "1")
+    assert float(last["started_at"]) == NOW
 
 
 def test_job_due_before_the_window_is_missed_and_retry_still_runs_it(queue, log):

@@ -1,0 +1,173 @@
+"""`delayq doctor`: one ok / warn / FAIL line per check, exit 1 on any FAIL, on both backends."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from delayq import embedded
+from delayq.database import sqlite_url
+from delayq.index import INDEXED_KEY
+from delayq.models import Job
+from tests.invoke import invoke
+
+
+def lines_of(result) -> list[tuple[str, str, str]]:
+    """(level, name, detail) of each line the doctor printed."""
+    out = []
+    for line in result.stdout.splitlines():
+        level, name, detail = line.split(None, 2)
+        out.append((level, name, detail))
+    return out
+
+
+def levels(result) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for level, name, _ in lines_of(result):
+        found.setdefault(name, []).append(level)
+    return found
+
+
+def line(result, name: str) -> tuple[str, str]:
+    (found,) = [(level, detail) for level, check, detail in lines_of(result) if check == name]
+    return found
+
+
+def test_a_healthy_setup_is_all_ok(queue, cli_env):
+    result = invoke(cli_env, "doctor")
+
+    assert result.exit_code == 0, result.output
+    assert levels(result) == {
+        "config": ["ok"],
+        "handlers": ["ok"],
+        "database": ["ok"],
+        "columns": ["ok"],
+        "index": ["ok", "ok", "ok"],
+        "redis": ["ok"],
+        "eviction": ["ok"],
+        "schedule": ["ok"],
+    }
+    assert "tests.sample_handlers imports" in line(result, "handlers")[1]
+    assert any(word in line(result, "database")[1] for word in ("SQLite", "MariaDB", "MySQL"))
+    assert line(result, "redis")[1].startswith("Redis ")
+
+
+def test_missing_table_fails_and_says_to_run_init(backend, cli_env):
+    result = invoke(cli_env, "doctor")
+
+    assert result.exit_code == 1
+    assert line(result, "table") == ("FAIL", "delay_queue does not exist; run `delayq init`")
+    assert line(result, "schedule")[0] == "warn"
+
+
+def test_missing_columns_fail_with_their_names(queue, cli_env):
+    queue.db.execute_sql("DROP TABLE delay_queue")
+    queue.db.execute_sql("CREATE TABLE delay_queue (id BIGINT PRIMARY KEY, params TEXT)")
+
+    result = invoke(cli_env, "doctor")
+
+    assert result.exit_code == 1
+    level, detail = line(result, "columns")
+    assert level == "FAIL"
+    assert detail.startswith("delay_queue lacks message, ext_string, retry_times, status")
+
+
+def test_missing_index_is_a_warning_with_the_statement_to_fix_it(queue, cli_env):
+    on_table = " ON delay_queue" if "mysql" in cli_env["DELAYQ_DATABASE_URL"] else ""
+    queue.db.execute_sql(f"DROP INDEX job_chain_id{on_table}")
+
+    result = invoke(cli_env, "doctor")
+
+    assert result.exit_code == 0
+    warnings = [detail for level, name, detail in lines_of(result) if level == "warn"]
+    assert warnings == [
+        "(chain_id) is missing, so queries scan the table; "
+        "CREATE INDEX job_chain_id ON delay_queue (chain_id)"
+    ]
+
+
+def test_handler_prefix_that_does_not_import_fails(queue, cli_env):
+    env = dict(cli_env, DELAYQ_HANDLERS="tests.sample_handlers,billing.nowhere")
+
+    result = invoke(env, "doctor")
+
+    assert result.exit_code == 1
+    assert levels(result)["handlers"] == ["ok", "FAIL"]
+    assert "DELAYQ_HANDLERS entry 'billing.nowhere'" in result.stdout
+
+
+def test_a_class_inside_a_module_is_a_valid_prefix(queue, cli_env):
+    env = dict(cli_env, DELAYQ_HANDLERS="tests.sample_handlers.jobs.Refund")
+
+    assert invoke(env, "doctor").exit_code == 0
+
+
+def test_empty_allowlist_is_a_warning(queue, cli_env):
+    env = dict(cli_env, DELAYQ_HANDLERS="")
+
+    result = invoke(env, "doctor")
+
+    assert result.exit_code == 0
+    assert line(result, "handlers")[0] == "warn"
+
+
+def test_missing_index_marker_is_a_warning(queue, cli_env):
+    queue.index.client.delete(INDEXED_KEY)
+
+    result = invoke(cli_env, "doctor")
+
+    assert result.exit_code == 0
+    assert line(result, "schedule")[0] == "warn"
+
+
+def test_a_bad_setting_fails_before_anything_is_contacted(cli_env):
+    result = invoke(dict(cli_env, DELAYQ_LEASE="1"), "doctor")
+
+    assert result.exit_code == 1
+    assert lines_of(result) == [("FAIL", "config", "DELAYQ_LEASE must be at least 2 seconds")]
+
+
+@pytest.mark.parametrize("broken", ["DELAYQ_DATABASE_URL", "DELAYQ_REDIS_URL"])
+def test_an_unreachable_server_fails(queue, cli_env, broken):
+    closed_port = {
+        "DELAYQ_DATABASE_URL": "mysql://root@127.0.0.1:1/delayq",
+        "DELAYQ_REDIS_URL": "redis://127.0.0.1:1/0",
+    }
+    result = invoke(dict(cli_env, **{broken: closed_port[broken]}), "doctor")
+
+    assert result.exit_code == 1
+    name = "database" if broken == "DELAYQ_DATABASE_URL" else "redis"
+    level, detail = line(result, name)
+    assert level == "FAIL" and "cannot be used" in detail and "127.0.0.1:1" in detail
+
+
+def test_an_evicting_redis_is_a_warning(tmp_path, cli_env):
+    # A Redis of this test's own: the policy is server-wide, and the shared one is not ours.
+    home = tmp_path / "evicting"
+    url = embedded.redis_url(home)
+    client = redis.Redis.from_url(url)
+    client.config_set("maxmemory-policy", "allkeys-lru")
+    env = dict(
+        cli_env,
+        DELAYQ_REDIS_URL=url,
+        DELAYQ_DATABASE_URL=sqlite_url(tmp_path / "evicting.db"),
+    )
+    try:
+        assert invoke(env, "init").exit_code == 0
+        result = invoke(env, "doctor")
+    finally:
+        client.close()
+        embedded.stop(home)
+
+    assert result.exit_code == 0
+    level, detail = line(result, "eviction")
+    assert level == "warn"
+    assert detail.startswith("maxmemory-policy is allkeys-lru: an evicting Redis silently drops")
+
+
+def test_doctor_reads_only(queue, cli_env):
+    before = Job.select().count()
+
+    invoke(cli_env, "doctor")
+
+    assert Job.select().count() == before

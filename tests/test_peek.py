@@ -1,0 +1,82 @@
+"""`delayq peek`: the next jobs in schedule order across queues, read from the sorted sets
+without claiming, joined with their rows."""
+
+from __future__ import annotations
+
+import json
+
+from delayq.index import schedule_key
+from delayq.models import Job, Status
+from tests.invoke import invoke
+
+NOW = 1_800_000_000.0
+H = "tests.sample_handlers.jobs"
+
+
+def test_next_jobs_across_queues_soonest_first_with_their_rows(queue, log):
+    later = queue.add(H, "record", {"log": log}, delay=300, ext="b", now=NOW)
+    soon = queue.add(f"{H}.Refund", "run", {"log": log}, delay=10, queue="mail", now=NOW)
+    queue.add(H, "record", {"log": log}, delay=900, now=NOW)
+
+    upcoming = queue.peek(2)
+
+    assert [(entry.id, entry.queue, entry.run_at) for entry in upcoming] == [
+        (soon, "mail", NOW + 10),
+        (later, "default", NOW + 300),
+    ]
+    assert upcoming[1].row is not None and upcoming[1].row.ext_string == "b"
+
+
+def test_peek_claims_nothing(queue, log):
+    queue.add(H, "record", {"log": log}, now=NOW)
+
+    queue.peek(5)
+
+    assert queue.index.size("default") == 1
+    assert queue.run(now=NOW).succeeded == 1
+
+
+def test_peek_of_one_queue(queue, log):
+    queue.add(H, "record", {"log": log}, now=NOW)
+    mail = queue.add(H, "record", {"log": log}, delay=60, queue="mail", now=NOW)
+
+    assert [entry.id for entry in queue.peek(5, queues=["mail"])] == [mail]
+
+
+def test_entries_without_a_row_are_shown_and_junk_members_left_out(queue, log):
+    queue.index.client.zadd(schedule_key("default"), {"999999": NOW, "junk": NOW - 1})
+
+    (entry,) = queue.peek(5)
+
+    assert (entry.id, entry.row) == (999999, None)
+
+
+def test_peek_json_has_time_until_due_and_the_row_fields(queue, cli_env, log):
+    job_id = queue.add(H, "record", {"log": log}, delay=120, ext="order:9")
+    Job.update(status=Status.CANCELLED).where(Job.id == job_id).execute()
+
+    result = invoke(cli_env, "peek", "3", "--json")
+
+    assert result.exit_code == 0, result.output
+    body = json.loads(result.stdout)
+    assert set(body) == {"now", "jobs"}
+    (view,) = body["jobs"]
+    assert set(view) == {"id", "queue", "run_at", "due_in", "class", "method", "ext", "status"}
+    assert (view["id"], view["method"], view["ext"], view["status"]) == (
+        job_id,
+        "record",
+        "order:9",
+        "cancelled",
+    )
+    assert 100 < view["due_in"] <= 120
+
+
+def test_peek_table(queue, cli_env, log):
+    job_id = queue.add(H, "record", {"log": log}, delay=3600)
+
+    result = invoke(cli_env, "peek")
+
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["id", "queue", "due", "call", "ext", "status"]
+    assert lines[2].split() == [str(job_id), "default", "in", "60m", f"{H}.record", "pending"]

@@ -1,0 +1,126 @@
+"""`delayq purge`: old finished rows go, in batches; pending and running rows never do, and
+no retry chain is left ending in an earlier attempt."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from delayq import BadInput
+from delayq.maintenance import purge, purgeable_ids
+from delayq.models import Job, Status, local_now
+from tests.invoke import invoke
+
+NOW = 1_800_000_000.0
+DAY = 86400.0
+H = "tests.sample_handlers.jobs"
+
+
+def make_row(status: Status, age: float, **fields) -> int:
+    """A row of `status` last changed `age` seconds before NOW."""
+    when = local_now(NOW - age)
+    params = json.dumps({"class": H, "method": "echo", "data": None})
+    row = Job.create(params=params, status=status, created=when, modified=when, **fields)
+    return row.id
+
+
+def surviving() -> list[int]:
+    return [row.id for row in Job.select(Job.id).order_by(Job.id)]
+
+
+def test_only_finished_rows_older_than_the_cutoff_are_deleted(queue):
+    old = [make_row(status, 40 * DAY) for status in Status]
+    young = [make_row(status, 10 * DAY) for status in Status]
+
+    assert queue.purge(30 * DAY, now=NOW, pause=0) == 4
+
+    kept_old = [job_id for job_id, status in zip(old, Status, strict=True) if status < 10]
+    assert surviving() == kept_old + young
+    assert {Job.get_by_id(job_id).status for job_id in kept_old} == {
+        Status.PENDING,
+        Status.RUNNING,
+    }
+
+
+def test_status_list_narrows_what_goes(queue):
+    success = make_row(Status.SUCCESS, 40 * DAY)
+    failed = make_row(Status.FAILED, 40 * DAY)
+    cancelled = make_row(Status.CANCELLED, 40 * DAY)
+
+    deleted = queue.purge(30 * DAY, (Status.SUCCESS, Status.CANCELLED), now=NOW, pause=0)
+
+    assert deleted == 2
+    assert surviving() == [failed]
+    assert success not in surviving() and cancelled not in surviving()
+
+
+@pytest.mark.parametrize("status", [Status.PENDING, Status.RUNNING])
+def test_pending_or_running_is_refused(queue, status):
+    make_row(status, 400 * DAY)
+
+    with pytest.raises(BadInput, match="never deletes"):
+        queue.purge(30 * DAY, (Status.SUCCESS, status), now=NOW)
+    assert len(surviving()) == 1
+
+
+def test_dry_run_counts_and_deletes_nothing(queue):
+    for _ in range(3):
+        make_row(Status.SUCCESS, 40 * DAY)
+
+    assert queue.purge(30 * DAY, dry_run=True, now=NOW) == 3
+    assert len(surviving()) == 3
+
+
+def test_deletes_in_batches_by_primary_key(queue):
+    for _ in range(7):
+        make_row(Status.SUCCESS, 40 * DAY)
+    make_row(Status.PENDING, 40 * DAY)
+
+    batches = list(purgeable_ids([Status.SUCCESS], NOW - 30 * DAY, batch=3))
+    assert [len(ids) for ids in batches] == [3, 3, 1]
+    assert purge([Status.SUCCESS], NOW - 30 * DAY, batch=3, pause=0) == 7
+    assert len(surviving()) == 1
+
+
+def test_a_later_attempt_stays_while_an_earlier_one_of_its_chain_is_kept(queue):
+    first = make_row(Status.FAILED, 45 * DAY)
+    second = make_row(Status.SUCCESS, 44 * DAY, chain_id=first, retry_times=1)
+
+    assert queue.purge(30 * DAY, (Status.SUCCESS,), now=NOW, pause=0) == 0
+    assert surviving() == [first, second]
+
+    assert queue.purge(30 * DAY, now=NOW, pause=0) == 2
+    assert surviving() == []
+
+
+def test_an_earlier_attempt_may_go_before_its_later_ones(queue):
+    first = make_row(Status.FAILED, 45 * DAY)
+    second = make_row(Status.FAILED, 5 * DAY, chain_id=first, retry_times=1)
+
+    assert queue.purge(30 * DAY, now=NOW, pause=0) == 1
+    assert surviving() == [second]
+
+
+def test_purge_command_prints_the_count(queue, cli_env, log):
+    two_days_ago = time.time() - 2 * DAY
+    queue.add(H, "record", {"log": log}, now=two_days_ago)
+    queue.run(now=two_days_ago)
+    queue.add(H, "record", {"log": log}, delay=60)
+
+    dry = invoke(cli_env, "purge", "--older-than", "1d", "--dry-run")
+    real = invoke(cli_env, "purge", "--older-than", "1d", "--status", "success")
+    again = invoke(cli_env, "purge", "--older-than", "1d")
+
+    assert (dry.exit_code, dry.stdout) == (0, "1\n")
+    assert (real.exit_code, real.stdout) == (0, "1\n")
+    assert (again.exit_code, again.stdout) == (0, "0\n")
+    assert len(surviving()) == 1
+
+
+def test_purge_command_refuses_pending_with_exit_2(queue, cli_env):
+    result = invoke(cli_env, "purge", "--older-than", "30d", "--status", "pending")
+
+    assert result.exit_code == 2
+    assert "--status 'pending' is not allowed here" in result.stderr

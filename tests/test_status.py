@@ -1,0 +1,218 @@
+"""`delayq status`: counts per queue with pending split into due and later, the oldest due job
+and its lateness, the next due time, recent failures, the last run, and `--check`."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from delayq.index import LAST_RUN_KEY, schedule_key
+from delayq.models import Job, Status, local_now
+from tests.invoke import invoke
+
+NOW = 1_800_000_000.0
+H = "tests.sample_handlers.jobs"
+
+QUEUE_KEYS = {
+    "pending",
+    "pending_due",
+    "pending_later",
+    "running",
+    "success",
+    "failed",
+    "cancelled",
+    "missed",
+    "failed_last_hour",
+    "oldest_due_id",
+    "oldest_due_at",
+    "oldest_due_lag",
+    "next_due_at",
+    "scheduled",
+}
+
+
+def test_pending_is_split_into_due_and_later_and_finished_rows_are_counted(queue, log):
+    queue.add(H, "record", {"log": log}, now=NOW)
+    queue.add(H, "fail_for_good", {"log": log}, now=NOW)
+    cancelled = queue.add(H, "record", {"log": log}, delay=60, now=NOW)
+    queue.cancel(cancelled, now=NOW)
+    queue.run(now=NOW)
+    queue.add(H, "record", {"log": log}, now=NOW)
+    queue.add(H, "record", {"log": log}, delay=600, now=NOW)
+    queue.add(H, "record", {"log": log}, delay=60, queue="mail", now=NOW)
+
+    stats = queue.status(now=NOW + 1).queues
+
+    assert list(stats) == ["default", "mail"]
+    default = stats["default"]
+    assert (default.pending, default.pending_due, default.pending_later) == (2, 1, 1)
+    assert (default.success, default.failed, default.cancelled, default.missed) == (1, 1, 1, 0)
+    assert default.running == 0
+    assert default.next_due_at == pytest.approx(NOW + 600)
+    assert default.scheduled == 2
+    assert (stats["mail"].pending_due, stats["mail"].pending_later) == (0, 1)
+
+
+def test_oldest_due_job_and_how_late_it_is(queue, log):
+    queue.add(H, "record", {"log": log}, at=NOW - 60, now=NOW - 100)
+    oldest = queue.add(H, "record", {"log": log}, at=NOW - 600, now=NOW - 700)
+    queue.add(H, "record", {"log": log}, at=NOW + 30, now=NOW - 700)
+
+    default = queue.status(now=NOW).queues["default"]
+
+    assert default.oldest_due_id == oldest
+    assert default.oldest_due_at == pytest.approx(NOW - 600)
+    assert default.oldest_due_lag == pytest.approx(600)
+    assert default.next_due_at == pytest.approx(NOW + 30)
+
+
+def test_a_row_without_run_at_is_due_since_it_was_created(queue):
+    written = Job.create(
+        params=json.dumps({"class": H, "method": "echo", "data": 1}),
+        created=local_now(NOW - 3600),
+    )
+    queue.add(H, "echo", 2, at=NOW - 60, now=NOW - 60)
+
+    default = queue.status(now=NOW).queues["default"]
+
+    assert default.oldest_due_id == written.id
+    assert default.oldest_due_lag == pytest.approx(3600, abs=1)
+    assert default.pending_due == 2
+
+
+def test_failures_in_the_last_hour_count_only_recent_ones(queue, log):
+    queue.add(H, "fail_for_good", {"log": log}, now=NOW - 7200)
+    queue.run(now=NOW - 7200)
+    queue.add(H, "fail_for_good", {"log": log}, now=NOW - 60)
+    queue.run(now=NOW - 60)
+
+    default = queue.status(now=NOW).queues["default"]
+
+    assert (default.failed, default.failed_last_hour) == (2, 1)
+
+
+def test_index_that_lost_entries_shows_fewer_scheduled_than_pending(queue, log):
+    for _ in range(3):
+        queue.add(H, "record", {"log": log}, delay=60, now=NOW)
+    queue.index.client.delete(schedule_key("default"))
+
+    default = queue.status(now=NOW).queues["default"]
+
+    assert (default.pending, default.scheduled) == (3, 0)
+
+
+def test_last_run_is_read_from_redis_and_absent_until_a_run_records_it(queue):
+    assert queue.status(now=NOW).last_run is None
+
+    queue.index.client.hset(
+        LAST_RUN_KEY,
+        mapping={"started_at": NOW - 90, "duration": 1.5, "outcome": "ok", "jobs": 12},
+    )
+    last = queue.status(now=NOW).last_run
+
+    assert last is not None
+    assert (last.started_at, last.duration, last.outcome, last.jobs) == (NOW - 90, 1.5, "ok", 12)
+    assert last.finished_at == pytest.approx(NOW - 88.5)
+
+
+def test_problems_name_an_idle_runner_and_a_late_queue(queue, log):
+    late = queue.add(H, "record", {"log": log}, at=NOW - 900, now=NOW - 900)
+    queue.add(H, "record", {"log": log}, at=NOW - 60, queue="mail", now=NOW - 60)
+
+    report = queue.status(now=NOW)
+    assert report.problems(max_idle=300, max_lag=600) == [
+        "no run recorded (delay_queue_last_run is empty): is cron running delayq run?",
+        f"queue default: job {late} is 15m late (max 10m), 1 due in all",
+    ]
+
+    queue.index.client.hset(LAST_RUN_KEY, mapping={"started_at": NOW - 400, "duration": 2})
+    report = queue.status(now=NOW)
+    assert report.problems(max_idle=300, max_lag=3600) == [
+        "no run for 6.6m (max 5m): is cron running delayq run?"
+    ]
+    queue.index.client.hset(LAST_RUN_KEY, mapping={"started_at": NOW - 30})
+    assert queue.status(now=NOW).problems(max_idle=300, max_lag=3600) == []
+
+
+def test_status_json_keeps_queues_at_the_top_and_lists_every_field(queue, cli_env, log):
+    queue.add(H, "record", {"log": log}, delay=3600)
+    queue.index.client.hset(
+        LAST_RUN_KEY,
+        mapping={"started_at": time.time() - 5, "duration": 0.5, "outcome": "ok", "jobs": 3},
+    )
+
+    result = invoke(cli_env, "status", "--json")
+
+    assert result.exit_code == 0, result.output
+    body = json.loads(result.stdout)
+    assert set(body) == {"queues", "last_run", "now"}
+    assert set(body["queues"]) == {"default"}
+    assert set(body["queues"]["default"]) == QUEUE_KEYS
+    assert body["queues"]["default"]["pending_later"] == 1
+    assert set(body["last_run"]) == {"started_at", "duration", "outcome", "jobs", "age"}
+    assert body["last_run"]["jobs"] == 3
+    assert 4 <= body["last_run"]["age"] < 60
+
+
+def test_status_table_names_each_queue_and_a_run_that_never_happened(queue, cli_env, log):
+    queue.add(H, "record", {"log": log}, delay=3600, queue="mail")
+
+    result = invoke(cli_env, "status")
+
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0] == "last run: never"
+    assert lines[1].split() == [
+        "queue",
+        "due",
+        "later",
+        "running",
+        "success",
+        "failed",
+        "cancelled",
+        "missed",
+    ]
+    assert lines[3].split() == ["mail", "0", "1", "0", "0", "0", "0", "0"]
+    assert lines[4] == ""
+    assert lines[5].split() == ["queue", "oldest", "due", "late", "next", "due", "failed", "1h"]
+    assert lines[7].split()[:4] == ["mail", "-", "-", "in"]
+
+
+def test_check_exits_1_with_one_line_per_problem_on_stderr(queue, cli_env, log):
+    queue.add(H, "record", {"log": log}, at=time.time() - 1200)
+
+    result = invoke(cli_env, "status", "--check", "--max-lag", "10m")
+
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    problems = result.stderr.splitlines()
+    assert len(problems) == 2
+    assert problems[0].startswith("delayq: check: no run recorded")
+    assert problems[1].startswith("delayq: check: queue default: job")
+
+
+def test_check_is_silent_and_exits_0_when_runs_are_recent_and_nothing_is_late(queue, cli_env, log):
+    queue.add(H, "record", {"log": log}, at=time.time() - 30)
+    queue.index.client.hset(LAST_RUN_KEY, mapping={"started_at": time.time() - 60})
+
+    result = invoke(cli_env, "status", "--check", "--max-idle", "5m", "--max-lag", "10m")
+
+    assert (result.exit_code, result.stdout, result.stderr) == (0, "", "")
+
+
+def test_check_with_json_still_prints_the_object(queue, cli_env):
+    result = invoke(cli_env, "status", "--check", "--json")
+
+    assert result.exit_code == 1
+    assert json.loads(result.stdout)["last_run"] is None
+
+
+def test_unknown_status_numbers_are_left_out_of_the_counts(queue):
+    Job.create(params="{}", status=99, run_at=NOW)
+    Job.create(params="{}", status=Status.SUCCESS, run_at=NOW)
+
+    default = queue.status(now=NOW).queues["default"]
+
+    assert (default.success, default.pending) == (1, 0)
