@@ -23,6 +23,7 @@ CREATE TABLE IF NOT EXISTS `delay_queue` (
   `lease_token` varchar(32) DEFAULT NULL,        -- which run holds the lease
   `lost_leases` int NOT NULL DEFAULT 0,          -- runs that died holding this job
   `timeout` double DEFAULT NULL,                 -- handler time limit; NULL: DELAYQ_TIMEOUT
+  `every` double DEFAULT NULL,                   -- recurring period; NULL: runs once
   PRIMARY KEY (`id`),
   KEY `job_status_queue_run_at` (`status`, `queue`, `run_at`),
   KEY `job_ext_string` (`ext_string`),

@@ -94,6 +94,13 @@ def add(
     timeout: Annotated[
         str | None, typer.Option("--timeout", help="Time limit for the handler (default 5m).")
     ] = None,
+    every: Annotated[
+        str | None,
+        typer.Option("--every", help="Recurring: run again this long after each due time."),
+    ] = None,
+    replace: Annotated[
+        bool, typer.Option("--replace", help="Move the pending job with this --ext instead.")
+    ] = False,
 ) -> None:
     """Schedule CLASS.METHOD(data); prints the new job id."""
     with reporting_errors():
@@ -107,6 +114,8 @@ def add(
             ext=ext,
             queue=queue_name,
             timeout=_duration_or_none(timeout, "--timeout"),
+            every=_duration_or_none(every, "--every"),
+            replace=replace,
         )
         typer.echo(job_id)
 

@@ -7,7 +7,9 @@ decides a job's fate; this table does.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from enum import IntEnum
 from typing import Any, NamedTuple, cast
@@ -23,6 +25,7 @@ from peewee import (
     DoubleField,
     IntegerField,
     Model,
+    OperationalError,
     SmallIntegerField,
     TextField,
     fn,
@@ -77,6 +80,7 @@ class Job(Model):
     lease_token = CharField(max_length=32, null=True)  # which run holds the lease
     lost_leases = IntegerField(default=0, constraints=[SQL("DEFAULT 0")])
     timeout = DoubleField(null=True)  # seconds the handler may take; NULL: the configured default
+    every = DoubleField(null=True)  # a recurring job's period in seconds; NULL: runs once
 
     class Meta:
         table_name = "delay_queue"
@@ -111,6 +115,7 @@ class ClaimedJob(NamedTuple):
     chain_id: int | None
     run_at: float | None
     timeout: float | None
+    every: float | None
 
 
 CLAIMED_COLUMNS = (
@@ -122,6 +127,7 @@ CLAIMED_COLUMNS = (
     Job.chain_id,
     Job.run_at,
     Job.timeout,
+    Job.every,
 )
 
 
@@ -129,6 +135,86 @@ def tuples(query: Any) -> list[tuple[Any, ...]]:
     """The rows of a SELECT (or of a RETURNING cursor) as plain tuples: cheaper than models,
     and typed as tuples."""
     return cast(list[tuple[Any, ...]], list(query.tuples()))
+
+
+def insert_next_occurrence(job: ClaimedJob, run_at: float, now: float) -> int | None:
+    """The next occurrence of a recurring job, unless its series was stopped meanwhile.
+
+    Runs inside the transaction that records the occurrence's outcome; the locking read
+    orders it against `stop_series`, so a cancel never loses to a re-arm.
+    """
+    query = Job.select(Job.every).where(Job.id == job.id)
+    if is_mysql(Job._meta.database):
+        query = query.for_update()
+    row = query.first()
+    if row is None or row.every is None:
+        return None
+    return Job.insert(
+        params=job.params,
+        ext_string=job.ext_string,
+        queue=job.queue,
+        run_at=run_at,
+        timeout=job.timeout,
+        every=row.every,
+        status=Status.PENDING,
+        created=local_now(now),
+        modified=local_now(now),
+    ).execute()
+
+
+@contextmanager
+def exclusive(name: str) -> Iterator[None]:
+    """Hold a lock named `name` across processes: GET_LOCK on MySQL; on SQLite an immediate
+    transaction, which already excludes every other writer."""
+    db = Job._meta.database
+    if not is_mysql(db):
+        with db.atomic("IMMEDIATE"):
+            yield
+        return
+    lock = "delayq:" + hashlib.sha1(name.encode()).hexdigest()
+    if db.execute_sql("SELECT GET_LOCK(%s, 30)", (lock,)).fetchone()[0] != 1:
+        raise OperationalError(f"could not take lock {lock} within 30 s")
+    try:
+        with db.atomic():
+            yield
+    finally:
+        db.execute_sql("SELECT RELEASE_LOCK(%s)", (lock,))
+
+
+def replace_pending(row: dict[str, Any]) -> tuple[int, list[int]]:
+    """Move the oldest PENDING job with the row's ext and queue to the row's time and data
+    (or insert the row if there is none); cancel any further ones. Call under `exclusive`.
+
+    Returns the job's id and the ids cancelled.
+    """
+    pending = [
+        job_id
+        for (job_id,) in tuples(
+            Job.select(Job.id)
+            .where(
+                Job.ext_string == row["ext_string"],
+                Job.queue == row["queue"],
+                Job.status == Status.PENDING,
+            )
+            .order_by(Job.id)
+        )
+    ]
+    moved = {key: row[key] for key in ("params", "run_at", "timeout", "every", "modified")}
+    if not pending or not (
+        Job.update(**moved).where(Job.id == pending[0], Job.status == Status.PENDING).execute()
+    ):
+        # None pending, or a run took it meanwhile: this becomes the pending job.
+        return Job.insert(**row).execute(), []
+    cancel(pending[1:], row["modified"].timestamp())
+    return pending[0], pending[1:]
+
+
+def stop_series(ext: str, queue: str | None) -> int:
+    """Stop the recurring series with this business key from re-arming."""
+    query = Job.update(every=None).where(Job.ext_string == ext, Job.every.is_null(False))
+    if queue is not None:
+        query = query.where(Job.queue == queue)
+    return query.execute()
 
 
 def get_job(job_id: int) -> Job | None:
@@ -167,6 +253,7 @@ def insert_retry(row: Job | ClaimedJob, run_at: float, now: float) -> int:
         chain_id=row.chain_id or row.id,
         run_at=run_at,
         timeout=row.timeout,
+        every=None,  # a retry is a one-off; the series re-arms from the occurrence itself
         status=Status.PENDING,
         created=local_now(now),
         modified=local_now(now),

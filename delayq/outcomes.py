@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from . import leases, models
 from .index import ScheduleIndex
 from .models import ClaimedJob, Job, Status
-from .retry import next_run_at, should_retry
+from .retry import next_occurrence, next_run_at, should_retry
 
 FLUSH_MAX = 500
 FLUSH_INTERVAL = 0.2
@@ -42,12 +42,18 @@ class Outcome:
 
 @dataclass
 class Settled:
-    """What a flush wrote: counts for the report, and the retry rows it created."""
+    """What a flush wrote: counts for the report, and the rows it scheduled."""
 
     succeeded: int = 0
     failed: int = 0
     retries: list[tuple[int, float]] = field(default_factory=list)
+    occurrences: list[tuple[int, float]] = field(default_factory=list)  # recurring re-arms
     lost: list[int] = field(default_factory=list)  # outcomes whose lease had been taken over
+
+    @property
+    def scheduled(self) -> list[tuple[int, float]]:
+        """(id, due) of every row to put on the schedule: retries and next occurrences."""
+        return self.retries + self.occurrences
 
 
 class OutcomeBuffer:
@@ -79,7 +85,7 @@ class OutcomeBuffer:
     def flush(self) -> Settled:
         """Write every waiting outcome to the table, then index retries and drop the journal."""
         settled = write_outcomes(self.waiting, self.token)
-        self.index.settle(self.queue, self.journaled, settled.retries)
+        self.index.settle(self.queue, self.journaled, settled.scheduled)
         self.waiting, self.journaled = [], []
         self.window_started = time.monotonic()
         return settled
@@ -99,7 +105,22 @@ def write_outcomes(outcomes: list[Outcome], token: str | None) -> Settled:
         for outcome in outcomes:
             if outcome.status == Status.FAILED:
                 _write_failure(outcome, token, settled)
+        lost = set(settled.lost)
+        for outcome in outcomes:
+            if outcome.job.every and outcome.job.id not in lost:
+                _rearm(outcome, settled)
     return settled
+
+
+def _rearm(outcome: Outcome, settled: Settled) -> None:
+    # After success and failure alike: a timer that stopped at its first failure would die
+    # silently. A failed occurrence still gets its ladder retries as one-off rows.
+    job = outcome.job
+    assert job.every is not None
+    run_at = next_occurrence(job.run_at or outcome.finished_at, job.every, outcome.finished_at)
+    next_id = models.insert_next_occurrence(job, run_at, outcome.finished_at)
+    if next_id is not None:
+        settled.occurrences.append((next_id, run_at))
 
 
 def _write_failure(outcome: Outcome, token: str | None, settled: Settled) -> None:

@@ -7,11 +7,8 @@ database and Redis errors into BackendUnavailable so callers see one clear failu
 from __future__ import annotations
 
 import functools
-import json
 import logging
-import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
 
 import peewee
@@ -24,6 +21,7 @@ from .errors import BackendUnavailable, BadInput, JobNotFound
 from .handlers import locate
 from .index import ScheduleIndex
 from .interrupts import GracefulStop
+from .jobspec import JobSpec, check_ext, decode_params, job_view, row_view, run_at_of, to_row
 from .looping import run_loop
 from .maintenance import RequeueResult
 from .models import Job, Status
@@ -34,7 +32,6 @@ from .runner import RunLimits, run_once
 
 logger = logging.getLogger(__name__)
 
-PARAMS_MAX_BYTES = 65535  # what a MySQL TEXT column holds
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -59,20 +56,6 @@ def _backend_errors(method: Callable[P, R]) -> Callable[P, R]:
 
 def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:300] or type(exc).__name__
-
-
-@dataclass(frozen=True)
-class JobSpec:
-    """One job to add: what to call, with what, when, under which business key."""
-
-    class_path: str
-    method: str
-    data: Any = None
-    delay: float | None = None
-    at: float | None = None
-    ext: str = ""
-    queue: str = DEFAULT_QUEUE
-    timeout: float | None = None  # seconds the handler may run; None: DELAYQ_TIMEOUT
 
 
 class Queue:
@@ -107,18 +90,39 @@ class Queue:
         ext: str = "",
         queue: str = DEFAULT_QUEUE,
         timeout: float | None = None,
+        every: float | None = None,
+        replace: bool = False,
         now: float | None = None,
     ) -> int:
-        """Schedule `class_path.method(data)` after `delay` seconds (or at epoch `at`)."""
-        spec = JobSpec(class_path, method, data, delay, at, ext, queue, timeout)
+        """Schedule `class_path.method(data)` after `delay` seconds (or at epoch `at`).
+
+        `every`: re-arm after each run, `every` seconds after the previous due time.
+        `replace`: move the pending job with this `ext` instead of adding a second one.
+        """
+        spec = JobSpec(class_path, method, data, delay, at, ext, queue, timeout, every)
+        if replace:
+            return self._replace(spec, now)
         return self.add_many([spec], now=now)[0]
+
+    @_backend_errors
+    def _replace(self, spec: JobSpec, now: float | None) -> int:
+        if not spec.ext:
+            raise BadInput("--replace needs --ext: the key of the job to replace")
+        now = self.index.now() if now is None else now
+        row = to_row(spec, now, self.settings.handlers, set())
+        self._bind()
+        with models.exclusive(f"{spec.queue}\0{spec.ext}"):
+            job_id, dropped = models.replace_pending(row)
+        self.index.remove(spec.queue, dropped)
+        self.index.add(spec.queue, job_id, row["run_at"])
+        return job_id
 
     @_backend_errors
     def add_many(self, specs: Iterable[JobSpec], *, now: float | None = None) -> list[int]:
         """Schedule several jobs: one transaction, one Redis round trip per queue."""
         now = self.index.now() if now is None else now
         located: set[tuple[str, str]] = set()
-        checked = [self._row_for(spec, now, located) for spec in specs]
+        checked = [to_row(spec, now, self.settings.handlers, located) for spec in specs]
         if not checked:
             return []
         self._bind()
@@ -127,23 +131,6 @@ class Queue:
         )
         self._index_new(checked, ids)
         return ids
-
-    def _row_for(self, spec: JobSpec, now: float, located: set[tuple[str, str]]) -> dict[str, Any]:
-        if (spec.class_path, spec.method) not in located:
-            locate(spec.class_path, spec.method, self.settings.handlers)
-            located.add((spec.class_path, spec.method))
-        validate_queue_name(spec.queue)
-        return {
-            "params": _encode_params(spec.class_path, spec.method, spec.data),
-            "ext_string": _check_ext(spec.ext),
-            "queue": spec.queue,
-            "run_at": _run_at(spec.delay, spec.at, now),
-            "timeout": _check_timeout(spec.timeout),
-            "status": Status.PENDING,
-            "retry_times": 0,
-            "created": models.local_now(now),
-            "modified": models.local_now(now),
-        }
 
     def _index_new(self, rows: Sequence[Mapping[str, Any]], ids: Sequence[int]) -> None:
         by_queue: dict[str, list[tuple[int, float]]] = {}
@@ -178,7 +165,8 @@ class Queue:
             job = self._get(job_id)
             targets = [(job.id, job.queue)] if job.status == Status.PENDING else []
         else:
-            targets = models.pending_by_ext(_check_ext(ext or ""), queue)
+            models.stop_series(check_ext(ext or ""), queue)  # first, so no re-arm slips past
+            targets = models.pending_by_ext(check_ext(ext or ""), queue)
         count = models.cancel([job_id for job_id, _ in targets], now)
         for name in {name for _, name in targets}:
             self.index.remove(name, [job_id for job_id, q in targets if q == name])
@@ -188,7 +176,7 @@ class Queue:
     def retry(self, job_id: int, *, delay: float = 0.0, now: float | None = None) -> int:
         """A new pending attempt of a finished job, due after `delay` seconds."""
         now = self.index.now() if now is None else now
-        run_at = _run_at(delay, None, now)
+        run_at = run_at_of(delay, None, now)
         self._bind()
         job = self._get(job_id)
         if job.status in (Status.PENDING, Status.RUNNING):
@@ -203,7 +191,7 @@ class Queue:
                 f"job {job_id} already has attempt {later.id} {models.status_word(later.status)};"
                 " retry that one later, or cancel it first"
             )
-        payload = _decode_params(job.params)
+        payload = decode_params(job.params)
         locate(payload["class"], payload["method"], self.settings.handlers)
         new_id = models.insert_retry(job, run_at, now)
         self.index.add(job.queue, new_id, run_at)
@@ -377,96 +365,3 @@ def connect(settings: Settings | None = None, **overrides: Any) -> Queue:
     db = open_database(database_url)
     client = redis.Redis.from_url(redis_url, socket_connect_timeout=5, socket_timeout=30)
     return Queue(settings, db, ScheduleIndex(client))
-
-
-def job_view(job: Job) -> dict[str, Any]:
-    """The contract's JSON object for a job."""
-    try:
-        payload = json.loads(job.params)
-    except (TypeError, ValueError):
-        payload = {}
-    if not isinstance(payload, dict):
-        payload = {}
-    return {
-        "id": job.id,
-        "status": models.status_word(job.status),
-        "retry_times": job.retry_times,
-        "message": job.message,
-        "ext": job.ext_string,
-        "run_at": job.run_at,
-        "class": payload.get("class"),
-        "method": payload.get("method"),
-        "data": payload.get("data"),
-    }
-
-
-def row_view(job: Job) -> dict[str, Any]:
-    """`job_view` plus where the row sits: queue, chain and when it was created and changed."""
-    return dict(
-        job_view(job),
-        queue=job.queue,
-        chain_id=job.chain_id,
-        created=reports.epoch_of(job.created),
-        modified=reports.epoch_of(job.modified),
-    )
-
-
-def _encode_params(class_path: str, method: str, data: Any) -> str:
-    try:
-        text = json.dumps(
-            {"class": class_path, "method": method, "data": data},
-            ensure_ascii=False,
-            allow_nan=False,
-        )
-    except (TypeError, ValueError) as exc:
-        raise BadInput(f"data is not JSON-serialisable: {exc}") from None
-    try:
-        size = len(text.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise BadInput("data contains text that is not valid UTF-8") from None
-    if size > PARAMS_MAX_BYTES:
-        raise BadInput(f"job payload is {size} bytes; the limit is {PARAMS_MAX_BYTES}")
-    return text
-
-
-def _decode_params(params: str) -> dict[str, Any]:
-    try:
-        payload = json.loads(params)
-    except (TypeError, ValueError):
-        payload = None
-    if not isinstance(payload, dict) or not all(
-        isinstance(payload.get(key), str) for key in ("class", "method")
-    ):
-        raise BadInput("the job's params are not a JSON object with class and method")
-    return payload
-
-
-def _check_ext(ext: str) -> str:
-    if not isinstance(ext, str):
-        raise BadInput("ext must be text")
-    try:
-        ext.encode("utf-8")
-    except UnicodeEncodeError:
-        raise BadInput("ext is not valid UTF-8") from None
-    if len(ext) > models.EXT_MAX:
-        raise BadInput(f"ext is {len(ext)} characters; the limit is {models.EXT_MAX}")
-    return ext
-
-
-def _check_timeout(timeout: float | None) -> float | None:
-    if timeout is not None and (not math.isfinite(timeout) or timeout <= 0):
-        raise BadInput(f"timeout must be a positive number of seconds, not {timeout}")
-    return timeout
-
-
-def _run_at(delay: float | None, at: float | None, now: float) -> float:
-    if delay is not None and at is not None:
-        raise BadInput("give a delay or an --at time, not both")
-    if at is not None:
-        if not math.isfinite(at):
-            raise BadInput("--at must be a finite time")
-        return float(at)
-    delay = 0.0 if delay is None else float(delay)
-    if not math.isfinite(delay) or delay < 0:
-        raise BadInput(f"delay must be a non-negative number of seconds, not {delay}")
-    return now + delay

@@ -69,7 +69,7 @@ def recover_leases(index: ScheduleIndex, queue: str, now: float) -> Recovered:
             logger.warning("job %d: its run died (lease lapsed); scheduled again", item.job.id)
     for token, settled_outcomes in outcomes.items():
         settled = write_outcomes(settled_outcomes, token)
-        index.settle(queue, [o.job.id for o in settled_outcomes], settled.retries)
+        index.settle(queue, [o.job.id for o in settled_outcomes], settled.scheduled)
         result.journaled += settled.succeeded + settled.failed
         logger.warning("recorded %d journaled outcomes of a run that died", len(settled_outcomes))
     return result

@@ -40,6 +40,7 @@ COLUMNS = [
     "lease_token",
     "lost_leases",
     "timeout",
+    "every",
 ]
 INDEXES = {
     "PRIMARY": ["id"],

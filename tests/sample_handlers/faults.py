@@ -4,6 +4,8 @@ connections of the run, report their own context. Each appends to data["log"] fi
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from typing import Any
 from urllib.parse import urlparse
 
@@ -50,3 +52,19 @@ def kill_db_connections(data: dict[str, Any]) -> str:
     conn.close()
     _append(data["log"], f"killed {killed}")
     return f"killed {killed}"
+
+
+def cancel_own_series(data: dict[str, Any]) -> str:
+    """Cancel this job's own series from another process while this occurrence runs."""
+    job = delayq.current_job()
+    assert job is not None
+    env = dict(os.environ, **data["env"])
+    done = subprocess.run(
+        [sys.executable, "-m", "delayq", "cancel", "--ext", job.ext],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    _append(data["log"], f"cancelled {done.stdout.strip()}")
+    return "cancelled"

@@ -1,0 +1,159 @@
+"""What a job is before it is a row: JobSpec, the checks every new job passes (handler
+allowed and importable, JSON data within the size limit, a sane time, ext and queue), the
+row it becomes, and the contract's view of a row on the way out.
+
+Every check runs before anything is written, so bad input leaves no trace.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from . import models, reports
+from .config import DEFAULT_QUEUE, validate_queue_name
+from .errors import BadInput
+from .handlers import locate
+from .models import Job, Status
+
+PARAMS_MAX_BYTES = 65535  # what a MySQL TEXT column holds
+MIN_EVERY = 1.0
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One job to add: what to call, with what, when, under which business key."""
+
+    class_path: str
+    method: str
+    data: Any = None
+    delay: float | None = None
+    at: float | None = None
+    ext: str = ""
+    queue: str = DEFAULT_QUEUE
+    timeout: float | None = None  # seconds the handler may run; None: DELAYQ_TIMEOUT
+    every: float | None = None  # recurring: re-arm this many seconds after each due time
+
+
+def to_row(
+    spec: JobSpec, now: float, allowed: Sequence[str], located: set[tuple[str, str]]
+) -> dict[str, Any]:
+    """The row a JobSpec becomes, or BadInput; `located` caches handlers already checked."""
+    if (spec.class_path, spec.method) not in located:
+        locate(spec.class_path, spec.method, allowed)
+        located.add((spec.class_path, spec.method))
+    validate_queue_name(spec.queue)
+    return {
+        "params": encode_params(spec.class_path, spec.method, spec.data),
+        "ext_string": check_ext(spec.ext),
+        "queue": spec.queue,
+        "run_at": run_at_of(spec.delay, spec.at, now),
+        "timeout": check_timeout(spec.timeout),
+        "every": check_every(spec.every),
+        "status": Status.PENDING,
+        "retry_times": 0,
+        "created": models.local_now(now),
+        "modified": models.local_now(now),
+    }
+
+
+def job_view(job: Job) -> dict[str, Any]:
+    """The contract's JSON object for a job."""
+    try:
+        payload = json.loads(job.params)
+    except (TypeError, ValueError):
+        payload = {}
+    if not isinstance(payload, dict):
+        payload = {}
+    return {
+        "id": job.id,
+        "status": models.status_word(job.status),
+        "retry_times": job.retry_times,
+        "message": job.message,
+        "ext": job.ext_string,
+        "run_at": job.run_at,
+        "class": payload.get("class"),
+        "method": payload.get("method"),
+        "data": payload.get("data"),
+    }
+
+
+def row_view(job: Job) -> dict[str, Any]:
+    """`job_view` plus where the row sits: queue, chain and when it was created and changed."""
+    return dict(
+        job_view(job),
+        queue=job.queue,
+        chain_id=job.chain_id,
+        created=reports.epoch_of(job.created),
+        modified=reports.epoch_of(job.modified),
+    )
+
+
+def encode_params(class_path: str, method: str, data: Any) -> str:
+    try:
+        text = json.dumps(
+            {"class": class_path, "method": method, "data": data},
+            ensure_ascii=False,
+            allow_nan=False,
+        )
+    except (TypeError, ValueError) as exc:
+        raise BadInput(f"data is not JSON-serialisable: {exc}") from None
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise BadInput("data contains text that is not valid UTF-8") from None
+    if size > PARAMS_MAX_BYTES:
+        raise BadInput(f"job payload is {size} bytes; the limit is {PARAMS_MAX_BYTES}")
+    return text
+
+
+def decode_params(params: str) -> dict[str, Any]:
+    try:
+        payload = json.loads(params)
+    except (TypeError, ValueError):
+        payload = None
+    if not isinstance(payload, dict) or not all(
+        isinstance(payload.get(key), str) for key in ("class", "method")
+    ):
+        raise BadInput("the job's params are not a JSON object with class and method")
+    return payload
+
+
+def check_ext(ext: str) -> str:
+    if not isinstance(ext, str):
+        raise BadInput("ext must be text")
+    try:
+        ext.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadInput("ext is not valid UTF-8") from None
+    if len(ext) > models.EXT_MAX:
+        raise BadInput(f"ext is {len(ext)} characters; the limit is {models.EXT_MAX}")
+    return ext
+
+
+def check_every(every: float | None) -> float | None:
+    if every is not None and (not math.isfinite(every) or every < MIN_EVERY):
+        raise BadInput(f"--every must be at least {MIN_EVERY:g} second, not {every}")
+    return every
+
+
+def check_timeout(timeout: float | None) -> float | None:
+    if timeout is not None and (not math.isfinite(timeout) or timeout <= 0):
+        raise BadInput(f"timeout must be a positive number of seconds, not {timeout}")
+    return timeout
+
+
+def run_at_of(delay: float | None, at: float | None, now: float) -> float:
+    if delay is not None and at is not None:
+        raise BadInput("give a delay or an --at time, not both")
+    if at is not None:
+        if not math.isfinite(at):
+            raise BadInput("--at must be a finite time")
+        return float(at)
+    delay = 0.0 if delay is None else float(delay)
+    if not math.isfinite(delay) or delay < 0:
+        raise BadInput(f"delay must be a non-negative number of seconds, not {delay}")
+    return now + delay
