@@ -8,7 +8,8 @@ stdout carries results only (an id, a count, a JSON object); diagnostics go to s
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -30,6 +31,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Durable delayed jobs on MySQL + Redis, driven by cron.",
 )
+
+PROGRESS_MIN_JOBS = 50  # a bar for a handful of jobs is noise
 
 EXIT_CODES: dict[type[DelayqError], int] = {
     BadInput: 2,
@@ -164,7 +167,9 @@ def run(
         if duration is not None and not loop:
             raise BadInput("--for needs --loop")
         queue = _queue()
-        with graceful_stop() as stop:
+        with graceful_stop() as stop, _progress(queue, verbose and not loop, queues) as bar:
+            if bar is not None:
+                options["on_outcome"] = bar
             if loop:
                 report = queue.run_loop(duration=duration, stop=stop, **options)
             else:
@@ -193,12 +198,39 @@ def _summary(report: RunReport) -> str:
 
 
 def _print_outcome(outcome: JobOutcome) -> None:
+    typer.echo(_outcome_line(outcome))
+
+
+def _outcome_line(outcome: JobOutcome) -> str:
     message = f" {outcome.message}" if outcome.message else ""
     retry = " (will retry)" if outcome.will_retry else ""
-    typer.echo(
+    return (
         f"{outcome.id} {outcome.class_path}.{outcome.method} attempt {outcome.attempt} "
         f"{outcome.status.word} {outcome.duration * 1000:.1f}ms{message}{retry}"
     )
+
+
+@contextmanager
+def _progress(
+    queue: Queue, wanted: bool, queues: list[str] | None
+) -> Iterator[Callable[[JobOutcome], None] | None]:
+    """On a terminal, `run -v` over a backlog shows a progress bar under the job lines;
+    never in cron, which has no terminal."""
+    due = queue.due_count(queues) if wanted and sys.stdout.isatty() else 0
+    if due < PROGRESS_MIN_JOBS:
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    columns = (BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    with Progress(*columns, transient=True) as progress:
+        task = progress.add_task("run", total=due)
+
+        def advance(outcome: JobOutcome) -> None:
+            progress.console.print(_outcome_line(outcome), markup=False, highlight=False)
+            progress.advance(task)
+
+        yield advance
 
 
 @app.command()

@@ -157,6 +157,14 @@ class ScheduleIndex:
         scores = self.client.zmscore(schedule_key(queue), [str(job_id) for job_id in job_ids])
         return [job_id for job_id, score in zip(job_ids, scores, strict=True) if score is None]
 
+    def due_count(self, queues: Sequence[str]) -> int:
+        """Members due now across `queues`, in one round trip."""
+        now = self.now()
+        pipe = self.client.pipeline(transaction=False)
+        for queue in queues:
+            pipe.zcount(schedule_key(queue), "-inf", repr(now))
+        return sum(int(count) for count in pipe.execute())
+
     def heads(self, queues: Sequence[str]) -> dict[str, float]:
         """The earliest due time of each non-empty queue, in one round trip."""
         pipe = self.client.pipeline(transaction=False)

@@ -28,7 +28,7 @@ from .models import Job, Status
 from .recovery import Reconciled, reconcile
 from .report import OutcomeCallback, RunReport
 from .reports import JobFilter, StatusReport, Upcoming
-from .runner import RunLimits, run_once
+from .runner import RunLimits, known_queues, run_once
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +45,10 @@ def _backend_errors(method: Callable[P, R]) -> Callable[P, R]:
         try:
             return method(*args, **kwargs)
         except peewee.DatabaseError as exc:
+            if _is_missing_table(exc):
+                raise BackendUnavailable(
+                    "the delay_queue table does not exist here; run `delayq init` first"
+                ) from exc
             raise BackendUnavailable(f"database error: {_one_line(exc)}") from exc
         except peewee.InterfaceError as exc:
             raise BackendUnavailable(f"database unreachable: {_one_line(exc)}") from exc
@@ -52,6 +56,13 @@ def _backend_errors(method: Callable[P, R]) -> Callable[P, R]:
             raise BackendUnavailable(f"Redis error: {_one_line(exc)}") from exc
 
     return wrapper
+
+
+def _is_missing_table(exc: BaseException) -> bool:
+    text = str(exc)
+    return "no such table: delay_queue" in text or (  # SQLite
+        "1146" in text and "delay_queue" in text  # MySQL: table doesn't exist
+    )
 
 
 def _one_line(exc: BaseException) -> str:
@@ -296,6 +307,11 @@ class Queue:
             limit=limit,
             max_seconds=self.settings.max_seconds if max_seconds is None else max_seconds,
         )
+
+    @_backend_errors
+    def due_count(self, queues: Sequence[str] | None = None) -> int:
+        """How many jobs are due now on the schedule of `queues` (default: all)."""
+        return self.index.due_count(list(queues) if queues else known_queues(self.index))
 
     @_backend_errors
     def reconcile(self) -> Reconciled:

@@ -1,0 +1,58 @@
+"""`delayq run -v` on a terminal draws a progress bar under the job lines; without a
+terminal (cron) it prints the lines alone. A real pseudo-terminal comes from script(1)."""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+
+import delayq
+from tests.conftest import DELAYQ
+
+H = "tests.sample_handlers.jobs"
+
+
+def backlog(queue: delayq.Queue, count: int) -> None:
+    queue.add_many([delayq.JobSpec(H, "echo", n) for n in range(count)])
+
+
+def test_verbose_run_on_a_terminal_shows_a_progress_bar(queue, cli_env):
+    script = shutil.which("script")
+    assert script, "script(1) from util-linux provides the pseudo-terminal for this test"
+    backlog(queue, 60)
+
+    result = subprocess.run(
+        [script, "-qec", shlex.join([*DELAYQ, "run", "-v"]), "/dev/null"],
+        env=cli_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert result.returncode == 0, result.stdout
+    assert "60/60" in result.stdout
+    assert result.stdout.count(" success ") == 60
+
+
+def test_verbose_run_without_a_terminal_prints_no_bar(queue, cli_env):
+    backlog(queue, 60)
+
+    result = subprocess.run(
+        [*DELAYQ, "run", "-v"], env=cli_env, capture_output=True, text=True, timeout=60
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert "/60" not in result.stdout and "\x1b" not in result.stdout
+    assert len(result.stdout.splitlines()) == 61  # a line per job and the summary
+
+
+def test_add_before_init_says_to_run_init(backend, cli_env):
+    result = subprocess.run(
+        [*DELAYQ, "add", H, "echo"], env=cli_env, capture_output=True, text=True, timeout=60
+    )
+
+    assert result.returncode == 1
+    assert result.stderr == (
+        "delayq: error: the delay_queue table does not exist here; run `delayq init` first\n"
+    )
