@@ -81,7 +81,8 @@ def init() -> None:
     """Create the delay_queue table and the schedule index; safe to run again."""
     with reporting_errors():
         queue = _queue()
-        queue.init()
+        for change in queue.init():
+            typer.echo(f"added {change}")
         typer.echo(f"initialised {queue.describe()}")
 
 

@@ -30,6 +30,7 @@ from peewee import (
     TextField,
     fn,
 )
+from playhouse.migrate import SchemaMigrator, migrate
 
 database_proxy = DatabaseProxy()
 
@@ -92,10 +93,29 @@ class Job(Model):
         )
 
 
-def create_tables(db: Database) -> None:
-    """Create `delay_queue` and its indexes if missing; safe to run again."""
-    Job._meta.table_settings = ["ENGINE=InnoDB", "DEFAULT CHARSET=utf8mb4"] if is_mysql(db) else []
-    db.create_tables([Job], safe=True)
+def create_tables(db: Database) -> list[str]:
+    """Create `delay_queue` and its indexes, or add what an older table lacks; safe to run
+    again. Returns what it added to an existing table."""
+    table = Job._meta.table_name
+    if not db.table_exists(table):
+        Job._meta.table_settings = (
+            ["ENGINE=InnoDB", "DEFAULT CHARSET=utf8mb4"] if is_mysql(db) else []
+        )
+        db.create_tables([Job])
+        return []
+    migrator = SchemaMigrator.from_database(db)
+    added = []
+    columns = {column.name for column in db.get_columns(table)}
+    for field in Job._meta.sorted_fields:
+        if field.column_name not in columns:
+            migrate(migrator.add_column(table, field.column_name, field))
+            added.append(f"column {field.column_name}")
+    indexed = {tuple(index.columns) for index in db.get_indexes(table)}
+    for fields, unique in Job._meta.indexes:
+        if tuple(fields) not in indexed:
+            migrate(migrator.add_index(table, fields, unique))
+            added.append(f"index ({', '.join(fields)})")
+    return added
 
 
 def is_mysql(db: object) -> bool:

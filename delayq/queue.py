@@ -82,13 +82,15 @@ class Queue:
             models.database_proxy.initialize(self.db)
 
     @_backend_errors
-    def init(self) -> None:
-        """Create the table if missing and make sure the index holds every pending job."""
+    def init(self) -> list[str]:
+        """Create the table (or add the columns and indexes an older one lacks) and make
+        sure the index holds every pending job; returns what it added to an existing table."""
         self._bind()
-        models.create_tables(self.db)
+        added = models.create_tables(self.db)
         if not self.index.is_complete():
             self.index.register(models.pending_queues())
             self.index.rebuild_from(models.iter_pending())
+        return added
 
     def add(
         self,

@@ -19,6 +19,8 @@ import delayq
 from delayq import embedded
 from delayq.config import Settings
 from delayq.database import sqlite_url
+from delayq.models import Job
+from tests.sample_handlers.jobs import read_log
 
 ROOT = Path(__file__).resolve().parent.parent
 HANDLERS = ("tests.sample_handlers",)
@@ -241,3 +243,47 @@ def test_init_is_idempotent_on_sqlite(embedded_home, tmp_path):
         assert queue.show(job_id)["status"] == "pending"
         assert queue.index.size("default") == 1
         queue.index.client.flushdb()
+
+
+SEED_TABLE = """
+CREATE TABLE delay_queue (
+  id INTEGER PRIMARY KEY {auto},
+  params TEXT NOT NULL,
+  message TEXT,
+  ext_string VARCHAR(255) NOT NULL DEFAULT '',
+  retry_times INT NOT NULL DEFAULT 0,
+  status SMALLINT NOT NULL DEFAULT 1,
+  created DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP,
+  modified DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP
+)
+"""
+
+
+def test_init_upgrades_a_seed_table_and_its_rows_still_run(backend, tmp_path):
+    settings = Settings(
+        database_url=backend["database_url"],
+        redis_url=backend["redis_url"],
+        handlers=("tests.sample_handlers",),
+        home=tmp_path / "home",
+    )
+    queue = delayq.connect(settings)
+    mysql = backend["database_url"].startswith("mysql")
+    queue.db.execute_sql(SEED_TABLE.format(auto="AUTO_INCREMENT" if mysql else "AUTOINCREMENT"))
+    log = str(tmp_path / "handler.log")
+    params = {"class": "tests.sample_handlers.jobs", "method": "record", "data": {"log": log}}
+    queue.db.execute_sql(
+        "INSERT INTO delay_queue (params, ext_string) VALUES (%s, 'seed')"
+        if mysql
+        else "INSERT INTO delay_queue (params, ext_string) VALUES (?, 'seed')",
+        (json.dumps(params),),
+    )
+
+    added = queue.init()
+
+    assert "column run_at" in added and "column every" in added
+    assert "index (status, queue, run_at)" in added
+    assert queue.init() == []
+    queue.run()
+    assert read_log(log) == [""]
+    assert Job.get(Job.ext_string == "seed").status == 10
+    queue.close()
