@@ -148,7 +148,7 @@ def _describe_last_run(last: LastRun | None, now: float) -> str:
     if last.outcome:
         parts.append(last.outcome)
     if last.jobs is not None:
-        parts.append(f"{last.jobs} jobs")
+        parts.append(f"{last.jobs} job" + ("" if last.jobs == 1 else "s"))
     return ", ".join(parts)
 
 
