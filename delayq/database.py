@@ -4,12 +4,15 @@ delayq relies on: WAL and a busy timeout on SQLite, reconnect-on-gone-away on My
 
 from __future__ import annotations
 
+import logging
 import re
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 from urllib.parse import urlparse
 
-from peewee import Database, MySQLDatabase, SqliteDatabase
+from peewee import Database, InterfaceError, MySQLDatabase, OperationalError, SqliteDatabase
 from playhouse.db_url import parse
 from playhouse.shortcuts import ReconnectMixin
 
@@ -23,11 +26,43 @@ SQLITE_PRAGMAS = {
 }
 
 
+# MySQL client errors that mean the connection, not the statement, failed: server gone
+# away, lost connection, commands out of sync, idle timeout, and PyMySQL's dead socket.
+DISCONNECT_CODES = ("2006", "2013", "2014", "4031", "(0, '')")
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
 class ReconnectingMySQLDatabase(ReconnectMixin, MySQLDatabase):
     """MySQLDatabase that reconnects once when the server dropped an idle connection.
 
     Outside a transaction only: a statement inside one is never replayed silently.
     """
+
+
+def run_reconnecting(db: Database, work: Callable[[], T]) -> T:
+    """Run `work` (a whole transaction); if the MySQL connection died under it, reconnect and
+    run it once more.
+
+    Safe because every write delayq makes is guarded by status and lease: if the first try
+    did commit before the reply was lost, the second finds nothing left to change.
+    """
+    try:
+        return work()
+    except (OperationalError, InterfaceError) as exc:
+        if not _is_disconnect(exc):
+            raise
+        logger.warning("database connection lost (%s); reconnecting", exc)
+        target = getattr(db, "obj", None) or db
+        if not target.is_closed():
+            target.close()
+        target.connect()
+        return work()
+
+
+def _is_disconnect(exc: Exception) -> bool:
+    text = str(exc)
+    return any(code in text for code in DISCONNECT_CODES)
 
 
 def open_database(url: str) -> Database:

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 
 from . import leases, models
+from .database import run_reconnecting
 from .index import ScheduleIndex
 from .models import ClaimedJob, Job, Status
 from .retry import next_occurrence, next_run_at, should_retry
@@ -92,10 +93,15 @@ class OutcomeBuffer:
 
 
 def write_outcomes(outcomes: list[Outcome], token: str | None) -> Settled:
-    """One transaction: successes in one UPDATE, each failure with its retry row."""
-    settled = Settled()
+    """One transaction: successes in one UPDATE, each failure with its retry row, each
+    recurring job's next occurrence. Retried once on a fresh connection if MySQL dropped it."""
     if not outcomes:
-        return settled
+        return Settled()
+    return run_reconnecting(Job._meta.database, lambda: _write_outcomes(outcomes, token))
+
+
+def _write_outcomes(outcomes: list[Outcome], token: str | None) -> Settled:
+    settled = Settled()
     now = max(outcome.finished_at for outcome in outcomes)
     successes = [(o.job.id, o.message) for o in outcomes if o.status == Status.SUCCESS]
     with Job._meta.database.atomic():

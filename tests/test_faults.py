@@ -9,10 +9,13 @@ import signal
 import subprocess
 import time
 from collections import Counter
+from urllib.parse import urlparse
 
+import pymysql
 import pytest
 
 from delayq import Status
+from delayq.database import run_reconnecting
 from delayq.index import schedule_key
 from delayq.models import Job
 from tests.conftest import DELAYQ
@@ -252,3 +255,31 @@ def test_sql_metacharacters_in_ext_are_just_text(queue, cli_env, log):
     assert queue.show(job_id)["ext"] == ext
     assert run_cli(cli_env, "cancel", "--ext", ext).stdout == b"1\n"
     assert Job.select().count() == 1
+
+
+@pytest.mark.parametrize("backend", ["mariadb"], indirect=True)  # a MariaDB fault
+def test_a_transaction_whose_connection_dies_is_run_again_on_a_new_one(queue, backend):
+    parts = urlparse(backend["database_url"])
+    killer = pymysql.connect(
+        host=parts.hostname,
+        port=parts.port or 3306,
+        user="root",
+        password=parts.password or "",
+        autocommit=True,
+    )
+    attempts = []
+
+    def work() -> int:
+        with queue.db.atomic():
+            (connection_id,) = queue.db.execute_sql("SELECT CONNECTION_ID()").fetchone()
+            attempts.append(connection_id)
+            if len(attempts) == 1:
+                killer.cursor().execute(f"KILL {int(connection_id)}")
+            return Job.insert(params="{}", run_at=1.0).execute()
+
+    job_id = run_reconnecting(queue.db, work)
+
+    assert len(attempts) == 2 and attempts[0] != attempts[1]
+    assert Job.select().where(Job.id == job_id).count() == 1
+    assert Job.select().count() == 1  # the first try left nothing behind
+    killer.close()
