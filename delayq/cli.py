@@ -317,7 +317,19 @@ def _parse_json(text: str) -> Any:
 def main() -> None:
     """Console-script entry point."""
     setup_logging()
+    if sys.argv[1:2] == ["run"]:
+        # Cron starts `delayq run` every minute (loop.sh every few seconds): build only that
+        # command instead of the whole app, whose sixteen commands typer would inspect first.
+        single = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+        single.command()(run)
+        single(args=sys.argv[2:], prog_name=f"{_program_name()} run")
+        return
     app()
+
+
+def _program_name() -> str:
+    name = Path(sys.argv[0]).name
+    return "delayq" if name in ("__main__.py", "-c") else name
 
 
 # The operator's commands live in cli_ops.py; importing it registers them on `app`.

@@ -10,32 +10,38 @@ from __future__ import annotations
 import sys
 import time
 from datetime import datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich import box
-from rich.console import Console
-from rich.table import Table
 
 from .cli import JsonOption, _print_json, _queue, app, reporting_errors
-from .doctor import FAIL, diagnose
 from .durations import format_delta, format_instant, parse_duration
 from .errors import BadInput
-from .maintenance import PURGEABLE
 from .models import Status, status_word
-from .reports import JobFilter, LastRun, QueueStats, StatusReport, Upcoming, params_of
+
+if TYPE_CHECKING:  # the modules behind the commands load when a command runs, keeping
+    # `delayq run`, the command cron starts every minute, free of them
+    from rich.console import Console
+    from rich.table import Table
+
+    from .reports import LastRun, QueueStats, StatusReport, Upcoming
 
 OptionalQueue = Annotated[str | None, typer.Option("--queue", "-q", help="Only this queue.")]
 DurationText = str  # what the user typed: seconds or 90s, 15m, 2h, 1d
 
 
 def _console() -> Console:
+    from rich.console import Console
+
     # Off a terminal rich would wrap at 80 columns; a pipe or a log file gets whole lines.
     wide = None if sys.stdout.isatty() else 200
     return Console(file=sys.stdout, width=wide, highlight=False, soft_wrap=False)
 
 
 def _table(headers: str, right: str = "", wrap: str = "") -> Table:
+    from rich import box
+    from rich.table import Table
+
     """A borderless table with these space-separated headers (`|` stands for a space);
     those named in `right` are right-aligned. On a narrow terminal only the columns named in
     `wrap` give up width (their text wraps, or is cut with an ellipsis); the others keep
@@ -172,6 +178,8 @@ def list_jobs(
     as_json: JsonOption = False,
 ) -> None:
     """Jobs newest first, filtered; page on with --before-id."""
+    from .reports import JobFilter
+
     with reporting_errors():
         filters = JobFilter(
             statuses=_parse_statuses(status_words or "", tuple(Status)),
@@ -242,6 +250,8 @@ def peek(
 
 
 def _upcoming_view(entry: Upcoming, now: float) -> dict[str, Any]:
+    from .reports import params_of
+
     payload = params_of(entry.row.params) if entry.row else {}
     return {
         "id": entry.id,
@@ -269,6 +279,8 @@ def purge(
     dry_run: DryRunOption = False,
 ) -> None:
     """Delete old finished rows in small batches; prints how many (would be) deleted."""
+    from .maintenance import PURGEABLE
+
     with reporting_errors():
         age = parse_duration(older_than, "--older-than")
         statuses = _parse_statuses(status_words, PURGEABLE)
@@ -290,6 +302,9 @@ def requeue(
     dry_run: DryRunOption = False,
 ) -> None:
     """Retry the latest attempt of every matching chain; prints how many (would be) requeued."""
+    from .maintenance import PURGEABLE
+    from .reports import JobFilter
+
     with reporting_errors():
         filters = JobFilter(
             statuses=_parse_statuses(status_words, PURGEABLE),
@@ -306,6 +321,8 @@ def requeue(
 @app.command()
 def doctor() -> None:
     """Check settings, servers, table, handlers and Redis; one line each; exit 1 on a FAIL."""
+    from .doctor import FAIL, diagnose
+
     checks = diagnose()
     for check in checks:
         typer.echo(f"{check.level:<5} {check.name:<9} {check.detail}")

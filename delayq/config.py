@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -106,8 +105,10 @@ def _read_file(path: str | Path | None) -> dict[str, Any]:
             raise ConfigError(f"DELAYQ_CONFIG names {str(candidate)!r}, which does not exist")
         return {}
     try:
+        import tomllib  # only when there is a file to read
+
         data = tomllib.loads(candidate.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # TOMLDecodeError is a ValueError
         raise ConfigError(f"cannot read config file {str(candidate)!r}: {exc}") from None
     known = {field.name for field in fields(Settings)}
     unknown = sorted(set(data) - known)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import models, reports
+from . import models
 from .config import DEFAULT_QUEUE, validate_queue_name
 from .errors import BadInput
 from .handlers import locate
@@ -83,6 +83,8 @@ def job_view(job: Job) -> dict[str, Any]:
 
 def row_view(job: Job) -> dict[str, Any]:
     """`job_view` plus where the row sits: queue, chain and when it was created and changed."""
+    from . import reports
+
     return dict(
         job_view(job),
         queue=job.queue,

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import logging
-import logging.handlers
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -49,7 +48,9 @@ def _open(path: str | Path | None) -> logging.Handler:
         return CurrentStderrHandler()
     try:
         # Watched: after logrotate moves the file, the next record opens a new one.
-        return logging.handlers.WatchedFileHandler(path, encoding="utf-8")
+        from logging.handlers import WatchedFileHandler  # only for --log-file; it loads pickle
+
+        return WatchedFileHandler(path, encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"--log-file {str(path)!r} cannot be opened: {exc.strerror}") from None
 

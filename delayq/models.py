@@ -30,7 +30,6 @@ from peewee import (
     TextField,
     fn,
 )
-from playhouse.migrate import SchemaMigrator, migrate
 
 database_proxy = DatabaseProxy()
 
@@ -103,6 +102,8 @@ def create_tables(db: Database) -> list[str]:
         )
         db.create_tables([Job])
         return []
+    from playhouse.migrate import SchemaMigrator, migrate  # only when upgrading a table
+
     migrator = SchemaMigrator.from_database(db)
     added = []
     columns = {column.name for column in db.get_columns(table)}

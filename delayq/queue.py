@@ -9,12 +9,12 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import peewee
 import redis
 
-from . import embedded, maintenance, models, reports
+from . import embedded, models
 from .config import DEFAULT_QUEUE, Settings, load_settings, redact_url, validate_queue_name
 from .database import open_database, sqlite_url, supports_returning
 from .errors import BackendUnavailable, BadInput, JobNotFound
@@ -23,12 +23,14 @@ from .index import ScheduleIndex
 from .interrupts import GracefulStop
 from .jobspec import JobSpec, check_ext, decode_params, job_view, row_view, run_at_of, to_row
 from .looping import run_loop
-from .maintenance import RequeueResult
 from .models import Job, Status
-from .recovery import Reconciled, reconcile
 from .report import OutcomeCallback, RunReport
-from .reports import JobFilter, StatusReport, Upcoming
 from .runner import RunLimits, known_queues, run_once
+
+if TYPE_CHECKING:  # loaded by the methods that use them, so `delayq run` does without
+    from .maintenance import RequeueResult
+    from .recovery import Reconciled
+    from .reports import JobFilter, StatusReport, Upcoming
 
 logger = logging.getLogger(__name__)
 
@@ -227,6 +229,8 @@ class Queue:
     def status(self, *, now: float | None = None) -> StatusReport:
         """Every queue's counts, backlog and next due time, and what the last run recorded."""
         self._bind()
+        from . import reports
+
         return reports.status_report(self.index, self.index.now() if now is None else now)
 
     @_backend_errors
@@ -243,6 +247,8 @@ class Queue:
             raise BadInput("--limit must be at least 1")
         self._bind()
         now = self.index.now() if now is None else now
+        from . import reports
+
         return [row_view(row) for row in reports.list_jobs(filters, now, limit, before_id)]
 
     @_backend_errors
@@ -256,6 +262,8 @@ class Queue:
         else:
             # The default schedule's key is the contract's, so producers ZADD it directly.
             names = sorted({DEFAULT_QUEUE, *self.index.queues()})
+        from . import reports
+
         return reports.next_scheduled(self.index, names, count)
 
     @_backend_errors
@@ -319,26 +327,33 @@ class Queue:
     def reconcile(self) -> Reconciled:
         """Compare index and table both ways: re-index lost pending jobs, drop stale entries."""
         self._bind()
+        from .recovery import reconcile
+
         return reconcile(self.index)
 
     @_backend_errors
     def purge(
         self,
         older_than: float,
-        statuses: Sequence[Status] = maintenance.PURGEABLE,
+        statuses: Sequence[Status] | None = None,
         *,
         dry_run: bool = False,
         now: float | None = None,
-        pause: float = maintenance.PAUSE,
+        pause: float | None = None,
     ) -> int:
         """Delete finished rows last changed more than `older_than` seconds ago; the count."""
+        from . import maintenance
+
         if older_than < 0:
             raise BadInput("--older-than must not be negative")
         before = (self.index.now() if now is None else now) - older_than
+        statuses = maintenance.PURGEABLE if statuses is None else statuses
         self._bind()
         if dry_run:
             return sum(len(ids) for ids in maintenance.purgeable_ids(statuses, before))
-        return maintenance.purge(statuses, before, pause=pause)
+        return maintenance.purge(
+            statuses, before, pause=maintenance.PAUSE if pause is None else pause
+        )
 
     @_backend_errors
     def requeue(
@@ -347,6 +362,8 @@ class Queue:
         """`retry` every chain whose latest attempt matches `filters`, due now."""
         now = self.index.now() if now is None else now
         self._bind()
+        from . import maintenance
+
         return maintenance.requeue(filters, self.settings.handlers, self.index, now, dry_run)
 
     def _get(self, job_id: int) -> Job:
