@@ -70,8 +70,7 @@ class ScheduleIndex:
         before = time.time()
         seconds, micros = self.client.time()
         after = time.time()
-        offset = seconds + micros / 1e6 - (before + after) / 2
-        self._offset = offset if abs(offset) > (after - before) / 2 + 0.001 else 0.0
+        self._offset = clock_offset(before, seconds + micros / 1e6, after)
         self._offset_checked = time.monotonic()
 
     def add(self, queue: str, job_id: int, run_at: float) -> None:
@@ -286,6 +285,14 @@ class ScheduleIndex:
         for queue in queues:
             pipe.zcard(schedule_key(queue))
         return dict(zip(queues, (int(n) for n in pipe.execute()), strict=True))
+
+
+def clock_offset(before: float, server: float, after: float) -> float:
+    """How far the server's clock is ahead of ours, from one reading of it taken between two
+    of ours; zero when that is within the reading's own uncertainty (half the round trip,
+    plus a millisecond), so a well-synchronised host is never pushed early by noise."""
+    offset = server - (before + after) / 2
+    return offset if abs(offset) > (after - before) / 2 + 0.001 else 0.0
 
 
 def _score_args(entries: Sequence[tuple[int, float]]) -> list[str]:

@@ -1,0 +1,29 @@
+"""One clock for everyone: due times are compared with Redis's TIME, so a host whose clock
+runs ahead does not run jobs early, and one that lags does not run them late."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from delayq.index import clock_offset
+
+
+def test_a_server_clock_ahead_or_behind_gives_that_offset():
+    assert clock_offset(1000.0, 1030.0005, 1000.001) == pytest.approx(30.0)
+    assert clock_offset(1000.0, 970.0005, 1000.001) == pytest.approx(-30.0)
+
+
+def test_an_offset_within_the_readings_uncertainty_counts_as_none():
+    # A 0.8 ms difference measured over a 1 ms round trip is noise, not skew.
+    assert clock_offset(1000.0, 1000.0013, 1000.001) == 0.0
+
+
+def test_queue_time_follows_the_redis_servers_clock(queue):
+    seconds, micros = queue.index.client.time()
+    server = seconds + micros / 1e6
+
+    assert abs(queue.index.now() - server) < 0.05
+    # This machine's clock is the server's, so no offset is applied.
+    assert abs(queue.index.now() - time.time()) < 0.05
