@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # the modules behind the commands load when a command runs, k
     from rich.console import Console
     from rich.table import Table
 
-    from .reports import LastRun, QueueStats, StatusReport, Upcoming
+    from .overview import LastRun, QueueStats, StatusReport, Upcoming
 
 OptionalQueue = Annotated[str | None, typer.Option("--queue", "-q", help="Only this queue.")]
 DurationText = str  # what the user typed: seconds or 90s, 15m, 2h, 1d
@@ -178,7 +178,7 @@ def list_jobs(
     as_json: JsonOption = False,
 ) -> None:
     """Jobs newest first, filtered; page on with --before-id."""
-    from .reports import JobFilter
+    from .overview import JobFilter
 
     with reporting_errors():
         filters = JobFilter(
@@ -250,7 +250,7 @@ def peek(
 
 
 def _upcoming_view(entry: Upcoming, now: float) -> dict[str, Any]:
-    from .reports import params_of
+    from .overview import params_of
 
     payload = params_of(entry.row.params) if entry.row else {}
     return {
@@ -303,7 +303,7 @@ def requeue(
 ) -> None:
     """Retry the latest attempt of every matching chain; prints how many (would be) requeued."""
     from .maintenance import PURGEABLE
-    from .reports import JobFilter
+    from .overview import JobFilter
 
     with reporting_errors():
         filters = JobFilter(

@@ -83,14 +83,14 @@ def job_view(job: Job) -> dict[str, Any]:
 
 def row_view(job: Job) -> dict[str, Any]:
     """`job_view` plus where the row sits: queue, chain and when it was created and changed."""
-    from . import reports
+    from . import overview
 
     return dict(
         job_view(job),
         queue=job.queue,
         chain_id=job.chain_id,
-        created=reports.epoch_of(job.created),
-        modified=reports.epoch_of(job.modified),
+        created=overview.epoch_of(job.created),
+        modified=overview.epoch_of(job.modified),
     )
 
 

@@ -21,7 +21,7 @@ from .errors import BadInput
 from .handlers import locate
 from .index import ScheduleIndex
 from .models import Job, Status, is_mysql, local_now
-from .reports import JobFilter, params_of
+from .overview import JobFilter, params_of
 
 logger = logging.getLogger(__name__)
 

@@ -20,8 +20,8 @@ from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from .errors import ConfigError
+from .overview import QueueStats
 from .report import LATENESS_BUCKETS, Lateness, RunReport
-from .reports import QueueStats
 
 # The run report has no per-queue split yet, so run totals carry this queue label.
 ALL_QUEUES = "all"

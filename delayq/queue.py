@@ -29,8 +29,8 @@ from .runner import RunLimits, known_queues, run_once
 
 if TYPE_CHECKING:  # loaded by the methods that use them, so `delayq run` does without
     from .maintenance import RequeueResult
+    from .overview import JobFilter, StatusReport, Upcoming
     from .recovery import Reconciled
-    from .reports import JobFilter, StatusReport, Upcoming
 
 logger = logging.getLogger(__name__)
 
@@ -229,9 +229,9 @@ class Queue:
     def status(self, *, now: float | None = None) -> StatusReport:
         """Every queue's counts, backlog and next due time, and what the last run recorded."""
         self._bind()
-        from . import reports
+        from . import overview
 
-        return reports.status_report(self.index, self.index.now() if now is None else now)
+        return overview.status_report(self.index, self.index.now() if now is None else now)
 
     @_backend_errors
     def list_jobs(
@@ -247,9 +247,9 @@ class Queue:
             raise BadInput("--limit must be at least 1")
         self._bind()
         now = self.index.now() if now is None else now
-        from . import reports
+        from . import overview
 
-        return [row_view(row) for row in reports.list_jobs(filters, now, limit, before_id)]
+        return [row_view(row) for row in overview.list_jobs(filters, now, limit, before_id)]
 
     @_backend_errors
     def peek(self, count: int = 10, *, queues: Sequence[str] | None = None) -> list[Upcoming]:
@@ -262,9 +262,9 @@ class Queue:
         else:
             # The default schedule's key is the contract's, so producers ZADD it directly.
             names = sorted({DEFAULT_QUEUE, *self.index.queues()})
-        from . import reports
+        from . import overview
 
-        return reports.next_scheduled(self.index, names, count)
+        return overview.next_scheduled(self.index, names, count)
 
     @_backend_errors
     def run(

@@ -9,7 +9,7 @@ import pytest
 
 from delayq import BadInput
 from delayq.models import Job, Status
-from delayq.reports import JobFilter
+from delayq.overview import JobFilter
 from tests.invoke import invoke
 
 NOW = 1_800_000_000.0

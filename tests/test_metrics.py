@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from delayq import ConfigError
 from delayq.metrics import write_metrics
-from delayq.reports import QueueStats
+from delayq.overview import QueueStats
 from delayq.runner import RunReport
 from tests.invoke import invoke
 

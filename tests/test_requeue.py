@@ -11,7 +11,7 @@ import pytest
 from delayq import BadInput, Status
 from delayq.index import schedule_key
 from delayq.models import Job, local_now
-from delayq.reports import JobFilter
+from delayq.overview import JobFilter
 from tests.conftest import DELAYQ
 from tests.invoke import invoke
 from tests.sample_handlers.jobs import read_log
