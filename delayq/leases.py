@@ -14,6 +14,10 @@ from peewee import Case
 
 from .models import CLAIMED_COLUMNS, MESSAGE_MAX, ClaimedJob, Job, Status, local_now, tuples
 
+# Up to this many different messages in a group commit cost one UPDATE each; more, one
+# UPDATE with a CASE over the ids.
+DISTINCT_MESSAGES = 4
+
 
 def mark_running(
     ids: Sequence[int], token: str, lease_until: float, now: float
@@ -51,13 +55,20 @@ def finish(job_id: int, token: str | None, status: Status, message: str, now: fl
 def finish_many(
     outcomes: Sequence[tuple[int, str]], token: str | None, status: Status, now: float
 ) -> int:
-    """Record one status for many held jobs, each with its own message, in one UPDATE."""
+    """Record one status for many held jobs, each with its own message; one UPDATE per
+    distinct message (most handlers return the same few), or one with a CASE."""
     if not outcomes:
         return 0
-    ids = [job_id for job_id, _ in outcomes]
-    message: Any = outcomes[0][1][:MESSAGE_MAX]
-    if len(outcomes) > 1:
-        message = Case(Job.id, [(job_id, text[:MESSAGE_MAX]) for job_id, text in outcomes])
+    by_message: dict[str, list[int]] = {}
+    for job_id, text in outcomes:
+        by_message.setdefault(text[:MESSAGE_MAX], []).append(job_id)
+    if len(by_message) > DISTINCT_MESSAGES:
+        cases = [(job_id, text[:MESSAGE_MAX]) for job_id, text in outcomes]
+        return _finish(status, Case(Job.id, cases), [i for i, _ in outcomes], token, now)
+    return sum(_finish(status, message, ids, token, now) for message, ids in by_message.items())
+
+
+def _finish(status: Status, message: Any, ids: list[int], token: str | None, now: float) -> int:
     return (
         Job.update(status=status, message=message, modified=local_now(now), lease_until=None)
         .where(Job.id.in_(ids), Job.status == Status.RUNNING, Job.lease_token == token)

@@ -8,7 +8,7 @@ decides a job's fate; this table does.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from enum import IntEnum
@@ -246,22 +246,52 @@ def local_now(now: float) -> datetime:
     return datetime.fromtimestamp(now)
 
 
-def insert_jobs(rows: Sequence[dict], returning: bool) -> list[int]:
+def insert_jobs(rows: Sequence[dict[str, Any]], returning: bool) -> list[int]:
     """Insert rows in one transaction and return their ids in the order of `rows`.
 
     With RETURNING (MariaDB >= 10.5, SQLite >= 3.35) a chunk is one multi-row statement;
     without it, one INSERT per row.
     """
-    ids: list[int] = []
-    with Job._meta.database.atomic():
+    db = Job._meta.database
+    with db.atomic():
         if not returning:
             return [Job.insert(**row).execute() for row in rows]
+        ids: list[int] = []
         for start in range(0, len(rows), INSERT_CHUNK):
-            query = Job.insert_many(rows[start : start + INSERT_CHUNK]).returning(Job.id)
+            sql, params = _multi_insert(rows[start : start + INSERT_CHUNK])
             # One statement assigns increasing ids in row order; RETURNING's own order is
             # not promised, so sort.
-            ids.extend(sorted(int(row[0]) for row in query.tuples().execute()))
-    return ids
+            ids.extend(sorted(int(row[0]) for row in db.execute_sql(sql, params).fetchall()))
+        return ids
+
+
+def _multi_insert(rows: Sequence[dict[str, Any]]) -> tuple[str, list[Any]]:
+    # Written by hand: peewee builds a node tree per value, which cost more than the
+    # database itself at 20 000 rows.
+    db = Job._meta.database
+    columns = list(rows[0])
+    convert = [_db_value(Job._meta.columns[name]) for name in columns]
+    quote = "`" if is_mysql(db) else '"'
+    names = ", ".join(f"{quote}{name}{quote}" for name in columns)
+    one = "(" + ", ".join([db.param] * len(columns)) + ")"
+    params = [
+        to_db(row[name]) for row in rows for name, to_db in zip(columns, convert, strict=True)
+    ]
+    table = f"{quote}{Job._meta.table_name}{quote}"
+    return (
+        f"INSERT INTO {table} ({names}) VALUES {', '.join([one] * len(rows))} RETURNING id",
+        params,
+    )
+
+
+def _db_value(field: Any) -> Callable[[Any], Any]:
+    if isinstance(field, DateTimeField):
+        return field.db_value
+    return _plain
+
+
+def _plain(value: Any) -> Any:
+    return int(value) if isinstance(value, IntEnum) else value
 
 
 def insert_retry(row: Job | ClaimedJob, run_at: float, now: float) -> int:
