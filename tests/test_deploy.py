@@ -143,3 +143,30 @@ def test_timer_calendar_elapses_once_a_minute():
         (later - earlier).total_seconds() for earlier, later in zip(times, times[1:], strict=False)
     }
     assert gaps == {60}
+
+
+def test_loop_sh_refuses_a_bad_step():
+    for step in ("0", "61", "abc"):
+        result = subprocess.run(
+            ["bash", str(ROOT / "loop.sh"), step], capture_output=True, text=True, timeout=10
+        )
+        assert result.returncode == 2
+        assert result.stderr.startswith("usage: loop.sh STEP")
+
+
+def test_loop_sh_with_a_sixty_second_step_runs_once_and_exits(queue, cli_env, tmp_path):
+    job_id = queue.add("tests.sample_handlers.jobs", "echo", "hi")
+    wrapper = tmp_path / "delayq"
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} -m delayq "$@"\n')
+    wrapper.chmod(0o755)
+
+    result = subprocess.run(
+        ["bash", str(ROOT / "loop.sh"), "60"],
+        env={**cli_env, "DELAYQ": str(wrapper)},
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+
+    assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+    assert queue.show(job_id)["status"] == "success"
