@@ -21,6 +21,8 @@ from .runner import RunLimits, known_queues, run_once
 SWEEP_EVERY = 5.0
 # The longest single wait, so a stop signal or a new queue is noticed within this.
 MAX_WAIT = 1.0
+# How much sooner than needed a blocking wait ends, to absorb Redis's timeout granularity.
+WAKE_SLACK = 0.25
 
 
 def run_loop(
@@ -66,7 +68,15 @@ def run_loop(
 def _sleep_until_due(index: ScheduleIndex, queues: Sequence[str] | None, remaining: float) -> None:
     names = list(queues) if queues else known_queues(index)
     heads = index.heads(names)
-    wait = min(heads.values()) - index.now() if heads else MAX_WAIT
-    wait = min(wait, remaining, MAX_WAIT)
-    if wait > 0:
-        index.wait_for_wake(names, wait)
+    head = min(heads.values()) if heads else None
+    due_in = head - index.now() if head is not None else MAX_WAIT
+    wait = min(due_in, remaining, MAX_WAIT)
+    if wait <= 0:
+        return
+    # Redis checks blocked clients' timeouts on its own clock tick (hz 10: every 100 ms), so
+    # BLPOP may return up to that late. Block until just before the head is due (an add of a
+    # sooner job still wakes us), then sleep the last stretch here, to the millisecond.
+    if wait > WAKE_SLACK and index.wait_for_wake(names, wait - WAKE_SLACK):
+        return
+    if head is not None and due_in <= wait:
+        time.sleep(max(0.0, head - index.now()))
