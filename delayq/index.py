@@ -14,6 +14,7 @@ from importlib import resources
 
 import redis
 from redis.commands.core import Script
+from redis.connection import Connection
 
 DEFAULT_QUEUE_KEY = "delay_queue_job"
 QUEUES_KEY = "delay_queue_queues"
@@ -53,6 +54,8 @@ class ScheduleIndex:
         self._add_jobs = _load_script(client, "add_jobs")
         self._offset = 0.0
         self._known_queues: set[str] = set()
+        self._journal_connection: Connection | None = None
+        self._journal_unread = 0
         self._offset_checked = float("-inf")
 
     def now(self) -> float:
@@ -181,9 +184,32 @@ class ScheduleIndex:
         return self.client.blpop(keys, timeout=max(timeout, 0.001)) is not None
 
     def journal(self, queue: str, job_id: int, record: str) -> None:
-        """Write down one job's outcome before the table has it: one command, as cheap as a
-        Redis call gets (the journal's expiry is refreshed once per batch, in `leased`)."""
-        self.client.execute_command("HSET", queue_key(queue, "journal"), job_id, record)
+        """Write down one job's outcome before the table has it, without waiting for Redis.
+
+        The command is handed to the kernel at once on a connection of its own; a process
+        killed right after still has it delivered (the kernel sends what was written before
+        it closes the socket), so the journal covers kill -9 at the cost of a write(2)
+        instead of a round trip. Replies are read in `settle`, before the journal is pruned.
+        The expiry is refreshed once per batch, in `leased`.
+        """
+        if self._journal_connection is None:
+            self._journal_connection = self.client.connection_pool.get_connection()
+        self._journal_connection.send_command("HSET", queue_key(queue, "journal"), job_id, record)
+        self._journal_unread += 1
+
+    def _await_journal(self) -> None:
+        """Read the replies of the journal writes sent so far; raises any error among them."""
+        connection = self._journal_connection
+        while connection is not None and self._journal_unread:
+            self._journal_unread -= 1
+            connection.read_response()
+
+    def close_journal(self) -> None:
+        """Give the journal's connection back to the pool (at the end of a drain)."""
+        self._await_journal()
+        if self._journal_connection is not None:
+            self.client.connection_pool.release(self._journal_connection)
+            self._journal_connection = None
 
     def forget_order(self, queue: str, token: str) -> None:
         self.client.hdel(queue_key(queue, "journal"), f"order:{token}")
@@ -215,6 +241,8 @@ class ScheduleIndex:
         self, queue: str, journaled_ids: Sequence[int], retries: Sequence[tuple[int, float]]
     ) -> None:
         """After outcomes reached the table: index their retries and forget their journal."""
+        # The writes must have landed first, or a late HSET would re-add what HDEL removes.
+        self._await_journal()
         if retries:
             self.add_many(queue, retries)
         if journaled_ids:

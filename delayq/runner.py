@@ -140,6 +140,7 @@ def _drain(state: _Pass, queue: str) -> None:
         completed = True
     finally:
         _flush(state, buffer, quietly=not completed)
+        state.index.close_journal()
         if state.noted_order:
             state.index.forget_order(queue, state.token)
             state.noted_order = False
