@@ -1,0 +1,82 @@
+"""Workload 2, dispatch: N jobs already due; one process drains them, timed from spawn to
+exit. delayq is one `delayq run` (default DELAYQ_BATCH_SIZE); the baseline is one
+`python -m bench.baseline drain`; the peers are one huey / rq worker process each. Every
+outcome is checked: N success rows and the counter at N."""
+
+from __future__ import annotations
+
+import time
+
+import delayq
+
+from . import env, handlers, loader, peers
+from .report import Result, Target, median, number, ratio, times
+from .sizes import Sizes
+
+BASELINE_TARGET = 6.0
+PEER_TARGET = 3.0
+TIMEOUT = 900.0
+RUN = env.python("-m", "delayq", "run", "--max-seconds", "600")
+
+
+def run(sizes: Sizes) -> Result:
+    n = sizes.dispatch
+    walls: dict[str, list[float]] = {"delayq": [], "baseline": []}
+    errors: dict[str, str] = {}
+    for attempt in range(sizes.repeat):
+        env.log(f"dispatch {attempt + 1}/{sizes.repeat}: {n} due jobs")
+        walls["delayq"].append(drain(RUN, n).wall)
+        walls["baseline"].append(drain(env.python("-m", "bench.baseline", "drain"), n).wall)
+        for peer in sizes.dispatch_peers:
+            if peer in errors:
+                continue
+            try:
+                walls.setdefault(peer, []).append(peers.dispatch(peer, n))
+            except Exception as exc:  # noqa: BLE001 - a peer that fails is reported, not fatal
+                errors[peer] = f"{type(exc).__name__}: {exc}"
+                env.log(f"dispatch: {peer} failed: {errors[peer]}")
+    rates = {name: n / median(values) for name, values in walls.items() if values}
+    return _result(n, rates, walls, errors)
+
+
+def drain(command: list[str], n: int) -> env.Finished:
+    """`command` draining n due jobs (wall time, peak RSS), after checking every one ran."""
+    with env.fresh_queue() as queue:
+        now = time.time()
+        loader.load("incr", [now - 10 + 10 * i / n for i in range(n)])
+        finished = env.run_process(command, TIMEOUT)
+        env.require_ok(finished, " ".join(command[1:4]))
+        succeeded = env.count_status(queue, delayq.Status.SUCCESS)
+        counted = int(handlers.client().get(handlers.COUNTER_KEY) or 0)
+    if succeeded != n or counted != n:
+        raise RuntimeError(f"{command[1:4]}: {succeeded} success rows, counter {counted}, not {n}")
+    return finished
+
+
+def _result(
+    n: int, rates: dict[str, float], walls: dict[str, list[float]], errors: dict[str, str]
+) -> Result:
+    ours, base = rates["delayq"], rates["baseline"]
+    peer_rates = {name: rate for name, rate in rates.items() if name not in ("delayq", "baseline")}
+    fastest = max(peer_rates, key=lambda name: peer_rates[name]) if peer_rates else None
+    vs_peer = ratio(ours, peer_rates[fastest]) if fastest else None
+    figures = {
+        "n": n,
+        "jobs_per_s": rates,
+        "vs_baseline": ratio(ours, base),
+        "fastest_peer": fastest,
+        "vs_fastest_peer": vs_peer,
+        "wall_s": walls,
+        "errors": errors,
+    }
+    shown = ", ".join(f"{name} {number(rate)}/s" for name, rate in rates.items())
+    failed = "".join(f"; {name} failed ({why})" for name, why in errors.items())
+    line = (
+        f"dispatch  N={n}: {shown}{failed} -> {times(ratio(ours, base))} baseline, "
+        f"{times(vs_peer)} fastest peer ({fastest or 'none'})"
+    )
+    targets = [
+        Target("vs baseline", ratio(ours, base), ">=", BASELINE_TARGET),
+        Target("vs fastest peer", vs_peer, ">=", PEER_TARGET),
+    ]
+    return Result(line, figures, targets)

@@ -1,0 +1,180 @@
+"""The peers: huey (RedisHuey, one worker thread), rq (its built-in scheduler, `enqueue_in`,
+SimpleWorker) and dramatiq (Redis broker, tightest polling), each doing the benchmark's work
+on its own Redis database with a job that INCRs a counter or records its lateness.
+
+This module holds the jobs and the producer side; bench/peer_worker.py is the worker process.
+Each peer is imported only when it is used, so one that is missing does not stop the others.
+"""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import redis
+
+from . import env
+
+COUNTER_KEY = "bench:count"
+LATENESS_KEY = "bench:lateness"
+RQ_QUEUE = "bench"
+# dramatiq polls an idle queue with a jittered backoff capped at its worker timeout (default
+# 1000 ms); its backoff floor is 5 ms, so 10 ms is the tightest setting that still backs off.
+DRAMATIQ_WORKER_TIMEOUT_MS = 10
+# huey's scheduler wakes at most once a second (scheduler_interval is clamped to 1..60 s).
+HUEY_SCHEDULER_INTERVAL = 1
+WORKER_STARTUP = 1.5  # seconds a worker process gets to boot before lateness jobs are added
+
+
+@functools.cache
+def client(peer: str) -> redis.Redis:
+    return redis.Redis.from_url(env.redis_url(peer))
+
+
+# --- the jobs ---------------------------------------------------------------------------
+
+
+def incr(peer: str) -> None:
+    client(peer).incr(COUNTER_KEY)
+
+
+def record_lateness(peer: str, due: float) -> None:
+    started = time.time()
+    client(peer).rpush(LATENESS_KEY, repr(started - due))
+
+
+def rq_incr() -> None:
+    incr("rq")
+
+
+def rq_lateness(due: float) -> None:
+    record_lateness("rq", due)
+
+
+def huey_incr() -> None:
+    incr("huey")
+
+
+def huey_lateness(due: float) -> None:
+    record_lateness("huey", due)
+
+
+@functools.cache
+def huey_tasks() -> dict[str, Any]:
+    """The RedisHuey instance ("app") and its two task wrappers, under fixed task names."""
+    from huey import RedisHuey
+
+    app = RedisHuey("delayq-bench", url=env.redis_url("huey"))
+    return {
+        "app": app,
+        "incr": app.task(name="bench_incr")(huey_incr),
+        "lateness": app.task(name="bench_lateness")(huey_lateness),
+    }
+
+
+@functools.cache
+def dramatiq_actor() -> Any:
+    """The dramatiq Redis broker's lateness actor (the broker is `actor.broker`)."""
+    import dramatiq
+    from dramatiq.brokers.redis import RedisBroker
+
+    broker = RedisBroker(url=env.redis_url("dramatiq"))
+    dramatiq.set_broker(broker)
+
+    def bench_lateness(due: float) -> None:
+        record_lateness("dramatiq", due)
+
+    return dramatiq.actor(bench_lateness, broker=broker, max_retries=0)
+
+
+# --- dispatch: N jobs already due, one worker process drains them -----------------------
+
+
+def dispatch(peer: str, n: int) -> float:
+    """Seconds of wall time one worker process of `peer` takes to run n already-due jobs."""
+    counter = env.flush(peer)
+    due_at = SCHEDULE_DISPATCH[peer](n)
+    time.sleep(max(0.0, due_at - time.time()))
+    finished = env.run_process(env.python("-m", "bench.peer_worker", peer, "drain", str(n)), 900)
+    env.require_ok(finished, f"{peer} worker")
+    done = int(counter.get(COUNTER_KEY) or 0)
+    if done != n:
+        raise RuntimeError(f"{peer} ran {done} of {n} jobs")
+    return finished.wall
+
+
+def _schedule_huey(n: int) -> float:
+    """n tasks through the public API with a 1 s delay; the worker starts once they are due
+    (it then runs each at once: huey only parks a task on its schedule while it is early)."""
+    task = huey_tasks()["incr"]
+    for _ in range(n):
+        task.schedule(delay=1)
+    return time.time() + 1.05
+
+
+def _schedule_rq(n: int) -> float:
+    """n jobs on rq's ScheduledJobRegistry through `enqueue_in`; its scheduler moves them."""
+    from rq import Queue
+
+    queue = Queue(RQ_QUEUE, connection=client("rq"))
+    for _ in range(n):
+        queue.enqueue_in(timedelta(seconds=1), "bench.peers.rq_incr")
+    return time.time() + 2.0  # rq's schedule has whole-second scores
+
+
+SCHEDULE_DISPATCH = {"huey": _schedule_huey, "rq": _schedule_rq}
+
+
+# --- lateness: N jobs due evenly over a spread, a worker started before the first -------
+
+
+def lateness(peer: str, n: int, spread: float, limit: float) -> list[float]:
+    """(start - due) in seconds of each of n jobs due evenly over `spread` seconds that ran
+    within `limit` seconds of the worker's start."""
+    recorded = env.flush(peer)
+    worker = subprocess.Popen(
+        env.python("-m", "bench.peer_worker", peer, "late", str(n), str(limit)),
+        cwd=env.ROOT,
+        env=env.child_env(),
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        time.sleep(WORKER_STARTUP)
+        SCHEDULE_LATENESS[peer](env.due_times(n, spread, env.lead_for(n)))
+        worker.wait(timeout=limit + 60)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    if worker.returncode != 0:
+        raise RuntimeError(f"{peer} worker exited {worker.returncode}")
+    return [float(value) for value in recorded.lrange(LATENESS_KEY, 0, -1)]
+
+
+def _late_huey(dues: list[float]) -> None:
+    task = huey_tasks()["lateness"]
+    for due in dues:
+        task.schedule(args=(due,), eta=datetime.fromtimestamp(due, UTC))
+
+
+def _late_rq(dues: list[float]) -> None:
+    from rq import Queue
+
+    queue = Queue(RQ_QUEUE, connection=client("rq"))
+    for due in dues:
+        queue.enqueue_at(datetime.fromtimestamp(due, UTC), "bench.peers.rq_lateness", due)
+
+
+def _late_dramatiq(dues: list[float]) -> None:
+    from dramatiq.common import current_millis
+
+    actor = dramatiq_actor()
+    for due in dues:
+        # dues are whole milliseconds, and the eta dramatiq computes is never before them
+        actor.send_with_options(args=(due,), delay=max(0, round(due * 1000) - current_millis()))
+
+
+SCHEDULE_LATENESS = {"huey": _late_huey, "rq": _late_rq, "dramatiq": _late_dramatiq}

@@ -1,0 +1,53 @@
+"""How much work each workload does: the issue's sizes, and small ones for `--quick`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Sizes:
+    enqueue: int  # jobs added, one at a time and in bulk
+    dispatch: int  # due jobs drained by one process
+    idle_pending: int  # future jobs waiting while a run finds nothing due
+    idle_calls: int  # in-process Queue.run() calls per repeat
+    idle_processes: int  # `delayq run` processes (and import lines) per repeat
+    memory_small: int  # due jobs drained while peak RSS is measured...
+    memory_large: int  # ...and the backlog it is compared with
+    lateness_jobs: int  # jobs due evenly over...
+    lateness_spread: float  # ...this many seconds
+    lateness_for: float  # how long `delayq run --loop --for` stays up
+    lateness_peers: tuple[str, ...]
+    dispatch_peers: tuple[str, ...] = ("huey", "rq")
+    repeat: int = 3
+
+
+FULL = Sizes(
+    enqueue=20_000,
+    dispatch=20_000,
+    idle_pending=1_000_000,
+    idle_calls=50,
+    idle_processes=20,
+    memory_small=2_000,
+    memory_large=200_000,
+    lateness_jobs=2_000,
+    lateness_spread=20.0,
+    lateness_for=30.0,
+    lateness_peers=("dramatiq", "huey", "rq"),
+)
+
+QUICK = Sizes(
+    enqueue=1_000,
+    dispatch=1_000,
+    idle_pending=10_000,
+    idle_calls=10,
+    idle_processes=3,
+    memory_small=500,
+    memory_large=5_000,
+    lateness_jobs=100,
+    lateness_spread=2.0,
+    lateness_for=6.0,
+    lateness_peers=("dramatiq",),
+    dispatch_peers=("huey",),
+    repeat=1,
+)
