@@ -85,6 +85,19 @@ def renew_leases(token: str, lease_until: float) -> int:
     )
 
 
+def still_held(ids: Sequence[int], token: str, lease_until: float) -> set[int]:
+    """Renew the lease on those of `ids` this run still holds, and return them.
+
+    For a run whose heartbeat fell behind: before it starts another job it makes sure no
+    other run has taken that job over meanwhile.
+    """
+    if not ids:
+        return set()
+    held = (Job.id.in_(list(ids))) & (Job.status == Status.RUNNING) & (Job.lease_token == token)
+    Job.update(lease_until=lease_until).where(held).execute()
+    return {row[0] for row in tuples(Job.select(Job.id).where(held))}
+
+
 def release(ids: Sequence[int], token: str, now: float) -> list[tuple[int, float | None]]:
     """Hand held rows back to PENDING; return (id, run_at) of those released."""
     if not ids:

@@ -56,6 +56,8 @@ class _Pass:
     calls: int = 0
     time_limits: bool = False
     noted_order: bool = False
+    # Monotonic time by which our leases may have lapsed; the heartbeat pushes it out.
+    lease_deadline: float = float("inf")
 
 
 def run_once(
@@ -174,21 +176,47 @@ def _process_batch(
     cutoff = now - state.limits.since
     _mark_missed(state, [job_id for job_id, due in due_by_id.items() if due < cutoff], now)
     runnable = [job_id for job_id, due in due_by_id.items() if due >= cutoff]
+    leased_at = time.monotonic()
     jobs = leases.mark_running(runnable, state.token, now + state.settings.lease, now)
+    state.lease_deadline = leased_at + state.settings.lease
     state.report.dropped += len(runnable) - len(jobs)
     jobs.sort(key=lambda job: (due_by_id[job.id], job.id))
     state.index.leased(queue, [member for member, _ in claimed], state.token, [j.id for j in jobs])
     state.noted_order = state.noted_order or len(jobs) > 1
     unstarted = 0
+    held: set[int] | None = None  # None: every job of the batch, as leased
     try:
         for position, job in enumerate(jobs):
             if _should_stop(state):
                 break
+            if _lease_may_lapse(state):
+                held = _reassert_leases(state, jobs[position:])
+            if held is not None and job.id not in held:
+                unstarted = position + 1  # another run took it over: not ours to run
+                continue
             outcome = _execute(state, job, due_by_id[job.id])
             unstarted = position + 1
             _count(state, buffer.add(outcome, more_coming=unstarted < len(jobs)))
     finally:
         _hand_back(state, queue, jobs[unstarted:], due_by_id)
+
+
+def _lease_may_lapse(state: _Pass) -> bool:
+    # The heartbeat renews every third of the lease; a deadline this close means it fell
+    # behind (a stalled thread, a busy database) and a recovering run may take jobs over.
+    return time.monotonic() > state.lease_deadline - state.settings.lease / 3
+
+
+def _reassert_leases(state: _Pass, jobs: list[ClaimedJob]) -> set[int]:
+    renewed_at = time.monotonic()
+    held = leases.still_held(
+        [job.id for job in jobs], state.token, state.clock() + state.settings.lease
+    )
+    state.lease_deadline = renewed_at + state.settings.lease
+    lost = len(jobs) - len(held)
+    if lost:
+        logger.warning("%d jobs of this run's batch were taken over by another run", lost)
+    return held
 
 
 def _parse_members(state: _Pass, queue: str, claimed: list[tuple[str, float]]) -> dict[int, float]:
@@ -390,12 +418,16 @@ class _Heartbeat:
         self.thread.join()
 
     def _beat(self) -> None:
-        interval = self.state.settings.lease / 3
-        while not self.stopped.wait(interval):
+        lease = self.state.settings.lease
+        while not self.stopped.wait(lease / 3):
             try:
-                leases.renew_leases(
-                    self.state.token, self.state.clock() + self.state.settings.lease
-                )
+                renewed_at = time.monotonic()
+                leases.renew_leases(self.state.token, self.state.clock() + lease)
+                # A beat that came after the deadline cannot vouch for the gap: another run
+                # may have taken jobs over in it, so the deadline stays past and the runner
+                # checks what it still holds before its next job.
+                if renewed_at < self.state.lease_deadline:
+                    self.state.lease_deadline = renewed_at + lease
             except Exception as exc:  # noqa: BLE001 - a missed beat only shortens the lease
                 logger.warning("lease heartbeat failed: %s", exc)
         Job._meta.database.close()

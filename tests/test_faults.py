@@ -283,3 +283,20 @@ def test_a_transaction_whose_connection_dies_is_run_again_on_a_new_one(queue, ba
     assert Job.select().where(Job.id == job_id).count() == 1
     assert Job.select().count() == 1  # the first try left nothing behind
     killer.close()
+
+
+def test_a_run_whose_heartbeat_fell_behind_does_not_run_a_job_taken_over(make_queue, log):
+    queue = make_queue(lease=2)
+    now = time.time()
+    victim = queue.add(H, "record", {"log": log, "n": "victim"}, at=now - 1)
+    queue.add(
+        "tests.sample_handlers.faults",
+        "starve_heartbeat",
+        {"log": log, "seconds": 2.5, "victim": victim},
+        at=now - 2,
+    )
+
+    queue.run()
+
+    assert read_log(log) == ["starved"]  # the victim was not run a second time by this run
+    assert queue.show(victim)["status"] == "pending"

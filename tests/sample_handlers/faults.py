@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from typing import Any
 from urllib.parse import urlparse
 
@@ -68,3 +69,23 @@ def cancel_own_series(data: dict[str, Any]) -> str:
     )
     _append(data["log"], f"cancelled {done.stdout.strip()}")
     return "cancelled"
+
+
+def starve_heartbeat(data: dict[str, Any]) -> str:
+    """Hold the interpreter for data["seconds"] so the run's heartbeat thread cannot renew
+    its leases, then do what a recovering run would: take job data["victim"] back."""
+    from delayq.models import Job, Status
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(100)
+    try:
+        end = time.monotonic() + float(data["seconds"])
+        while time.monotonic() < end:
+            pass
+    finally:
+        sys.setswitchinterval(interval)
+    Job.update(status=Status.PENDING, lease_token=None, lease_until=None).where(
+        Job.id == data["victim"]
+    ).execute()
+    _append(data["log"], "starved")
+    return "starved"
