@@ -253,6 +253,8 @@ def insert_jobs(rows: Sequence[dict[str, Any]], returning: bool) -> list[int]:
     without it, one INSERT per row.
     """
     db = Job._meta.database
+    if len(rows) == 1:
+        return [Job.insert(**rows[0]).execute()]  # autocommit: no BEGIN/COMMIT round trips
     with db.atomic():
         if not returning:
             return [Job.insert(**row).execute() for row in rows]
