@@ -106,15 +106,21 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str
     client.close()
 
 
-def _drop_table(url: str) -> None:
+def mysql_connect(url: str) -> pymysql.Connection:
+    """A plain autocommit PyMySQL connection to the database of a mysql:// URL."""
     parts = urlparse(url)
-    conn = pymysql.connect(
+    return pymysql.connect(
         host=parts.hostname,
         port=parts.port or 3306,
         user=parts.username or "root",
         password=parts.password or "",
         database=parts.path.lstrip("/"),
+        autocommit=True,
     )
+
+
+def _drop_table(url: str) -> None:
+    conn = mysql_connect(url)
     with conn.cursor() as cursor:
         cursor.execute("DROP TABLE IF EXISTS delay_queue")
     conn.close()

@@ -19,15 +19,13 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
-from urllib.parse import urlparse
 
-import pymysql
 import pytest
 
 from delayq import JobSpec, Queue, Status
 from delayq.index import schedule_key
 from delayq.models import Job
-from tests.conftest import DELAYQ
+from tests.conftest import DELAYQ, mysql_connect
 from tests.sample_handlers.jobs import read_log
 
 H = "tests.sample_handlers.jobs"
@@ -215,16 +213,8 @@ def _sqlite_insert(path: str, columns: list[str], values: list[Any]) -> int:
 
 
 def _mysql_insert(url: str, columns: list[str], values: list[Any]) -> int:
-    parts = urlparse(url)
     placeholders = ", ".join(["%s"] * len(values))
-    conn = pymysql.connect(
-        host=parts.hostname,
-        port=parts.port or 3306,
-        user=parts.username or "root",
-        password=parts.password or "",
-        database=parts.path.lstrip("/"),
-        autocommit=True,
-    )
+    conn = mysql_connect(url)
     try:
         with conn.cursor() as cursor:
             cursor.execute(
