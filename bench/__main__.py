@@ -63,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeat is not None:
         sizes = dataclasses.replace(sizes, repeat=args.repeat)
     env.check_loopback()
+    env.ensure_database()
     env.compile_sources()
     started = time.monotonic()
     results: dict[str, Any] = {}

@@ -45,6 +45,25 @@ def compile_sources() -> None:
         compileall.compile_dir(ROOT / package, quiet=1)
 
 
+def ensure_database() -> None:
+    """Create the benchmark's MariaDB database if it is missing (nothing else is created)."""
+    import pymysql
+
+    parts = urlsplit(DATABASE_URL)
+    conn = pymysql.connect(
+        host=parts.hostname,
+        port=parts.port or 3306,
+        user=parts.username or "root",
+        password=parts.password or "",
+        connect_timeout=3,
+    )
+    try:
+        with conn.cursor() as cursor:
+            cursor.execute(f"CREATE DATABASE IF NOT EXISTS `{parts.path.lstrip('/')}`")
+    finally:
+        conn.close()
+
+
 def check_loopback() -> None:
     """Refuse to send benchmark traffic anywhere but this machine."""
     for url in (DATABASE_URL, REDIS_BASE_URL):
