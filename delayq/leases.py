@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from peewee import Case
-
+from . import statements
 from .models import CLAIMED_COLUMNS, MESSAGE_MAX, ClaimedJob, Job, Status, local_now, tuples
 
 # Up to this many different messages in a group commit cost one UPDATE each; more, one
@@ -25,15 +24,18 @@ def mark_running(
     """Take the PENDING rows among `ids` for this run; return those won, in id order."""
     if not ids:
         return []
-    Job.update(
-        status=Status.RUNNING, lease_token=token, lease_until=lease_until, modified=local_now(now)
-    ).where(Job.id.in_(list(ids)), Job.status == Status.PENDING).execute()
-    query = (
-        Job.select(*CLAIMED_COLUMNS)
-        .where(Job.id.in_(list(ids)), Job.status == Status.RUNNING, Job.lease_token == token)
-        .order_by(Job.id)
+    listed = statements.id_list(ids)
+    statements.execute(
+        "UPDATE `delay_queue` SET `status` = %s, `lease_token` = %s, `lease_until` = %s, "
+        f"`modified` = %s WHERE `id` IN ({listed}) AND `status` = %s",
+        (int(Status.RUNNING), token, lease_until, _stamp(now), int(Status.PENDING)),
     )
-    return [ClaimedJob(*row) for row in tuples(query)]
+    cursor = statements.execute(
+        f"SELECT {statements.CLAIMED_SELECT} FROM `delay_queue` WHERE `id` IN ({listed}) "
+        "AND `status` = %s AND `lease_token` = %s ORDER BY `id`",
+        (int(Status.RUNNING), token),
+    )
+    return [ClaimedJob._make(row) for row in cursor.fetchall()]
 
 
 def mark_missed(ids: Sequence[int], message: str, now: float) -> int:
@@ -63,17 +65,38 @@ def finish_many(
     for job_id, text in outcomes:
         by_message.setdefault(text[:MESSAGE_MAX], []).append(job_id)
     if len(by_message) > DISTINCT_MESSAGES:
-        cases = [(job_id, text[:MESSAGE_MAX]) for job_id, text in outcomes]
-        return _finish(status, Case(Job.id, cases), [i for i, _ in outcomes], token, now)
-    return sum(_finish(status, message, ids, token, now) for message, ids in by_message.items())
-
-
-def _finish(status: Status, message: Any, ids: list[int], token: str | None, now: float) -> int:
-    return (
-        Job.update(status=status, message=message, modified=local_now(now), lease_until=None)
-        .where(Job.id.in_(ids), Job.status == Status.RUNNING, Job.lease_token == token)
-        .execute()
+        whens = " ".join(["WHEN %s THEN %s"] * len(outcomes))
+        cases: list[Any] = []
+        for job_id, text in outcomes:
+            cases += [int(job_id), text[:MESSAGE_MAX]]
+        ids = [job_id for job_id, _ in outcomes]
+        return _finish(status, f"CASE `id` {whens} END", cases, ids, token, now)
+    return sum(
+        _finish(status, "%s", [message], ids, token, now) for message, ids in by_message.items()
     )
+
+
+def _finish(
+    status: Status,
+    message_sql: str,
+    message_params: list[Any],
+    ids: list[int],
+    token: str | None,
+    now: float,
+) -> int:
+    held, token_params = statements.token_match(token)
+    cursor = statements.execute(
+        f"UPDATE `delay_queue` SET `status` = %s, `message` = {message_sql}, `modified` = %s, "
+        f"`lease_until` = NULL WHERE `id` IN ({statements.id_list(ids)}) AND `status` = %s "
+        f"AND {held}",
+        (int(status), *message_params, _stamp(now), int(Status.RUNNING), *token_params),
+    )
+    return int(cursor.rowcount)
+
+
+def _stamp(now: float) -> Any:
+    """`modified` as the database driver takes it (what peewee would have passed)."""
+    return Job.modified.db_value(local_now(now))
 
 
 def renew_leases(token: str, lease_until: float) -> int:
