@@ -56,6 +56,7 @@ class ScheduleIndex:
         self._known_queues: set[str] = set()
         self._journal_connection: Connection | None = None
         self._journal_unread = 0
+        self._journal_keys: dict[str, bytes] = {}
         self._offset_checked = float("-inf")
 
     def now(self) -> float:
@@ -194,7 +195,13 @@ class ScheduleIndex:
         """
         if self._journal_connection is None:
             self._journal_connection = self.client.connection_pool.get_connection()
-        self._journal_connection.send_command("HSET", queue_key(queue, "journal"), job_id, record)
+            self._journal_keys = {}
+        key = self._journal_keys.get(queue)
+        if key is None:
+            key = self._journal_keys[queue] = _bulk(queue_key(queue, "journal").encode())
+        # Packed here rather than by redis-py: this runs once per job.
+        packed = b"*4\r\n$4\r\nHSET\r\n" + key + _bulk(b"%d" % job_id) + _bulk(record.encode())
+        self._journal_connection.send_packed_command([packed], check_health=False)
         self._journal_unread += 1
 
     def _await_journal(self) -> None:
@@ -325,6 +332,11 @@ def _score_args(entries: Sequence[tuple[int, float]]) -> list[str]:
     for job_id, run_at in entries:
         args += [repr(float(run_at)), str(job_id)]
     return args
+
+
+def _bulk(value: bytes) -> bytes:
+    """One RESP bulk string."""
+    return b"$%d\r\n%s\r\n" % (len(value), value)
 
 
 def _text(value: bytes | str) -> str:

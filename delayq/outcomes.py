@@ -33,6 +33,9 @@ class Outcome:
     finished_at: float
 
     def to_record(self) -> str:
+        if not self.message:  # most jobs: written without the JSON encoder, same text
+            retry = "true" if self.retry else "false"
+            return f'[{int(self.status)}, "", {retry}, {self.finished_at!r}]'
         return json.dumps([int(self.status), self.message, self.retry, self.finished_at])
 
     @classmethod
