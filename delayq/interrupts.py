@@ -7,8 +7,10 @@ from an application thread) jobs run without a time limit and the caller handles
 from __future__ import annotations
 
 import logging
+import math
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
@@ -28,31 +30,64 @@ def in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
+class _Clock:
+    """The running job's deadline, and when the interval timer is set to fire.
+
+    Setting the timer costs a system call; at thousands of jobs a second two per job would
+    show. So the timer is only set when it is off or would fire too late: one that fires
+    before the running job's deadline (it was set for an earlier job) re-arms itself for
+    the rest, and one that fires between jobs turns itself off.
+    """
+
+    deadline = math.inf  # monotonic; inf while no job runs
+    fires_at: float | None = None  # monotonic; None while the timer is off
+
+    @classmethod
+    def expire(cls, signum: int, frame: FrameType | None) -> None:
+        now = time.monotonic()
+        cls.fires_at = None
+        if now >= cls.deadline:
+            cls.deadline = math.inf
+            raise JobTimeout()
+        if cls.deadline != math.inf:
+            cls.set(cls.deadline - now)
+
+    @classmethod
+    def set(cls, seconds: float) -> None:
+        cls.fires_at = time.monotonic() + seconds
+        signal.setitimer(signal.ITIMER_REAL, max(seconds, 1e-6))
+
+    @classmethod
+    def clear(cls) -> None:
+        cls.deadline, cls.fires_at = math.inf, None
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
 @contextmanager
 def time_limits() -> Iterator[bool]:
     """Install the SIGALRM handler for a run; yields whether time limits can apply."""
     if not in_main_thread():
         yield False
         return
-
-    def expire(signum: int, frame: FrameType | None) -> None:
-        raise JobTimeout()
-
-    previous = signal.signal(signal.SIGALRM, expire)
+    previous = signal.signal(signal.SIGALRM, _Clock.expire)
     try:
         yield True
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
+        _Clock.clear()
         signal.signal(signal.SIGALRM, previous)
 
 
 def arm(seconds: float) -> None:
     """Start the current job's clock (inside `time_limits`)."""
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    deadline = time.monotonic() + seconds
+    _Clock.deadline = deadline
+    if _Clock.fires_at is None or _Clock.fires_at > deadline:
+        _Clock.set(seconds)
 
 
 def disarm() -> None:
-    signal.setitimer(signal.ITIMER_REAL, 0)
+    """The job is over; a timer still set turns itself off when it fires."""
+    _Clock.deadline = math.inf
 
 
 class GracefulStop:
