@@ -8,6 +8,7 @@ table (`rebuild_from`), so losing Redis costs a rebuild, never a job.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
@@ -57,6 +58,8 @@ class ScheduleIndex:
         self._journal_connection: Connection | None = None
         self._journal_unread = 0
         self._journal_keys: dict[str, bytes] = {}
+        self._journal_lock = threading.Lock()
+        self._journal_reading = threading.Lock()
         self._offset_checked = float("-inf")
 
     def now(self) -> float:
@@ -190,33 +193,41 @@ class ScheduleIndex:
         The command is handed to the kernel at once on a connection of its own; a process
         killed right after still has it delivered (the kernel sends what was written before
         it closes the socket), so the journal covers kill -9 at the cost of a write(2)
-        instead of a round trip. Replies are read in `settle`, before the journal is pruned.
-        The expiry is refreshed once per batch, in `leased`.
+        instead of a round trip. Replies are read in `settle`. The expiry is refreshed once
+        per batch, in `leased`.
         """
-        if self._journal_connection is None:
-            self._journal_connection = self.client.connection_pool.get_connection()
-            self._journal_keys = {}
         key = self._journal_keys.get(queue)
         if key is None:
             key = self._journal_keys[queue] = _bulk(queue_key(queue, "journal").encode())
         # Packed here rather than by redis-py: this runs once per job.
         packed = b"*4\r\n$4\r\nHSET\r\n" + key + _bulk(b"%d" % job_id) + _bulk(record.encode())
-        self._journal_connection.send_packed_command([packed], check_health=False)
-        self._journal_unread += 1
+        self._send_journal([packed])
+
+    def _send_journal(self, packed: list[bytes]) -> None:
+        # The main thread journals while the bookkeeping thread settles: sends take turns.
+        with self._journal_lock:
+            if self._journal_connection is None:
+                self._journal_connection = self.client.connection_pool.get_connection()
+            self._journal_connection.send_packed_command(packed, check_health=False)
+            self._journal_unread += 1
 
     def _await_journal(self) -> None:
-        """Read the replies of the journal writes sent so far; raises any error among them."""
-        connection = self._journal_connection
-        while connection is not None and self._journal_unread:
-            self._journal_unread -= 1
-            connection.read_response()
+        """Read the replies of the journal commands sent so far; raises any error among them.
+        Commands sent meanwhile are answered after these, and read next time."""
+        with self._journal_reading:
+            with self._journal_lock:
+                connection, unread = self._journal_connection, self._journal_unread
+                self._journal_unread = 0
+            for _ in range(unread if connection is not None else 0):
+                connection.read_response()  # type: ignore[union-attr]
 
     def close_journal(self) -> None:
         """Give the journal's connection back to the pool (at the end of a drain)."""
         self._await_journal()
-        if self._journal_connection is not None:
-            self.client.connection_pool.release(self._journal_connection)
-            self._journal_connection = None
+        with self._journal_lock:
+            if self._journal_connection is not None:
+                self.client.connection_pool.release(self._journal_connection)
+                self._journal_connection = None
 
     def forget_order(self, queue: str, token: str) -> None:
         self.client.hdel(queue_key(queue, "journal"), f"order:{token}")
@@ -248,12 +259,14 @@ class ScheduleIndex:
         self, queue: str, journaled_ids: Sequence[int], retries: Sequence[tuple[int, float]]
     ) -> None:
         """After outcomes reached the table: index their retries and forget their journal."""
-        # The writes must have landed first, or a late HSET would re-add what HDEL removes.
-        self._await_journal()
         if retries:
             self.add_many(queue, retries)
         if journaled_ids:
-            self.client.hdel(queue_key(queue, "journal"), *[str(i) for i in journaled_ids])
+            # Sent on the journal's own connection, Redis applies it after every HSET sent
+            # before it: a late HSET can never re-add what this removes.
+            key = queue_key(queue, "journal").encode()
+            self._send_journal([_pack(b"HDEL", key, *(b"%d" % i for i in journaled_ids))])
+        self._await_journal()
 
     def record_run(self, started_at: float, duration: float, outcome: str, jobs: int) -> None:
         """Note this run for `delayq status`."""
@@ -332,6 +345,11 @@ def _score_args(entries: Sequence[tuple[int, float]]) -> list[str]:
     for job_id, run_at in entries:
         args += [repr(float(run_at)), str(job_id)]
     return args
+
+
+def _pack(*args: bytes) -> bytes:
+    """One RESP command."""
+    return b"*%d\r\n" % len(args) + b"".join(_bulk(arg) for arg in args)
 
 
 def _bulk(value: bytes) -> bytes:

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import json
 import time
+from collections import deque
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from . import leases, models
+from .bookkeeper import Bookkeeper
 from .database import run_reconnecting
 from .index import ScheduleIndex
 from .models import ClaimedJob, Job, Status
@@ -54,6 +57,14 @@ class Settled:
     occurrences: list[tuple[int, float]] = field(default_factory=list)  # recurring re-arms
     lost: list[int] = field(default_factory=list)  # outcomes whose lease had been taken over
 
+    def merge(self, other: Settled) -> Settled:
+        self.succeeded += other.succeeded
+        self.failed += other.failed
+        self.retries += other.retries
+        self.occurrences += other.occurrences
+        self.lost += other.lost
+        return self
+
     @property
     def scheduled(self) -> list[tuple[int, float]]:
         """(id, due) of every row to put on the schedule: retries and next occurrences."""
@@ -61,38 +72,90 @@ class Settled:
 
 
 class OutcomeBuffer:
-    """Outcomes of one queue's jobs held under one lease token, waiting for a group commit."""
+    """Outcomes of one queue's jobs held under one lease token, waiting for a group commit.
 
-    def __init__(self, index: ScheduleIndex, queue: str, token: str | None) -> None:
+    With a bookkeeper the commits are written on its thread while handlers go on running;
+    at most one waits behind the one being written, which bounds the outcomes held.
+    """
+
+    def __init__(
+        self,
+        index: ScheduleIndex,
+        queue: str,
+        token: str | None,
+        bookkeeper: Bookkeeper | None = None,
+    ) -> None:
         self.index = index
         self.queue = queue
         self.token = token
+        self.bookkeeper = bookkeeper
         self.waiting: list[Outcome] = []
         self.journaled: list[int] = []
+        self.in_flight: deque[Future[Settled]] = deque()
         self.window_started = time.monotonic()
 
     def add(self, outcome: Outcome, more_coming: bool) -> Settled | None:
-        """Keep an outcome; returns what was written if this triggered a flush.
+        """Keep an outcome; returns what commits finished meanwhile wrote, if any.
 
-        An outcome that will be flushed right away is not journaled: the table write itself
-        closes the window.
+        Written synchronously, an outcome that will be flushed right away is not journaled:
+        the table write itself closes the window. Written on the bookkeeper's thread, every
+        outcome is journaled first, since the run may die before that commit lands.
         """
         self.waiting.append(outcome)
         full = len(self.waiting) >= FLUSH_MAX
         stale = time.monotonic() - self.window_started >= FLUSH_INTERVAL
-        if full or stale or not more_coming:
+        due = full or stale or not more_coming
+        if due and self.bookkeeper is None:
             return self.flush()
         self.index.journal(self.queue, outcome.job.id, outcome.to_record())
         self.journaled.append(outcome.job.id)
-        return None
+        if due:
+            self._hand_over()
+        return self._collect(block=False)
 
     def flush(self) -> Settled:
-        """Write every waiting outcome to the table, then index retries and drop the journal."""
-        settled = write_outcomes(self.waiting, self.token)
-        self.index.settle(self.queue, self.journaled, settled.scheduled)
+        """Write every waiting outcome to the table, then index retries and drop the journal;
+        returns what this and every commit still in flight wrote."""
+        if self.bookkeeper is not None:
+            self._hand_over()
+            return self._collect(block=True) or Settled()
+        settled = _commit(self.index, self.queue, self.token, self.waiting, self.journaled)
         self.waiting, self.journaled = [], []
         self.window_started = time.monotonic()
         return settled
+
+    def _hand_over(self) -> None:
+        assert self.bookkeeper is not None
+        if self.waiting:
+            if len(self.in_flight) >= 2:
+                self.in_flight[0].result()  # back-pressure: the oldest must land first
+            self.in_flight.append(
+                self.bookkeeper.submit(
+                    _commit, self.index, self.queue, self.token, self.waiting, self.journaled
+                )
+            )
+        self.waiting, self.journaled = [], []
+        self.window_started = time.monotonic()
+
+    def _collect(self, block: bool) -> Settled | None:
+        """Merge what finished commits wrote; with `block`, wait for every one. A commit that
+        failed raises here, in the main thread."""
+        merged: Settled | None = None
+        while self.in_flight and (block or self.in_flight[0].done()):
+            merged = (merged or Settled()).merge(self.in_flight.popleft().result())
+        return merged
+
+
+def _commit(
+    index: ScheduleIndex,
+    queue: str,
+    token: str | None,
+    outcomes: list[Outcome],
+    journaled: list[int],
+) -> Settled:
+    settled = write_outcomes(outcomes, token)
+    index.settle(queue, journaled, settled.scheduled)
+    return settled
 
 
 def write_outcomes(outcomes: list[Outcome], token: str | None) -> Settled:

@@ -15,10 +15,12 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import context, interrupts, leases, recovery
+from .bookkeeper import Bookkeeper
 from .config import DEFAULT_QUEUE, Settings
 from .durations import format_instant
 from .errors import BadInput, HandlerNotAllowed, NoRetry
@@ -56,6 +58,7 @@ class _Pass:
     calls: int = 0
     time_limits: bool = False
     noted_order: bool = False
+    bookkeeper: Bookkeeper | None = None  # started once a backlog shows up
     # Monotonic time by which our leases may have lapsed; the heartbeat pushes it out.
     lease_deadline: float = float("inf")
 
@@ -96,6 +99,10 @@ def _run_queues(state: _Pass, queues: Sequence[str] | None) -> None:
                 _drain(state, queue)
     except Abandoned:
         logger.warning("run abandoned its current job; it is back on the schedule")
+    finally:
+        if state.bookkeeper is not None:
+            state.bookkeeper.close()
+            state.bookkeeper = None
 
 
 def _run_outcome(report: RunReport) -> str:
@@ -128,24 +135,121 @@ def _sweep(state: _Pass, queue: str) -> None:
 
 def _drain(state: _Pass, queue: str) -> None:
     buffer = OutcomeBuffer(state.index, queue, state.token)
+    upcoming: Future[_Batch | None] | None = None
     completed = False
     try:
-        while not _should_stop(state):
-            size = state.settings.batch_size
-            if state.limits.limit is not None:
-                size = min(size, state.limits.limit - state.calls)
-            claimed = state.index.claim_due(queue, state.clock(), size)
-            if not claimed:
+        batch = _claim(state, queue, [], state.clock())
+        while batch is not None:
+            # A full batch means a backlog: lease the next one on the bookkeeping thread
+            # while this one runs, and write its commits there too.
+            if len(batch.claimed) == batch.size and _room_after(state, batch) > 0:
+                buffer.bookkeeper = _bookkeeper(state)
+                upcoming = buffer.bookkeeper.submit(
+                    _claim, state, queue, batch.order, state.clock(), _room_after(state, batch)
+                )
+            _process_batch(state, queue, batch, buffer)
+            if _should_stop(state):
                 break
-            state.report.claimed += len(claimed)
-            _process_batch(state, queue, claimed, buffer)
+            if upcoming is not None:
+                batch, upcoming = upcoming.result(), None
+                if batch is not None:
+                    continue
+            batch = _claim(state, queue, [], state.clock())
         completed = True
     finally:
+        if upcoming is not None:
+            _hand_back_upcoming(state, queue, upcoming)
         _flush(state, buffer, quietly=not completed)
         state.index.close_journal()
         if state.noted_order:
             state.index.forget_order(queue, state.token)
             state.noted_order = False
+
+
+@dataclass
+class _Batch:
+    """Jobs claimed and leased together: those won, in the order they run."""
+
+    size: int  # how many were asked for
+    claimed: list[tuple[str, float]]
+    due_by_id: dict[int, float]
+    jobs: list[ClaimedJob]
+    leased_at: float  # monotonic
+    missed: int = 0
+    dropped: int = 0
+    noted: bool = False  # whether its order (after the batch before it) was noted
+
+    @property
+    def order(self) -> list[int]:
+        return [job.id for job in self.jobs]
+
+
+def _room_after(state: _Pass, batch: _Batch) -> int:
+    """How many jobs the next batch may take: a --limit counts the ones not yet run."""
+    size = state.settings.batch_size
+    if state.limits.limit is None:
+        return size
+    return min(size, state.limits.limit - state.calls - len(batch.jobs))
+
+
+def _bookkeeper(state: _Pass) -> Bookkeeper:
+    if state.bookkeeper is None:
+        state.bookkeeper = Bookkeeper()
+    return state.bookkeeper
+
+
+def _claim(
+    state: _Pass, queue: str, before: list[int], now: float, size: int | None = None
+) -> _Batch | None:
+    """Claim due members, lease their rows and note their order (after `before`, the batch
+    still running, so that recovery can tell which job was running); None if none is due.
+
+    Runs on the main thread or, for the next batch of a backlog, on the bookkeeping thread:
+    it only returns its counts, and the main thread adds them to the report.
+    """
+    if size is None:
+        if _should_stop(state):
+            return None
+        size = state.settings.batch_size
+        if state.limits.limit is not None:
+            size = min(size, state.limits.limit - state.calls)
+    claimed = state.index.claim_due(queue, now, size)
+    if not claimed:
+        return None
+    batch = _Batch(size, claimed, {}, [], time.monotonic())
+    batch.due_by_id = _parse_members(batch, queue, claimed)
+    cutoff = now - state.limits.since
+    late = [job_id for job_id, due in batch.due_by_id.items() if due < cutoff]
+    batch.missed = _mark_missed(state, batch, late, now)
+    runnable = [job_id for job_id, due in batch.due_by_id.items() if due >= cutoff]
+    batch.leased_at = time.monotonic()
+    jobs = leases.mark_running(runnable, state.token, now + state.settings.lease, now)
+    batch.dropped += len(runnable) - len(jobs)
+    jobs.sort(key=lambda job: (batch.due_by_id[job.id], job.id))
+    batch.jobs = jobs
+    order = before + batch.order
+    state.index.leased(queue, [member for member, _ in claimed], state.token, order)
+    batch.noted = len(order) > 1
+    return batch
+
+
+def _hand_back_upcoming(state: _Pass, queue: str, upcoming: Future[_Batch | None]) -> None:
+    """The run stopped with the next batch already leased: it goes back unstarted."""
+    try:
+        batch = upcoming.result()
+    except Exception as exc:  # noqa: BLE001 - already stopping; its leases bring it back
+        logger.error("could not lease the next batch (%s); its leases will bring it back", exc)
+        return
+    if batch is not None:
+        _add_counts(state, batch)
+        _hand_back(state, queue, batch.jobs, batch.due_by_id)
+
+
+def _add_counts(state: _Pass, batch: _Batch) -> None:
+    state.report.claimed += len(batch.claimed)
+    state.report.missed += batch.missed
+    state.report.dropped += batch.dropped
+    state.noted_order = state.noted_order or batch.noted
 
 
 def _flush(state: _Pass, buffer: OutcomeBuffer, quietly: bool) -> None:
@@ -168,21 +272,14 @@ def _should_stop(state: _Pass) -> bool:
     return over_limit or over_time
 
 
-def _process_batch(
-    state: _Pass, queue: str, claimed: list[tuple[str, float]], buffer: OutcomeBuffer
-) -> None:
-    now = state.clock()
-    due_by_id = _parse_members(state, queue, claimed)
-    cutoff = now - state.limits.since
-    _mark_missed(state, [job_id for job_id, due in due_by_id.items() if due < cutoff], now)
-    runnable = [job_id for job_id, due in due_by_id.items() if due >= cutoff]
-    leased_at = time.monotonic()
-    jobs = leases.mark_running(runnable, state.token, now + state.settings.lease, now)
-    state.lease_deadline = leased_at + state.settings.lease
-    state.report.dropped += len(runnable) - len(jobs)
-    jobs.sort(key=lambda job: (due_by_id[job.id], job.id))
-    state.index.leased(queue, [member for member, _ in claimed], state.token, [j.id for j in jobs])
-    state.noted_order = state.noted_order or len(jobs) > 1
+def _process_batch(state: _Pass, queue: str, batch: _Batch, buffer: OutcomeBuffer) -> None:
+    _add_counts(state, batch)
+    # Its rows' leases run from when they were taken, or from a heartbeat since (a deadline
+    # later than that one can only come from a beat that renewed them too).
+    fresh = batch.leased_at + state.settings.lease
+    first = state.lease_deadline == float("inf")
+    state.lease_deadline = fresh if first else max(state.lease_deadline, fresh)
+    jobs, due_by_id = batch.jobs, batch.due_by_id
     unstarted = 0
     held: set[int] | None = None  # None: every job of the batch, as leased
     try:
@@ -219,28 +316,28 @@ def _reassert_leases(state: _Pass, jobs: list[ClaimedJob]) -> set[int]:
     return held
 
 
-def _parse_members(state: _Pass, queue: str, claimed: list[tuple[str, float]]) -> dict[int, float]:
+def _parse_members(batch: _Batch, queue: str, claimed: list[tuple[str, float]]) -> dict[int, float]:
     due_by_id: dict[int, float] = {}
     for member, score in claimed:
         if member.isdigit():
             due_by_id[int(member)] = score
         else:
-            state.report.dropped += 1
+            batch.dropped += 1
             logger.warning("queue %s: dropped index member %r: not a job id", queue, member)
     return due_by_id
 
 
-def _mark_missed(state: _Pass, ids: list[int], now: float) -> None:
+def _mark_missed(state: _Pass, batch: _Batch, ids: list[int], now: float) -> int:
     if not ids:
-        return
+        return 0
     message = (
         f"missed: due more than {state.limits.since:g}s before the run at "
         f"{format_instant(now)}; `delayq retry ID` runs it"
     )
     count = leases.mark_missed(ids, message, now)
-    state.report.missed += count
-    state.report.dropped += len(ids) - count
+    batch.dropped += len(ids) - count
     logger.warning("%d jobs missed the run window (ids %s)", count, _preview(ids))
+    return count
 
 
 def _hand_back(
