@@ -11,6 +11,7 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from . import models
@@ -39,9 +40,14 @@ class JobSpec:
 
 
 def to_row(
-    spec: JobSpec, now: float, allowed: Sequence[str], located: set[tuple[str, str]]
+    spec: JobSpec,
+    now: float,
+    allowed: Sequence[str],
+    located: set[tuple[str, str]],
+    stamp: datetime | None = None,
 ) -> dict[str, Any]:
-    """The row a JobSpec becomes, or BadInput; `located` caches handlers already checked."""
+    """The row a JobSpec becomes, or BadInput; `located` caches handlers already checked,
+    `stamp` is `now` as created/modified (computed once for many rows)."""
     if (spec.class_path, spec.method) not in located:
         locate(spec.class_path, spec.method, allowed)
         located.add((spec.class_path, spec.method))
@@ -55,8 +61,8 @@ def to_row(
         "every": check_every(spec.every),
         "status": Status.PENDING,
         "retry_times": 0,
-        "created": models.local_now(now),
-        "modified": models.local_now(now),
+        "created": stamp or models.local_now(now),
+        "modified": stamp or models.local_now(now),
     }
 
 

@@ -137,7 +137,9 @@ class Queue:
         """Schedule several jobs: one transaction, one Redis round trip per queue."""
         now = self.index.now() if now is None else now
         located: set[tuple[str, str]] = set()
-        checked = [to_row(spec, now, self.settings.handlers, located) for spec in specs]
+        stamp = models.local_now(now)
+        allowed = self.settings.handlers
+        checked = [to_row(spec, now, allowed, located, stamp) for spec in specs]
         if not checked:
             return []
         self._bind()
