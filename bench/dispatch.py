@@ -36,7 +36,22 @@ def run(sizes: Sizes) -> Result:
                 errors[peer] = f"{type(exc).__name__}: {exc}"
                 env.log(f"dispatch: {peer} failed: {errors[peer]}")
     rates = {name: n / median(values) for name, values in walls.items() if values}
-    return _result(n, rates, walls, errors)
+    return _result(n, rates, walls, errors, handler_alone(n, sizes.repeat))
+
+
+def handler_alone(n: int, repeat: int) -> float:
+    """Jobs/s of the no-op job itself, called n times in a loop in this process: the ceiling
+    for anything that runs one job at a time, since each is one Redis round trip."""
+    client = handlers.client()
+    client.delete(handlers.COUNTER_KEY)
+    walls = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        for _ in range(n):
+            handlers.incr(None)
+        walls.append(time.perf_counter() - started)
+    client.delete(handlers.COUNTER_KEY)
+    return n / median(walls)
 
 
 def drain(command: list[str], n: int) -> env.Finished:
@@ -54,7 +69,11 @@ def drain(command: list[str], n: int) -> env.Finished:
 
 
 def _result(
-    n: int, rates: dict[str, float], walls: dict[str, list[float]], errors: dict[str, str]
+    n: int,
+    rates: dict[str, float],
+    walls: dict[str, list[float]],
+    errors: dict[str, str],
+    ceiling: float,
 ) -> Result:
     ours, base = rates["delayq"], rates["baseline"]
     peer_rates = {name: rate for name, rate in rates.items() if name not in ("delayq", "baseline")}
@@ -68,12 +87,15 @@ def _result(
         "vs_fastest_peer": vs_peer,
         "wall_s": walls,
         "errors": errors,
+        "handler_alone_per_s": ceiling,
+        "vs_handler_alone": ratio(ours, ceiling),
     }
     shown = ", ".join(f"{name} {number(rate)}/s" for name, rate in rates.items())
     failed = "".join(f"; {name} failed ({why})" for name, why in errors.items())
     line = (
         f"dispatch  N={n}: {shown}{failed} -> {times(ratio(ours, base))} baseline, "
-        f"{times(vs_peer)} fastest peer ({fastest or 'none'})"
+        f"{times(vs_peer)} fastest peer ({fastest or 'none'}); the job alone in a loop "
+        f"{number(ceiling)}/s (delayq at {times(ratio(ours, ceiling))} of it)"
     )
     targets = [
         Target("vs baseline", ratio(ours, base), ">=", BASELINE_TARGET),
