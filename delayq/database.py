@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import re
 import sqlite3
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -29,6 +30,8 @@ SQLITE_PRAGMAS = {
 # away, lost connection, commands out of sync, idle timeout, and PyMySQL's dead socket.
 LOOPBACK = ("localhost", "127.0.0.1", "::1")
 DISCONNECT_CODES = ("2006", "2013", "2014", "4031", "(0, '')")
+LOCK_CONFLICT_CODES = (1213, 1205)  # deadlock victim; lock wait timeout
+LOCK_RETRIES = 4
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -41,23 +44,35 @@ class ReconnectingMySQLDatabase(ReconnectMixin, MySQLDatabase):
 
 
 def run_reconnecting(db: Database, work: Callable[[], T]) -> T:
-    """Run `work` (a whole transaction); if the MySQL connection died under it, reconnect and
-    run it once more.
+    """Run `work` (a whole transaction, or one statement); if the MySQL connection died
+    under it, reconnect and run it once more; if InnoDB chose it as a deadlock victim or it
+    timed out waiting for a lock, run it again, a few times.
 
     Safe because every write delayq makes is guarded by status and lease: if the first try
-    did commit before the reply was lost, the second finds nothing left to change.
+    did commit before the reply was lost, the second finds nothing left to change; and a
+    deadlocked transaction was rolled back whole.
     """
-    try:
-        return work()
-    except (OperationalError, InterfaceError) as exc:
-        if not _is_disconnect(exc):
-            raise
-        logger.warning("database connection lost (%s); reconnecting", exc)
-        target = getattr(db, "obj", None) or db
-        if not target.is_closed():
-            target.close()
-        target.connect()
-        return work()
+    for attempt in range(1, LOCK_RETRIES + 1):
+        try:
+            return work()
+        except (OperationalError, InterfaceError) as exc:
+            if _is_lock_conflict(exc) and attempt < LOCK_RETRIES:
+                logger.info("database lock conflict (%s); running it again", exc)
+                time.sleep(0.01 * attempt)
+                continue
+            if not _is_disconnect(exc):
+                raise
+            logger.warning("database connection lost (%s); reconnecting", exc)
+            target = getattr(db, "obj", None) or db
+            if not target.is_closed():
+                target.close()
+            target.connect()
+            return work()
+    raise AssertionError("unreachable")
+
+
+def _is_lock_conflict(exc: Exception) -> bool:
+    return bool(exc.args) and exc.args[0] in LOCK_CONFLICT_CODES
 
 
 def _is_disconnect(exc: Exception) -> bool:
@@ -160,6 +175,10 @@ def _open_mysql(url: str, kwargs: dict) -> Database:
         )
     kwargs.setdefault("connect_timeout", 5)
     kwargs.setdefault("charset", "utf8mb4")
+    # Every write delayq makes is a compare-and-set on rows it names; under REPEATABLE READ
+    # an UPDATE also keeps locks on every row it merely scanned, so overlapping runs
+    # deadlocked on each other's rows. READ COMMITTED releases those at once.
+    kwargs.setdefault("init_command", "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
     if kwargs.get("host", "localhost") in LOOPBACK and not any(k.startswith("ssl") for k in kwargs):
         # PyMySQL tries TLS whenever it can, and building its context alone costs ~60 ms
         # per connection; on the loopback interface TLS protects nothing. A URL that names

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from . import statements
+from .database import run_reconnecting
 from .models import CLAIMED_COLUMNS, MESSAGE_MAX, ClaimedJob, Job, Status, local_now, tuples
 
 # Up to this many different messages in a group commit cost one UPDATE each; more, one
@@ -24,15 +25,21 @@ def mark_running(
     """Take the PENDING rows among `ids` for this run; return those won, in id order."""
     if not ids:
         return []
-    listed = statements.id_list(ids)
+    return run_reconnecting(
+        Job._meta.database, lambda: _mark_running(statements.id_list(ids), token, lease_until, now)
+    )
+
+
+def _mark_running(listed: str, token: str, lease_until: float, now: float) -> list[ClaimedJob]:
+    # Safe to repeat: the UPDATE only takes PENDING rows, the SELECT reads what we hold.
     statements.execute(
-        "UPDATE `delay_queue` SET `status` = %s, `lease_token` = %s, `lease_until` = %s, "
-        f"`modified` = %s WHERE `id` IN ({listed}) AND `status` = %s",
+        "UPDATE `delay_queue` @BY_ID SET `status` = %s, `lease_token` = %s, "
+        f"`lease_until` = %s, `modified` = %s WHERE `id` IN ({listed}) AND `status` = %s",
         (int(Status.RUNNING), token, lease_until, _stamp(now), int(Status.PENDING)),
     )
     cursor = statements.execute(
-        f"SELECT {statements.CLAIMED_SELECT} FROM `delay_queue` WHERE `id` IN ({listed}) "
-        "AND `status` = %s AND `lease_token` = %s ORDER BY `id`",
+        f"SELECT {statements.CLAIMED_SELECT} FROM `delay_queue` @BY_ID "
+        f"WHERE `id` IN ({listed}) AND `status` = %s AND `lease_token` = %s ORDER BY `id`",
         (int(Status.RUNNING), token),
     )
     return [ClaimedJob._make(row) for row in cursor.fetchall()]
@@ -86,7 +93,8 @@ def _finish(
 ) -> int:
     held, token_params = statements.token_match(token)
     cursor = statements.execute(
-        f"UPDATE `delay_queue` SET `status` = %s, `message` = {message_sql}, `modified` = %s, "
+        f"UPDATE `delay_queue` @BY_ID SET `status` = %s, `message` = {message_sql}, "
+        "`modified` = %s, "
         f"`lease_until` = NULL WHERE `id` IN ({statements.id_list(ids)}) AND `status` = %s "
         f"AND {held}",
         (int(status), *message_params, _stamp(now), int(Status.RUNNING), *token_params),
@@ -169,6 +177,8 @@ def reclaim(lapsed: Lapsed, now: float, was_running: bool) -> bool:
             Job.id == lapsed.job.id,
             Job.status == Status.RUNNING,
             Job.lease_token == lapsed.token,
+            # Still lapsed now: its run may have renewed it since `expired_leases` saw it.
+            Job.lease_until < now,
         )
         .execute()
     )

@@ -1,0 +1,93 @@
+"""Lease takeovers are compare-and-sets on the table: a run that renewed its lease after a
+recovering run saw it lapse keeps its job; a deadlocked write is run again."""
+
+from __future__ import annotations
+
+import threading
+import time
+from urllib.parse import urlparse
+
+import pymysql
+import pytest
+
+from delayq import Status, leases
+from delayq.database import run_reconnecting
+from delayq.models import Job
+
+H = "tests.sample_handlers.jobs"
+
+
+def test_a_lease_renewed_after_it_was_seen_lapsed_is_not_taken_over(queue, log):
+    job_id = queue.add(H, "record", {"log": log}, delay=0)
+    now = time.time()
+    [held] = leases.mark_running([job_id], "run-a", now - 1, now)  # already lapsed
+    [lapsed] = leases.expired_leases("default", now, 10)
+    assert lapsed.job.id == held.id
+
+    leases.renew_leases("run-a", now + 60)  # run A was only slow: its heartbeat got through
+
+    assert not leases.reclaim(lapsed, now, was_running=True)
+    row = Job.get_by_id(job_id)
+    assert (row.status, row.lease_token, row.lost_leases) == (Status.RUNNING, "run-a", 0)
+
+
+def test_a_lease_still_lapsed_is_taken_over(queue, log):
+    job_id = queue.add(H, "record", {"log": log}, delay=0)
+    now = time.time()
+    leases.mark_running([job_id], "run-a", now - 1, now)
+    [lapsed] = leases.expired_leases("default", now, 10)
+
+    assert leases.reclaim(lapsed, now, was_running=True)
+    row = Job.get_by_id(job_id)
+    assert (row.status, row.lease_token, row.lost_leases) == (Status.PENDING, None, 1)
+
+
+@pytest.mark.parametrize("backend", ["mariadb"], indirect=True)
+def test_a_transaction_chosen_as_deadlock_victim_is_run_again(queue, backend):
+    first, second, *filler = [Job.insert(params="{}", run_at=1.0).execute() for _ in range(52)]
+    parts = urlparse(backend["database_url"])
+    rival_db = pymysql.connect(
+        host=parts.hostname,
+        port=parts.port or 3306,
+        user=parts.username,
+        password=parts.password or "",
+        database=parts.path.lstrip("/"),
+    )
+    attempts = []
+    we_hold_first = threading.Event()
+
+    def rival() -> None:
+        # Heavier than ours (51 rows) and waiting first: InnoDB rolls ours back.
+        with rival_db.cursor() as cursor:
+            cursor.execute("BEGIN")
+            ids = ",".join(str(job_id) for job_id in [second, *filler])
+            cursor.execute(
+                "UPDATE delay_queue FORCE INDEX (PRIMARY) SET retry_times = 7 "
+                f"WHERE id IN ({ids})"  # those rows only, not every row a scan passes
+            )
+            rival_holds_second.set()
+            we_hold_first.wait(5)
+            # Blocks on our lock on `first` until InnoDB rolls our transaction back.
+            cursor.execute("UPDATE delay_queue SET retry_times = 7 WHERE id = %s", (first,))
+            rival_db.commit()
+
+    def work() -> None:
+        attempts.append(1)
+        with queue.db.atomic():
+            Job.update(retry_times=5).where(Job.id == first).execute()
+            if len(attempts) == 1:
+                we_hold_first.set()
+                time.sleep(0.3)  # the rival now waits for `first`: this closes the cycle
+            Job.update(retry_times=5).where(Job.id == second).execute()
+
+    rival_holds_second = threading.Event()
+    thread = threading.Thread(target=rival)
+    thread.start()
+    rival_holds_second.wait(5)
+    run_reconnecting(queue.db, work)
+    thread.join()
+    rival_db.close()
+
+    assert len(attempts) == 2  # the deadlock victim was run again, after the rival committed
+    assert [Job.get_by_id(job_id).retry_times for job_id in (first, second)] == [5, 5]
+    assert Job.get_by_id(filler[0]).retry_times == 7
