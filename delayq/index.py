@@ -56,10 +56,8 @@ class ScheduleIndex:
         self._offset = 0.0
         self._known_queues: set[str] = set()
         self._journal_connection: Connection | None = None
-        self._journal_unread = 0
         self._journal_keys: dict[str, bytes] = {}
         self._journal_lock = threading.Lock()
-        self._journal_reading = threading.Lock()
         self._offset_checked = float("-inf")
 
     def now(self) -> float:
@@ -190,11 +188,13 @@ class ScheduleIndex:
     def journal(self, queue: str, job_id: int, record: str) -> None:
         """Write down one job's outcome before the table has it, without waiting for Redis.
 
-        The command is handed to the kernel at once on a connection of its own; a process
-        killed right after still has it delivered (the kernel sends what was written before
-        it closes the socket), so the journal covers kill -9 at the cost of a write(2)
-        instead of a round trip. Replies are read in `settle`. The expiry is refreshed once
-        per batch, in `leased`.
+        The command goes out on a connection of its own on which Redis sends no replies
+        (CLIENT REPLY OFF): with nothing ever waiting to be read on it, a process killed
+        right after still has it delivered, because the kernel closes the socket with a FIN
+        after the data. (A socket closed with unread replies is reset instead, and Redis
+        drops what it had not read yet: journal writes went missing that way.) So the
+        journal covers kill -9 at the cost of a write(2), not a round trip. The expiry is
+        refreshed once per batch, in `leased`.
         """
         key = self._journal_keys.get(queue)
         if key is None:
@@ -207,27 +207,27 @@ class ScheduleIndex:
         # The main thread journals while the bookkeeping thread settles: sends take turns.
         with self._journal_lock:
             if self._journal_connection is None:
-                self._journal_connection = self.client.connection_pool.get_connection()
+                connection = self.client.connection_pool.get_connection()
+                connection.send_packed_command([_pack(b"CLIENT", b"REPLY", b"OFF")])
+                self._journal_connection = connection
             self._journal_connection.send_packed_command(packed, check_health=False)
-            self._journal_unread += 1
-
-    def _await_journal(self) -> None:
-        """Read the replies of the journal commands sent so far; raises any error among them.
-        Commands sent meanwhile are answered after these, and read next time."""
-        with self._journal_reading:
-            with self._journal_lock:
-                connection, unread = self._journal_connection, self._journal_unread
-                self._journal_unread = 0
-            for _ in range(unread if connection is not None else 0):
-                connection.read_response()  # type: ignore[union-attr]
 
     def close_journal(self) -> None:
-        """Give the journal's connection back to the pool (at the end of a drain)."""
-        self._await_journal()
+        """Turn replies back on and give the journal's connection back to the pool (at the
+        end of a drain). Its one reply also proves that Redis has applied every journal
+        write before it: commands on one connection run in order."""
         with self._journal_lock:
-            if self._journal_connection is not None:
-                self.client.connection_pool.release(self._journal_connection)
-                self._journal_connection = None
+            connection, self._journal_connection = self._journal_connection, None
+        if connection is None:
+            return
+        try:
+            connection.send_packed_command([_pack(b"CLIENT", b"REPLY", b"ON")])
+            connection.read_response()
+        except Exception:
+            connection.disconnect()
+            raise
+        finally:
+            self.client.connection_pool.release(connection)
 
     def forget_order(self, queue: str, token: str) -> None:
         self.client.hdel(queue_key(queue, "journal"), f"order:{token}")
@@ -266,7 +266,6 @@ class ScheduleIndex:
             # before it: a late HSET can never re-add what this removes.
             key = queue_key(queue, "journal").encode()
             self._send_journal([_pack(b"HDEL", key, *(b"%d" % i for i in journaled_ids))])
-        self._await_journal()
 
     def record_run(self, started_at: float, duration: float, outcome: str, jobs: int) -> None:
         """Note this run for `delayq status`."""
