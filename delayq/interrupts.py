@@ -90,6 +90,21 @@ def disarm() -> None:
     _Clock.deadline = math.inf
 
 
+# The signals whose handlers must run in the main thread, at once.
+MAIN_THREAD_SIGNALS = {signal.SIGALRM, signal.SIGTERM, signal.SIGINT}
+
+
+def keep_signals_off_this_thread() -> None:
+    """Block the run's signals in a helper thread (call it first thing in the thread).
+
+    The kernel delivers a process's signal to any thread that does not block it. Python
+    runs the handler in the main thread either way, but a main thread asleep in a handler
+    (`time.sleep`, a socket read) is only woken if the signal reaches it: delivered to a
+    helper thread, a hung handler's time limit never fired.
+    """
+    signal.pthread_sigmask(signal.SIG_BLOCK, MAIN_THREAD_SIGNALS)
+
+
 class GracefulStop:
     """First SIGTERM/SIGINT: finish the current job, hand the rest back, stop.
     Second: abandon the current job too (it goes back to the schedule)."""

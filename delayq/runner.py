@@ -515,6 +515,7 @@ class _Heartbeat:
         self.thread.join()
 
     def _beat(self) -> None:
+        interrupts.keep_signals_off_this_thread()
         lease = self.state.settings.lease
         while not self.stopped.wait(lease / 3):
             try:

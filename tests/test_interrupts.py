@@ -3,6 +3,7 @@ must still stop each job at its own deadline and never fire between jobs."""
 
 from __future__ import annotations
 
+import signal
 import time
 
 import pytest
@@ -66,3 +67,17 @@ def test_many_jobs_cost_no_timer_call_each(monkeypatch: pytest.MonkeyPatch) -> N
         for _ in range(1000):
             assert _job(30, 0) == "done"
     assert len(calls) <= 2  # armed once, cleared once at the end
+
+
+def test_helper_threads_leave_the_run_signals_to_the_main_thread() -> None:
+    # Delivered to a helper thread, SIGALRM would not wake a main thread asleep in a hung
+    # handler, and its time limit would never fire.
+    from delayq.bookkeeper import Bookkeeper
+
+    bookkeeper = Bookkeeper()
+    try:
+        blocked = bookkeeper.submit(signal.pthread_sigmask, signal.SIG_BLOCK, []).result()
+    finally:
+        bookkeeper.close()
+    assert blocked >= interrupts.MAIN_THREAD_SIGNALS
+    assert signal.SIGALRM not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
