@@ -47,19 +47,13 @@ def compile_sources() -> None:
 
 def ensure_database() -> None:
     """Create the benchmark's MariaDB database if it is missing (nothing else is created)."""
-    import pymysql
+    from .baseline import connect_mysql
 
-    parts = urlsplit(DATABASE_URL)
-    conn = pymysql.connect(
-        host=parts.hostname,
-        port=parts.port or 3306,
-        user=parts.username or "root",
-        password=parts.password or "",
-        connect_timeout=3,
-    )
+    name = urlsplit(DATABASE_URL).path.lstrip("/")
+    conn = connect_mysql(DATABASE_URL.rsplit("/", 1)[0] + "/")  # the server, no database
     try:
         with conn.cursor() as cursor:
-            cursor.execute(f"CREATE DATABASE IF NOT EXISTS `{parts.path.lstrip('/')}`")
+            cursor.execute(f"CREATE DATABASE IF NOT EXISTS `{name}`")
     finally:
         conn.close()
 
