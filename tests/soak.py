@@ -33,6 +33,7 @@ from delayq.config import Settings
 from delayq.looping import SWEEP_EVERY
 from delayq.models import Job, Status
 from delayq.retry import LADDER
+from tests.conftest import mysql_connect
 
 ROOT = Path(__file__).resolve().parent.parent
 HANDLERS = "tests.sample_handlers.soak"
@@ -112,7 +113,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def prepare(args: argparse.Namespace) -> delayq.Queue:
     parts = urlparse(args.database_url)
-    conn = _mysql(args.database_url, database=None)
+    conn = mysql_connect(args.database_url.rsplit("/", 1)[0] + "/")  # the server, no database
     with conn.cursor() as cursor:
         name = parts.path.lstrip("/")
         cursor.execute(f"CREATE DATABASE IF NOT EXISTS `{name}`")
@@ -227,7 +228,7 @@ def restart_exited(
 
 def kill_db_connections(url: str) -> int:
     name = urlparse(url).path.lstrip("/")
-    conn = _mysql(url, database=name)
+    conn = mysql_connect(url)
     killed = 0
     with conn.cursor() as cursor:
         cursor.execute(
@@ -293,18 +294,6 @@ def check(queue: delayq.Queue, expected: dict[int, str], log: Path) -> dict[str,
             ):
                 bad_retries += 1
     return {"lost": lost, "duplicates": duplicates, "retries": retries, "bad_retries": bad_retries}
-
-
-def _mysql(url: str, database: str | None) -> pymysql.Connection:
-    parts = urlparse(url)
-    return pymysql.connect(
-        host=parts.hostname,
-        port=parts.port or 3306,
-        user=parts.username or "root",
-        password=parts.password or "",
-        database=database,
-        autocommit=True,
-    )
 
 
 if __name__ == "__main__":
