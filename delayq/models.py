@@ -8,7 +8,7 @@ decides a job's fate; this table does.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from enum import IntEnum
@@ -34,8 +34,6 @@ from peewee import (
 database_proxy = DatabaseProxy()
 
 EXT_MAX = 255
-INSERT_CHUNK = 5000
-INSERT_CHUNK_BYTES = 4 << 20
 MESSAGE_MAX = 2000
 
 
@@ -245,123 +243,6 @@ def get_job(job_id: int) -> Job | None:
 
 def local_now(now: float) -> datetime:
     return datetime.fromtimestamp(now)
-
-
-def insert_jobs(rows: Sequence[dict[str, Any]], returning: bool) -> list[int]:
-    """Insert rows in one transaction and return their ids in the order of `rows`.
-
-    A chunk of rows is one multi-row statement where its ids can be known: from RETURNING
-    (MariaDB >= 10.5, SQLite >= 3.35), or on MySQL/MariaDB from LAST_INSERT_ID() where the
-    server gives a statement consecutive ids. Otherwise, one INSERT per row.
-    """
-    db = Job._meta.database
-    if len(rows) == 1:  # autocommit: no BEGIN/COMMIT round trips
-        sql, params = _multi_insert(rows, returning=False)
-        return [int(db.execute_sql(sql, params).lastrowid)]
-    consecutive = consecutive_ids(db)
-    with db.atomic():
-        if not returning and not consecutive:
-            return [Job.insert(**row).execute() for row in rows]
-        ids: list[int] = []
-        # SQLite binds every value, and allows 32 766 of them per statement.
-        for chunk in _chunks(rows, INSERT_CHUNK if is_mysql(db) else 2000):
-            sql, params = _multi_insert(chunk, returning=not consecutive)
-            cursor = db.execute_sql(sql, params)
-            if consecutive:
-                if cursor.rowcount != len(chunk):
-                    raise OperationalError(f"inserted {cursor.rowcount} of {len(chunk)} rows")
-                ids.extend(range(cursor.lastrowid, cursor.lastrowid + len(chunk)))
-            else:
-                # One statement assigns increasing ids in row order; RETURNING's own order
-                # is not promised, so sort.
-                ids.extend(sorted(int(row[0]) for row in cursor.fetchall()))
-        return ids
-
-
-def _chunks(rows: Sequence[dict[str, Any]], max_rows: int) -> Iterator[Sequence[dict[str, Any]]]:
-    """Runs of rows for one statement each: at most `max_rows`, and at most INSERT_CHUNK_BYTES
-    of SQL even if every byte needed escaping, well under MySQL's default max_allowed_packet
-    (16 MiB): 300 payloads of 60 KB do not fit in one statement."""
-    start, size = 0, 0
-    for end, row in enumerate(rows):
-        row_size = 200 + 2 * (len(row["params"].encode()) + len(row["ext_string"].encode()))
-        if end > start and (end - start >= max_rows or size + row_size > INSERT_CHUNK_BYTES):
-            yield rows[start:end]
-            start, size = end, 0
-        size += row_size
-    if start < len(rows):
-        yield rows[start:]
-
-
-def consecutive_ids(db: Database) -> bool:
-    """Whether one multi-row INSERT gets consecutive ids, the first being LAST_INSERT_ID():
-    MySQL and MariaDB promise it with innodb_autoinc_lock_mode 0 or 1 (1 is the default)
-    and an auto_increment_increment of 1. Asked once per database."""
-    target = getattr(db, "obj", None) or db
-    known = getattr(target, "_delayq_consecutive_ids", None)
-    if known is None:
-        known = False
-        if is_mysql(target):
-            mode, step = target.execute_sql(
-                "SELECT @@innodb_autoinc_lock_mode, @@auto_increment_increment"
-            ).fetchone()
-            known = int(mode) in (0, 1) and int(step) == 1
-        setattr(target, "_delayq_consecutive_ids", known)  # noqa: B010 - a cache on the driver object
-    return bool(known)
-
-
-def _multi_insert(rows: Sequence[dict[str, Any]], returning: bool) -> tuple[str, list[Any]]:
-    # Written by hand: peewee builds a node tree per value, which cost more than the
-    # database itself at 20 000 rows.
-    db = Job._meta.database
-    columns = list(rows[0])
-    convert = [_db_value(Job._meta.columns[name]) for name in columns]
-    pairs = list(zip(columns, convert, strict=True))
-    values = [[to_db(row[name]) for name, to_db in pairs] for row in rows]
-    suffix = " RETURNING id" if returning else ""
-    if is_mysql(db):
-        names = ", ".join(f"`{name}`" for name in columns)
-        return (
-            f"INSERT INTO `{Job._meta.table_name}` ({names}) VALUES "
-            f"{_mysql_literals(db, values)}{suffix}",
-            [],
-        )
-    names = ", ".join(f'"{name}"' for name in columns)
-    one = "(" + ", ".join([db.param] * len(columns)) + ")"
-    return (
-        f'INSERT INTO "{Job._meta.table_name}" ({names}) VALUES '
-        f"{', '.join([one] * len(rows))}{suffix}",
-        [value for row in values for value in row],
-    )
-
-
-def _mysql_literals(db: Database, values: list[list[Any]]) -> str:
-    """The VALUES list with every value escaped by the driver itself; a column that holds
-    one value in every row (queue, status, timestamps, ...) is escaped once, not per row.
-    Returned with % doubled, as the driver formats the statement once more."""
-    cursor = db.cursor()
-    constant = [all(row[i] == values[0][i] for row in values) for i in range(len(values[0]))]
-    template = (
-        "("
-        + ", ".join(
-            cursor.mogrify("%s", (values[0][i],)).replace("%", "%%") if same else "%s"
-            for i, same in enumerate(constant)
-        )
-        + ")"
-    )
-    varying = [i for i, same in enumerate(constant) if not same]
-    rendered = ", ".join(cursor.mogrify(template, [row[i] for i in varying]) for row in values)
-    return rendered.replace("%", "%%")
-
-
-def _db_value(field: Any) -> Callable[[Any], Any]:
-    if isinstance(field, DateTimeField):
-        return field.db_value
-    return _plain
-
-
-def _plain(value: Any) -> Any:
-    return int(value) if isinstance(value, IntEnum) else value
 
 
 def insert_retry(row: Job | ClaimedJob, run_at: float, now: float) -> int:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 import peewee
 import redis
 
-from . import embedded, models
+from . import embedded, inserts, models
 from .config import DEFAULT_QUEUE, Settings, load_settings, redact_url, validate_queue_name
 from .database import open_database, sqlite_url, supports_returning
 from .errors import BackendUnavailable, BadInput, JobNotFound
@@ -139,14 +139,21 @@ class Queue:
         located: set[tuple[str, str]] = set()
         stamp = models.local_now(now)
         allowed = self.settings.handlers
-        checked = [to_row(spec, now, allowed, located, stamp) for spec in specs]
-        if not checked:
-            return []
-        self._bind()
-        ids = models.insert_jobs(
-            checked, returning=len(checked) > 1 and supports_returning(self.db)
-        )
-        self._index_new(checked, ids)
+
+        def to_rows(part: Sequence[JobSpec]) -> list[dict[str, Any]]:
+            return [to_row(spec, now, allowed, located, stamp) for spec in part]
+
+        specs = list(specs)
+        if len(specs) <= 1:
+            rows = to_rows(specs)  # checked before the database is touched
+            if not rows:
+                return []
+            self._bind()
+            ids = [inserts.insert_one(rows[0])]
+        else:
+            self._bind()
+            ids, rows = inserts.insert_many(specs, to_rows, supports_returning(self.db))
+        self._index_new(rows, ids)
         return ids
 
     def _index_new(self, rows: Sequence[Mapping[str, Any]], ids: Sequence[int]) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import delayq
-from delayq import models
+from delayq import inserts
 from delayq.models import Job
 
 H = "tests.sample_handlers.jobs"
@@ -15,16 +15,18 @@ AWKWARD = ["%s", "%%", "%(x)s", "it's", 'say "hi"', "back\\slash", "naïve ☃",
 
 
 def test_ids_come_back_in_the_order_of_the_specs(queue):
-    specs = [delayq.JobSpec(H, "echo", {"n": n}, delay=n % 7) for n in range(2500)]
+    # More than one chunk: the later ones are built while the earlier ones are written.
+    count = 2 * inserts.INSERT_CHUNK + 500
+    specs = [delayq.JobSpec(H, "echo", {"n": n}, delay=n % 7) for n in range(count)]
 
     ids = queue.add_many(specs, now=NOW)
 
-    assert len(set(ids)) == 2500
+    assert len(set(ids)) == count
     stored = dict(Job.select(Job.id, Job.params).tuples())
     assert [queue.show(job_id)["data"] for job_id in ids[:5]] == [{"n": n} for n in range(5)]
     for n, job_id in enumerate(ids):
         assert f'"n": {n}}}' in stored[job_id]
-    assert queue.index.size("default") == 2500
+    assert queue.index.size("default") == count
 
 
 def test_values_are_stored_as_given_whatever_characters_they_hold(queue):
@@ -50,7 +52,7 @@ def test_a_chunk_with_one_ext_for_every_row_stores_it_everywhere(queue):
 @pytest.mark.parametrize("backend", ["mariadb"], indirect=True)
 def test_mariadb_by_default_gives_a_statement_consecutive_ids(queue, backend):
     # What lets add_many skip RETURNING: the server's documented auto-increment behaviour.
-    assert models.consecutive_ids(queue.db)
+    assert inserts.consecutive_ids(queue.db)
 
 
 def test_many_large_payloads_are_split_into_statements_the_server_accepts(queue):
@@ -69,3 +71,31 @@ def test_more_rows_than_sqlite_binds_in_one_statement(queue):
 
     assert ids == sorted(ids) and len(set(ids)) == 7000
     assert queue.show(ids[6999])["data"] == 6999
+
+
+def test_a_bad_spec_in_a_later_chunk_leaves_nothing_written(queue):
+    specs = [delayq.JobSpec(H, "echo", n, delay=60) for n in range(2 * inserts.INSERT_CHUNK)]
+    specs[-3] = delayq.JobSpec(H, "echo", {"not json": object()}, delay=60)
+
+    with pytest.raises(delayq.BadInput, match="not JSON-serialisable"):
+        queue.add_many(specs, now=NOW)
+
+    assert Job.select().count() == 0
+    assert queue.index.size("default") == 0
+
+
+def test_columns_left_at_their_default_read_back_as_it_next_to_rows_that_set_them(queue):
+    # Defaults shared by a whole chunk are left to the table; one row setting each column
+    # keeps it in a statement of its own chunk.
+    plain = [delayq.JobSpec(H, "echo", n, delay=60) for n in range(3)]
+    other = delayq.JobSpec(H, "echo", 9, delay=60, ext="k", queue="mail", timeout=5, every=3600)
+
+    plain_ids = queue.add_many(plain, now=NOW)
+    mixed_ids = queue.add_many([*plain, other], now=NOW)
+
+    for job_id in plain_ids + mixed_ids[:3]:
+        row = Job.get_by_id(job_id)
+        assert (row.status, row.retry_times, row.queue, row.ext_string) == (1, 0, "default", "")
+        assert (row.timeout, row.every, row.chain_id, row.lost_leases) == (None, None, None, 0)
+    row = Job.get_by_id(mixed_ids[3])
+    assert (row.queue, row.ext_string, row.timeout, row.every) == ("mail", "k", 5.0, 3600.0)
