@@ -3,7 +3,9 @@
 --
 -- status: 1 pending, 2 running (a run holds its lease), 10 success, 20 failed,
 --         30 cancelled, 40 missed (due longer ago than a run's --since window).
--- Times: created/modified are local DATETIMEs; run_at and lease_until are epoch seconds.
+-- Times: run_at and lease_until are epoch seconds. delayq writes created/modified in UTC.
+-- A row written without run_at is due at its `created`, read in this server's time zone
+-- (what DEFAULT current_timestamp() and NOW() write in a session that keeps that zone).
 -- Producers that write rows themselves set params, ext_string and run_at, then
 -- ZADD delay_queue_job <run_at> <id>; every other column has a default.
 
@@ -16,7 +18,7 @@ CREATE TABLE IF NOT EXISTS `delay_queue` (
   `status` smallint NOT NULL DEFAULT 1,
   `created` datetime NOT NULL DEFAULT current_timestamp(),
   `modified` datetime NOT NULL DEFAULT current_timestamp(),
-  `run_at` double DEFAULT NULL,                  -- due time; NULL counts as `created`
+  `run_at` double DEFAULT NULL,                  -- due time; NULL: due at `created`
   `queue` varchar(64) NOT NULL DEFAULT 'default',
   `chain_id` bigint DEFAULT NULL,                -- first attempt of a retry chain
   `lease_until` double DEFAULT NULL,             -- while running: when the lease lapses

@@ -11,8 +11,8 @@ from .errors import (
     JobNotFound,
     NoRetry,
 )
-from .models import Status
 from .queue import JobSpec, Queue, connect
+from .store.table import Status
 
 __version__ = "0.1.0"
 

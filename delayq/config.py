@@ -26,7 +26,10 @@ DEFAULTS: dict[str, Any] = {
     "since": 86400.0,  # how far back `run` looks; older due jobs become `missed`
     "max_seconds": 50.0,  # a run claims nothing new after this, so cron runs do not pile up
     "timeout": 300.0,  # a handler running longer than this fails with JobTimeout
+    "concurrency": 1,  # jobs in flight in one run: 1 calls handlers on the main thread
+    "grace": 25.0,  # on SIGTERM, how long jobs in flight may take to finish
 }
+MAX_CONCURRENCY = 1000
 ENV_PREFIX = "DELAYQ_"
 CONFIG_FILE = "delayq.toml"
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
@@ -44,6 +47,8 @@ class Settings:
     since: float = 86400.0
     max_seconds: float = 50.0
     timeout: float = 300.0
+    concurrency: int = 1
+    grace: float = 25.0
 
     def validate(self) -> Settings:
         """Return self, or raise ConfigError naming the variable that is wrong."""
@@ -53,6 +58,8 @@ class Settings:
             raise ConfigError("DELAYQ_LEASE must be at least 2 seconds")
         if not 1 <= self.batch_size <= 5000:
             raise ConfigError("DELAYQ_BATCH_SIZE must be between 1 and 5000")
+        if not 1 <= self.concurrency <= MAX_CONCURRENCY:
+            raise ConfigError(f"DELAYQ_CONCURRENCY must be between 1 and {MAX_CONCURRENCY}")
         for prefix in self.handlers:
             if not all(part.isidentifier() for part in prefix.split(".")):
                 raise ConfigError(f"DELAYQ_HANDLERS entry {prefix!r} is not a dotted module path")
@@ -123,15 +130,22 @@ def _coerce(values: dict[str, Any]) -> dict[str, Any]:
         out["handlers"] = _split_handlers(out["handlers"])
     if "home" in out:
         out["home"] = Path(out["home"]).expanduser()
-    for name in ("lease", "since", "max_seconds", "timeout"):
+    for name in ("lease", "since", "max_seconds", "timeout", "grace"):
         if name in out:
             out[name] = _number(name, out[name])
-    if "batch_size" in out:
-        try:
-            out["batch_size"] = int(out["batch_size"])
-        except (TypeError, ValueError):
-            raise ConfigError("DELAYQ_BATCH_SIZE must be an integer") from None
+    for name in ("batch_size", "concurrency"):
+        if name in out:
+            out[name] = _integer(name, out[name])
     return out
+
+
+def _integer(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ConfigError(f"{ENV_PREFIX}{name.upper()} must be a whole number")
+    try:
+        return int(value)
+    except ValueError:
+        raise ConfigError(f"{ENV_PREFIX}{name.upper()} must be a whole number") from None
 
 
 def _split_handlers(value: Any) -> tuple[str, ...]:

@@ -1,6 +1,6 @@
 """Durations ("90s", "15m", "2h", "1d", plain seconds) and ISO 8601 instants as seconds.
 
-The only module besides cli.py that knows about datetimes; the core works in epoch seconds.
+The only module besides cli/ that knows about datetimes; the core works in epoch seconds.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The error tree delayq raises, and NoRetry for handler authors.
 
 Every DelayqError carries a one-line message that says what was wrong and how to fix it;
-cli.py maps the classes to exit codes.
+cli/app.py maps the classes to exit codes.
 """
 
 from __future__ import annotations

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from . import models
 from .config import DEFAULT_QUEUE, validate_queue_name
 from .errors import BadInput
-from .handlers import locate
-from .models import Job, Status
+from .store import table
+from .store.table import Job, Status
+from .worker.handlers import locate
 
 PARAMS_MAX_BYTES = 65535  # what a MySQL TEXT column holds
 MIN_EVERY = 1.0
@@ -61,8 +61,8 @@ def to_row(
         "every": check_every(spec.every),
         "status": Status.PENDING,
         "retry_times": 0,
-        "created": stamp or models.local_now(now),
-        "modified": stamp or models.local_now(now),
+        "created": stamp or table.utc_stamp(now),
+        "modified": stamp or table.utc_stamp(now),
     }
 
 
@@ -76,7 +76,7 @@ def job_view(job: Job) -> dict[str, Any]:
         payload = {}
     return {
         "id": job.id,
-        "status": models.status_word(job.status),
+        "status": table.status_word(job.status),
         "retry_times": job.retry_times,
         "message": job.message,
         "ext": job.ext_string,
@@ -89,7 +89,7 @@ def job_view(job: Job) -> dict[str, Any]:
 
 def row_view(job: Job) -> dict[str, Any]:
     """`job_view` plus where the row sits: queue, chain and when it was created and changed."""
-    from . import overview
+    from .ops import overview
 
     return dict(
         job_view(job),
@@ -138,8 +138,8 @@ def check_ext(ext: str) -> str:
         ext.encode("utf-8")
     except UnicodeEncodeError:
         raise BadInput("ext is not valid UTF-8") from None
-    if len(ext) > models.EXT_MAX:
-        raise BadInput(f"ext is {len(ext)} characters; the limit is {models.EXT_MAX}")
+    if len(ext) > table.EXT_MAX:
+        raise BadInput(f"ext is {len(ext)} characters; the limit is {table.EXT_MAX}")
     return ext
 
 

@@ -6,69 +6,40 @@ database and Redis errors into BackendUnavailable so callers see one clear failu
 
 from __future__ import annotations
 
-import functools
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import peewee
 import redis
 
-from . import embedded, inserts, models
-from .config import DEFAULT_QUEUE, Settings, load_settings, redact_url, validate_queue_name
-from .database import open_database, sqlite_url, supports_returning
-from .errors import BackendUnavailable, BadInput, JobNotFound
-from .handlers import locate
-from .index import ScheduleIndex
-from .interrupts import GracefulStop
+from .config import (
+    DEFAULT_QUEUE,
+    Settings,
+    load_settings,
+    redact_url,
+    validate_queue_name,
+)
+from .errors import BadInput, JobNotFound
 from .jobspec import JobSpec, check_ext, decode_params, job_view, row_view, run_at_of, to_row
-from .looping import run_loop
-from .models import Job, Status
-from .report import OutcomeCallback, RunReport
-from .runner import RunLimits, known_queues, run_once
+from .store import embedded, inserts, queries
+from .store.database import open_database, sqlite_url
+from .store.failures import backend_errors, one_line
+from .store.index import ScheduleIndex
+from .store.table import Job, Status, Table, create_tables, status_word, utc_stamp
+from .worker.handlers import locate
+from .worker.interrupts import GracefulStop
+from .worker.looping import run_loop
+from .worker.passes import RunOptions, run_once
+from .worker.report import OutcomeCallback, RunReport
+from .worker.run import known_queues
 
 if TYPE_CHECKING:  # loaded by the methods that use them, so `delayq run` does without
-    from .maintenance import RequeueResult
-    from .overview import JobFilter, StatusReport, Upcoming
-    from .recovery import Reconciled
+    from .ops.maintenance import RequeueResult
+    from .ops.overview import JobFilter, StatusReport, Upcoming
+    from .worker.recovery import Reconciled
 
 logger = logging.getLogger(__name__)
-
-
-P = ParamSpec("P")
-R = TypeVar("R")
-
-
-def _backend_errors(method: Callable[P, R]) -> Callable[P, R]:
-    """Surface database and Redis failures as BackendUnavailable, with no secrets in them."""
-
-    @functools.wraps(method)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return method(*args, **kwargs)
-        except peewee.DatabaseError as exc:
-            if _is_missing_table(exc):
-                raise BackendUnavailable(
-                    "the delay_queue table does not exist here; run `delayq init` first"
-                ) from exc
-            raise BackendUnavailable(f"database error: {_one_line(exc)}") from exc
-        except peewee.InterfaceError as exc:
-            raise BackendUnavailable(f"database unreachable: {_one_line(exc)}") from exc
-        except redis.RedisError as exc:
-            raise BackendUnavailable(f"Redis error: {_one_line(exc)}") from exc
-
-    return wrapper
-
-
-def _is_missing_table(exc: BaseException) -> bool:
-    text = str(exc)
-    return "no such table: delay_queue" in text or (  # SQLite
-        "1146" in text and "delay_queue" in text  # MySQL: table doesn't exist
-    )
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())[:300] or type(exc).__name__
 
 
 class Queue:
@@ -77,21 +48,17 @@ class Queue:
     def __init__(self, settings: Settings, db: peewee.Database, index: ScheduleIndex) -> None:
         self.settings = settings
         self.db = db
+        self.table = Table(db)
         self.index = index
 
-    def _bind(self) -> None:
-        if models.database_proxy.obj is not self.db:
-            models.database_proxy.initialize(self.db)
-
-    @_backend_errors
+    @backend_errors
     def init(self) -> list[str]:
         """Create the table (or add the columns and indexes an older one lacks) and make
         sure the index holds every pending job; returns what it added to an existing table."""
-        self._bind()
-        added = models.create_tables(self.db)
+        added = create_tables(self.table)
         if not self.index.is_complete():
-            self.index.register(models.pending_queues())
-            self.index.rebuild_from(models.iter_pending())
+            self.index.register(queries.pending_queues(self.table))
+            self.index.rebuild_from(queries.iter_pending(self.table))
         return added
 
     def add(
@@ -119,25 +86,24 @@ class Queue:
             return self._replace(spec, now)
         return self.add_many([spec], now=now)[0]
 
-    @_backend_errors
+    @backend_errors
     def _replace(self, spec: JobSpec, now: float | None) -> int:
         if not spec.ext:
             raise BadInput("--replace needs --ext: the key of the job to replace")
         now = self.index.now() if now is None else now
         row = to_row(spec, now, self.settings.handlers, set())
-        self._bind()
-        with models.exclusive(f"{spec.queue}\0{spec.ext}"):
-            job_id, dropped = models.replace_pending(row)
+        with queries.exclusive(self.table, f"{spec.queue}\0{spec.ext}"):
+            job_id, dropped = queries.replace_pending(self.table, row, now)
         self.index.remove(spec.queue, dropped)
         self.index.add(spec.queue, job_id, row["run_at"])
         return job_id
 
-    @_backend_errors
+    @backend_errors
     def add_many(self, specs: Iterable[JobSpec], *, now: float | None = None) -> list[int]:
         """Schedule several jobs: one transaction, one Redis round trip per queue."""
         now = self.index.now() if now is None else now
         located: set[tuple[str, str]] = set()
-        stamp = models.local_now(now)
+        stamp = utc_stamp(now)
         allowed = self.settings.handlers
 
         def to_rows(part: Sequence[JobSpec]) -> list[dict[str, Any]]:
@@ -148,11 +114,9 @@ class Queue:
             rows = to_rows(specs)  # checked before the database is touched
             if not rows:
                 return []
-            self._bind()
-            ids = [inserts.insert_one(rows[0])]
+            ids = [inserts.insert_one(self.table, rows[0])]
         else:
-            self._bind()
-            ids, rows = inserts.insert_many(specs, to_rows, supports_returning(self.db))
+            ids, rows = inserts.insert_many(self.table, specs, to_rows)
         self._index_new(rows, ids)
         return ids
 
@@ -168,10 +132,10 @@ class Queue:
             logger.warning(
                 "jobs %s saved but not indexed (%s); a run re-indexes them once they are due",
                 ",".join(map(str, ids[:10])),
-                _one_line(exc),
+                one_line(exc),
             )
 
-    @_backend_errors
+    @backend_errors
     def cancel(
         self,
         job_id: int | None = None,
@@ -184,65 +148,66 @@ class Queue:
         if (job_id is None) == (ext is None):
             raise BadInput("cancel takes a job id or --ext, not both and not neither")
         now = self.index.now() if now is None else now
-        self._bind()
         if job_id is not None:
             job = self._get(job_id)
             targets = [(job.id, job.queue)] if job.status == Status.PENDING else []
         else:
-            models.stop_series(check_ext(ext or ""), queue)  # first, so no re-arm slips past
-            targets = models.pending_by_ext(check_ext(ext or ""), queue)
-        count = models.cancel([job_id for job_id, _ in targets], now)
+            queries.stop_series(
+                self.table, check_ext(ext or ""), queue
+            )  # first, so no re-arm slips past
+            targets = queries.pending_by_ext(self.table, check_ext(ext or ""), queue)
+        count = queries.cancel(self.table, [job_id for job_id, _ in targets], now)
         for name in {name for _, name in targets}:
             self.index.remove(name, [job_id for job_id, q in targets if q == name])
         return count
 
-    @_backend_errors
+    @backend_errors
     def retry(self, job_id: int, *, delay: float = 0.0, now: float | None = None) -> int:
         """A new pending attempt of a finished job, due after `delay` seconds."""
         now = self.index.now() if now is None else now
         run_at = run_at_of(delay, None, now)
-        self._bind()
         job = self._get(job_id)
         if job.status in (Status.PENDING, Status.RUNNING):
             raise BadInput(f"job {job_id} is still {Status(job.status).word}; nothing to retry")
         open_attempts = [
-            row for row in models.chain_of(job) if row.status in (Status.PENDING, Status.RUNNING)
+            row
+            for row in queries.chain_of(self.table, job)
+            if row.status in (Status.PENDING, Status.RUNNING)
         ]
         if open_attempts:
             # Its automatic retry is still to come; a second one would run the job twice.
             later = open_attempts[0]
             raise BadInput(
-                f"job {job_id} already has attempt {later.id} {models.status_word(later.status)};"
+                f"job {job_id} already has attempt {later.id} {status_word(later.status)};"
                 " retry that one later, or cancel it first"
             )
         payload = decode_params(job.params)
         locate(payload["class"], payload["method"], self.settings.handlers)
-        new_id = models.insert_retry(job, run_at, now)
+        new_id = queries.insert_retry(self.table, job, run_at, now)
         self.index.add(job.queue, new_id, run_at)
         return new_id
 
-    @_backend_errors
+    @backend_errors
     def show(self, job_id: int) -> dict[str, Any]:
         """The contract view of one job: id, status, retry_times, message, ext, run_at,
         class, method, data."""
-        self._bind()
         return job_view(self._get(job_id))
 
-    @_backend_errors
+    @backend_errors
     def history(self, job_id: int) -> list[dict[str, Any]]:
         """Every attempt in the job's retry chain, oldest first."""
-        self._bind()
-        return [job_view(row) for row in models.chain_of(self._get(job_id))]
+        return [job_view(row) for row in queries.chain_of(self.table, self._get(job_id))]
 
-    @_backend_errors
+    @backend_errors
     def status(self, *, now: float | None = None) -> StatusReport:
         """Every queue's counts, backlog and next due time, and what the last run recorded."""
-        self._bind()
-        from . import overview
+        from .ops import overview
 
-        return overview.status_report(self.index, self.index.now() if now is None else now)
+        return overview.status_report(
+            self.table, self.index, self.index.now() if now is None else now
+        )
 
-    @_backend_errors
+    @backend_errors
     def list_jobs(
         self,
         filters: JobFilter,
@@ -254,28 +219,28 @@ class Queue:
         """Rows matching `filters`, newest first, as `list --json` shows them."""
         if limit < 1:
             raise BadInput("--limit must be at least 1")
-        self._bind()
         now = self.index.now() if now is None else now
-        from . import overview
+        from .ops import overview
 
-        return [row_view(row) for row in overview.list_jobs(filters, now, limit, before_id)]
+        return [
+            row_view(row) for row in overview.list_jobs(self.table, filters, now, limit, before_id)
+        ]
 
-    @_backend_errors
+    @backend_errors
     def peek(self, count: int = 10, *, queues: Sequence[str] | None = None) -> list[Upcoming]:
         """The next `count` scheduled jobs across `queues` (default all), without claiming."""
         if count < 1:
             raise BadInput("peek needs a count of at least 1")
-        self._bind()
         if queues:
             names = [validate_queue_name(name) for name in queues]
         else:
             # The default schedule's key is the contract's, so producers ZADD it directly.
             names = sorted({DEFAULT_QUEUE, *self.index.queues()})
-        from . import overview
+        from .ops import overview
 
-        return overview.next_scheduled(self.index, names, count)
+        return overview.next_scheduled(self.table, self.index, names, count)
 
-    @_backend_errors
+    @backend_errors
     def run(
         self,
         *,
@@ -286,13 +251,18 @@ class Queue:
         now: float | None = None,
         on_outcome: OutcomeCallback | None = None,
         stop: GracefulStop | None = None,
+        concurrency: int | None = None,
+        grace: float | None = None,
+        weights: Mapping[str, int] | None = None,
     ) -> RunReport:
-        """One pass over the due jobs, as `delayq run`."""
-        limits = self._limits(since, limit, max_seconds, queues)
-        self._bind()
-        return run_once(self.settings, self.index, queues, limits, now, on_outcome, stop)
+        """One pass over the due jobs, as `delayq run`; `concurrency` jobs in flight at once
+        (default DELAYQ_CONCURRENCY), `grace` seconds for them to finish on a stop signal,
+        `weights` the batches each queue takes in its turn (default 1)."""
+        options = RunOptions(since, limit, max_seconds, queues, weights, concurrency, grace)
+        settings, limits = options.plan(self.settings)
+        return run_once(settings, self.table, self.index, queues, limits, now, on_outcome, stop)
 
-    @_backend_errors
+    @backend_errors
     def run_loop(
         self,
         *,
@@ -303,44 +273,31 @@ class Queue:
         queues: Sequence[str] | None = None,
         on_outcome: OutcomeCallback | None = None,
         stop: GracefulStop | None = None,
+        concurrency: int | None = None,
+        grace: float | None = None,
+        weights: Mapping[str, int] | None = None,
     ) -> RunReport:
         """Passes back to back for `duration` seconds (None: until stopped), sleeping until
         the next job is due, as `delayq run --loop`."""
-        limits = self._limits(since, limit, max_seconds, queues)
-        self._bind()
-        return run_loop(self.settings, self.index, queues, limits, duration, on_outcome, stop)
-
-    def _limits(
-        self,
-        since: float | None,
-        limit: int | None,
-        max_seconds: float | None,
-        queues: Sequence[str] | None,
-    ) -> RunLimits:
-        if limit is not None and limit < 1:
-            raise BadInput("--limit must be at least 1")
-        for name in queues or ():
-            validate_queue_name(name)
-        return RunLimits(
-            since=self.settings.since if since is None else since,
-            limit=limit,
-            max_seconds=self.settings.max_seconds if max_seconds is None else max_seconds,
+        options = RunOptions(since, limit, max_seconds, queues, weights, concurrency, grace)
+        settings, limits = options.plan(self.settings)
+        return run_loop(
+            settings, self.table, self.index, queues, limits, duration, on_outcome, stop
         )
 
-    @_backend_errors
+    @backend_errors
     def due_count(self, queues: Sequence[str] | None = None) -> int:
         """How many jobs are due now on the schedule of `queues` (default: all)."""
         return self.index.due_count(list(queues) if queues else known_queues(self.index))
 
-    @_backend_errors
+    @backend_errors
     def reconcile(self) -> Reconciled:
         """Compare index and table both ways: re-index lost pending jobs, drop stale entries."""
-        self._bind()
-        from .recovery import reconcile
+        from .worker.recovery import reconcile
 
-        return reconcile(self.index)
+        return reconcile(self.table, self.index)
 
-    @_backend_errors
+    @backend_errors
     def purge(
         self,
         older_than: float,
@@ -351,32 +308,32 @@ class Queue:
         pause: float | None = None,
     ) -> int:
         """Delete finished rows last changed more than `older_than` seconds ago; the count."""
-        from . import maintenance
+        from .ops import maintenance
 
         if older_than < 0:
             raise BadInput("--older-than must not be negative")
         before = (self.index.now() if now is None else now) - older_than
         statuses = maintenance.PURGEABLE if statuses is None else statuses
-        self._bind()
         if dry_run:
-            return sum(len(ids) for ids in maintenance.purgeable_ids(statuses, before))
+            return sum(len(ids) for ids in maintenance.purgeable_ids(self.table, statuses, before))
         return maintenance.purge(
-            statuses, before, pause=maintenance.PAUSE if pause is None else pause
+            self.table, statuses, before, pause=maintenance.PAUSE if pause is None else pause
         )
 
-    @_backend_errors
+    @backend_errors
     def requeue(
         self, filters: JobFilter, *, dry_run: bool = False, now: float | None = None
     ) -> RequeueResult:
         """`retry` every chain whose latest attempt matches `filters`, due now."""
         now = self.index.now() if now is None else now
-        self._bind()
-        from . import maintenance
+        from .ops import maintenance
 
-        return maintenance.requeue(filters, self.settings.handlers, self.index, now, dry_run)
+        return maintenance.requeue(
+            self.table, filters, self.settings.handlers, self.index, now, dry_run
+        )
 
     def _get(self, job_id: int) -> Job:
-        job = models.get_job(job_id)
+        job = queries.get_job(self.table, job_id)
         if job is None:
             raise JobNotFound(f"no job with id {job_id}")
         return job

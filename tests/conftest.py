@@ -19,9 +19,10 @@ import pytest
 import redis
 
 import delayq
-from delayq import embedded
 from delayq.config import Settings
-from delayq.database import sqlite_url
+from delayq.store import embedded
+from delayq.store.database import sqlite_url
+from delayq.store.table import Job
 
 ROOT = Path(__file__).resolve().parent.parent
 HANDLERS = ("tests.sample_handlers",)
@@ -140,6 +141,9 @@ def make_queue(backend: dict[str, str], tmp_path: Path) -> Iterator[Callable[...
         )
         queue = delayq.connect(settings, **overrides)
         queue.init()
+        # Tests read and plant rows through the unbound Job model; the product never binds
+        # it, each Queue queries through its own `queue.table.model`.
+        Job.bind(queue.db)
         opened.append(queue)
         return queue
 

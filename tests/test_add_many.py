@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 import delayq
-from delayq import inserts
-from delayq.models import Job
+from delayq.store import inserts
+from delayq.store.table import Job
 
 H = "tests.sample_handlers.jobs"
 NOW = 1_800_000_000.0
@@ -52,7 +52,7 @@ def test_a_chunk_with_one_ext_for_every_row_stores_it_everywhere(queue):
 @pytest.mark.parametrize("backend", ["mariadb"], indirect=True)
 def test_mariadb_by_default_gives_a_statement_consecutive_ids(queue, backend):
     # What lets add_many skip RETURNING: the server's documented auto-increment behaviour.
-    assert inserts.consecutive_ids(queue.db)
+    assert queue.table.consecutive_ids
 
 
 def test_many_large_payloads_are_split_into_statements_the_server_accepts(queue):

@@ -11,10 +11,11 @@ from collections import Counter
 import pytest
 
 from delayq import Status
-from delayq.index import queue_key
-from delayq.models import Job
+from delayq.store.keys import queue_key
+from delayq.store.table import Job
 from tests.sample_handlers.jobs import read_log
-from tests.test_faults import run_cli, start_run, wait_for_line
+from tests.test_faults import run_cli, start_run, wait_for_leases_to_lapse, wait_for_line
+from tests.waiting import wait_for
 
 H = "tests.sample_handlers.jobs"
 NOW = 1_800_000_000.0
@@ -26,6 +27,11 @@ def statuses() -> Counter[str]:
 
 def journal_fields(queue) -> list[bytes]:
     return queue.index.client.hkeys(queue_key("default", "journal"))
+
+
+def leased(ids: list[int]) -> int:
+    """How many of these jobs are RUNNING: leased by a run."""
+    return Job.select().where(Job.id.in_(ids), Job.status == Status.RUNNING).count()
 
 
 def test_a_backlog_runs_each_job_once_in_due_order(make_queue, log):
@@ -70,10 +76,11 @@ def test_limit_counts_the_batch_leased_ahead(make_queue, log):
 
 def test_max_seconds_hands_back_the_batch_leased_ahead(make_queue, log):
     queue = make_queue(batch_size=2)
+    budget = 1.0  # job 0 starts well within it and, lasting all of it, is the only one run
     for n in range(6):
-        queue.add(H, "slow", {"log": log, "n": n, "seconds": 0.3}, at=NOW - 10 + n, now=NOW)
+        queue.add(H, "slow", {"log": log, "n": n, "seconds": budget}, at=NOW - 10 + n, now=NOW)
 
-    report = queue.run(now=NOW, max_seconds=0.2)
+    report = queue.run(now=NOW, max_seconds=budget)
 
     assert report.stopped_early
     assert read_log(log) == ["start 0", "done 0"]
@@ -87,16 +94,18 @@ def test_kill_in_a_backlog_reruns_only_the_running_job_and_charges_only_it(queue
     for n in range(8):
         queue.add(H, "record", {"log": log, "n": n}, at=now - 10 + n * 0.01)
     slow = queue.add(H, "slow", {"log": log, "n": "slow", "seconds": 30}, at=now - 9)
-    for n in range(8, 16):  # behind the slow job: some leased ahead, none started
-        queue.add(H, "record", {"log": log, "n": n}, at=now - 8 + n * 0.01)
+    behind = [  # behind the slow job: some leased ahead, none started
+        queue.add(H, "record", {"log": log, "n": n}, at=now - 8 + n * 0.01) for n in range(8, 16)
+    ]
     run = start_run(cli_env, DELAYQ_LEASE="2", DELAYQ_BATCH_SIZE="3")
     wait_for_line(log, "start slow")
-    time.sleep(0.2)  # let the bookkeeping thread lease the next batch
+    wait_for(lambda: leased(behind) > 0, 15, "the bookkeeping thread to lease the next batch")
     run.send_signal(signal.SIGKILL)
     run.wait()
-    assert Job.select().where(Job.status == Status.RUNNING).count() >= 2  # slow + leased ahead
+    assert queue.show(slow)["status"] == "running"
+    assert leased(behind) == 3  # the batch leased ahead, all still held by the dead run
 
-    time.sleep(2.2)
+    wait_for_leases_to_lapse(queue)
     finish = run_cli(cli_env, "run", DELAYQ_LEASE="2", DELAYQ_TIMEOUT="0.5")
     assert finish.returncode == 0, finish.stderr
 
@@ -109,15 +118,19 @@ def test_kill_in_a_backlog_reruns_only_the_running_job_and_charges_only_it(queue
 
 
 @pytest.mark.slow
-def test_sigterm_in_a_backlog_hands_back_the_batch_leased_ahead(queue, cli_env, log):
+def test_sigterm_in_a_backlog_hands_back_the_batch_leased_ahead(queue, cli_env, log, tmp_path):
     now = time.time()
-    queue.add(H, "slow", {"log": log, "n": "current", "seconds": 1}, at=now - 10)
-    for n in range(7):
-        queue.add(H, "record", {"log": log, "n": n}, at=now - 9 + n * 0.01)
+    gate = tmp_path / "gate"
+    queue.add(H, "gated", {"log": log, "n": "current", "gate": str(gate)}, at=now - 10)
+    records = [
+        queue.add(H, "record", {"log": log, "n": n}, at=now - 9 + n * 0.01) for n in range(7)
+    ]
     run = start_run(cli_env, DELAYQ_BATCH_SIZE="2")
     wait_for_line(log, "start current")
-    time.sleep(0.2)
+    # The first batch is the current job and record 0; the next one is leased ahead.
+    wait_for(lambda: leased(records[1:]) > 0, 15, "the bookkeeping thread to lease the next batch")
     run.send_signal(signal.SIGTERM)
+    gate.touch()  # the signal is pending before the job can end: it lands during the job
 
     assert run.wait(timeout=15) == 128 + signal.SIGTERM
     assert read_log(log)[:2] == ["start current", "done current"]

@@ -14,8 +14,8 @@ import redis
 from typer.testing import CliRunner, Result
 
 from delayq.cli import app
-from delayq.database import open_database
-from delayq.index import DEFAULT_QUEUE_KEY
+from delayq.store.database import open_database
+from delayq.store.keys import DEFAULT_QUEUE_KEY
 
 HANDLERS = ("tests.sample_handlers",)
 H = "tests.sample_handlers.jobs"

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import redis
 
-from delayq import embedded
-from delayq.database import sqlite_url
-from delayq.index import INDEXED_KEY
-from delayq.models import Job
+from delayq.store import embedded
+from delayq.store.database import sqlite_url
+from delayq.store.keys import INDEXED_KEY
+from delayq.store.table import Job
 from tests.invoke import invoke
 
 

@@ -21,9 +21,9 @@ import pytest
 import redis
 
 import delayq
-from delayq import embedded
 from delayq.config import Settings
-from delayq.index import schedule_key
+from delayq.store import embedded
+from delayq.store.keys import schedule_key
 from tests.sample_handlers.jobs import read_log
 
 HANDLERS = ("tests.sample_handlers",)
@@ -168,7 +168,7 @@ def test_home_too_deep_for_a_socket_path_gets_a_short_socket_and_still_works(hom
 STARTER = """
 import sys, time
 from pathlib import Path
-from delayq import embedded
+from delayq.store import embedded
 
 home, ready, go = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
 ready.touch()

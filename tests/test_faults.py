@@ -15,11 +15,12 @@ import pymysql
 import pytest
 
 from delayq import Status
-from delayq.database import run_reconnecting
-from delayq.index import schedule_key
-from delayq.models import Job
+from delayq.store.database import run_reconnecting
+from delayq.store.keys import schedule_key
+from delayq.store.table import Job
 from tests.conftest import DELAYQ
 from tests.sample_handlers.jobs import read_log
+from tests.waiting import wait_for
 
 H = "tests.sample_handlers.jobs"
 F = "tests.sample_handlers.faults"
@@ -43,9 +44,15 @@ def run_cli(
     )
 
 
-def wait_for_line(log: str, line: str, timeout: float = 15.0) -> None:
+def wait_for_line(log: str, line: str, timeout: float = 15.0, partial: bool = False) -> None:
+    """Until `line` is a line of the file `log` (with `partial`, part of one)."""
+
+    def found() -> bool:
+        lines = read_log(log)
+        return any(line in each for each in lines) if partial else line in lines
+
     deadline = time.monotonic() + timeout
-    while line not in read_log(log):
+    while not found():
         assert time.monotonic() < deadline, f"{line!r} never appeared in {read_log(log)}"
         time.sleep(0.02)
 
@@ -54,18 +61,57 @@ def statuses() -> Counter[int]:
     return Counter(status for (status,) in Job.select(Job.status).tuples())
 
 
+def wait_for_leases_to_lapse(queue, timeout: float = 30.0) -> None:
+    """Until no RUNNING row's lease reaches past the index's clock: what the next run's
+    recovery needs to take the jobs of a dead run back (a heartbeat may have renewed them
+    before it died, so the rows say when, not the lease setting)."""
+
+    def lapsed() -> bool:
+        held = Job.select().where(
+            Job.status == Status.RUNNING, Job.lease_until >= queue.index.now()
+        )
+        return not held.exists()
+
+    wait_for(lapsed, timeout, "the dead run's leases to lapse")
+
+
+def start_logging_run(
+    env: dict[str, str], stderr_path: os.PathLike[str], *args: str
+) -> subprocess.Popen[bytes]:
+    """`delayq run ARGS` with its stderr (its log) going to a file a test can poll."""
+    with open(stderr_path, "wb") as stderr:
+        return subprocess.Popen(
+            [*DELAYQ, "run", *args], env=env, stdout=subprocess.DEVNULL, stderr=stderr
+        )
+
+
 def test_kill_mid_batch_reruns_only_the_job_whose_handler_was_running(queue, cli_env, log):
     now = time.time()
-    for n in range(20):
-        queue.add(H, "record", {"log": log, "n": n}, at=now - 10 + n * 0.01)
+    records = [
+        queue.add(H, "record", {"log": log, "n": n}, at=now - 10 + n * 0.01) for n in range(20)
+    ]
     slow = queue.add(H, "slow", {"log": log, "n": "slow", "seconds": 3}, at=now - 5)
     run = start_run(cli_env, DELAYQ_LEASE="2")
     wait_for_line(log, "start slow")
     run.send_signal(signal.SIGKILL)
     run.wait()
-    assert Job.select().where(Job.status == Status.RUNNING).count() == 21  # nothing flushed yet
 
-    time.sleep(2.2)
+    # Each finished job's outcome is in the journal (written without waiting for Redis, it
+    # may land just after the kill) or, if a group commit fell due first, in the table; its
+    # row stays RUNNING until then. Only the slow job has neither.
+    def in_table() -> set[int]:
+        done = Job.select(Job.id).where(Job.id.in_(records), Job.status == Status.SUCCESS)
+        return {job_id for (job_id,) in done.tuples()}
+
+    def kept() -> set[int]:
+        return set(queue.index.journal.journaled("default", records)) | in_table()
+
+    wait_for(lambda: kept() == set(records), 10, "the 20 outcomes in the journal or table")
+    running = Job.select().where(Job.status == Status.RUNNING).count()
+    assert running == 21 - len(in_table())  # the journaled ones and the slow job
+    assert queue.show(slow)["status"] == "running"
+
+    wait_for_leases_to_lapse(queue)
     queue.add(H, "record", {"log": log, "n": "after"}, delay=0)
     finish = run_cli(cli_env, "run", DELAYQ_LEASE="2")
     assert finish.returncode == 0, finish.stderr
@@ -82,7 +128,7 @@ def test_a_job_that_kills_its_process_fails_as_poison_after_three_deaths(queue, 
     survivor = queue.add(H, "record", {"log": log, "n": "survivor"}, delay=0.5)
     for _ in range(3):
         run_cli(cli_env, "run", DELAYQ_LEASE="2")
-        time.sleep(2.1)
+        wait_for_leases_to_lapse(queue)
     result = run_cli(cli_env, "run", DELAYQ_LEASE="2")
 
     assert result.returncode == 0, result.stderr
@@ -120,25 +166,34 @@ def test_the_default_time_limit_comes_from_settings(make_queue, log):
 
 
 def test_a_job_longer_than_the_lease_is_not_taken_over_by_a_second_run(queue, cli_env, log):
-    job_id = queue.add(H, "slow", {"log": log, "n": "long", "seconds": 5})
+    job_id = queue.add(H, "slow", {"log": log, "n": "long", "seconds": 6})
     first = start_run(cli_env, DELAYQ_LEASE="2")
     wait_for_line(log, "start long")
-    for _ in range(4):  # well past the 2 s lease, while the handler still runs
-        time.sleep(1.0)
+    # The 2 s lease taken before the handler started is over 2 s from now: that much time
+    # passing is what is under test. From then on only the heartbeat keeps the job.
+    time.sleep(2.0)
+    overlapping = 0  # second runs that began and ended while the handler still ran
+    while "done long" not in read_log(log):
         second = run_cli(cli_env, "run", DELAYQ_LEASE="2")
         assert second.returncode == 0, second.stderr
+        overlapping += "done long" not in read_log(log)
     assert first.wait(timeout=30) == 0
 
+    assert overlapping >= 1, "no second run fell inside the handler's run; this proved nothing"
     assert read_log(log) == ["start long", "done long"]
     assert queue.show(job_id)["status"] == "success"
 
 
-def test_sigterm_finishes_the_current_job_and_hands_the_rest_back(queue, cli_env, log):
-    slow = queue.add(H, "slow", {"log": log, "n": "current", "seconds": 1}, at=time.time() - 10)
+def test_sigterm_finishes_the_current_job_and_hands_the_rest_back(queue, cli_env, log, tmp_path):
+    gate = tmp_path / "gate"
+    slow = queue.add(
+        H, "gated", {"log": log, "n": "current", "gate": str(gate)}, at=time.time() - 10
+    )
     rest = [queue.add(H, "record", {"log": log, "n": n}) for n in range(5)]
     run = start_run(cli_env)
     wait_for_line(log, "start current")
     run.send_signal(signal.SIGTERM)
+    gate.touch()  # the signal is pending before the job can end: it lands during the job
 
     assert run.wait(timeout=15) == 128 + signal.SIGTERM
     assert read_log(log) == ["start current", "done current"]
@@ -149,16 +204,20 @@ def test_sigterm_finishes_the_current_job_and_hands_the_rest_back(queue, cli_env
     assert sorted(read_log(log)[2:]) == ["0", "1", "2", "3", "4"]
 
 
-def test_a_second_signal_abandons_the_current_job_back_to_the_schedule(queue, cli_env, log):
+def test_a_second_signal_abandons_the_current_job_back_to_the_schedule(
+    queue, cli_env, log, tmp_path
+):
     slow = queue.add(H, "slow", {"log": log, "n": "current", "seconds": 30})
-    run = start_run(cli_env)
+    stderr = tmp_path / "run.stderr"
+    run = start_logging_run(cli_env, stderr)
     wait_for_line(log, "start current")
     run.send_signal(signal.SIGINT)
-    time.sleep(0.2)
+    # Two signals before the first is handled would count as one: wait for its log line.
+    wait_for_line(stderr, "received SIGINT", partial=True)
     run.send_signal(signal.SIGINT)
 
     assert run.wait(timeout=15) == 128 + signal.SIGINT
-    assert b"Traceback" not in run.stderr.read()
+    assert "Traceback" not in stderr.read_text()
     assert queue.show(slow)["status"] == "pending"
     assert queue.index.size("default") == 1
 
@@ -184,7 +243,8 @@ def test_redis_flushed_while_a_job_runs_loses_and_duplicates_nothing(queue, cli_
     queue.index.client.flushdb()
     assert run.wait(timeout=15) == 0
 
-    time.sleep(2)
+    due = queue.show(later)["run_at"]
+    wait_for(lambda: queue.index.now() >= due, 10, "the later job to fall due")
     assert run_cli(cli_env, "run").returncode == 0
     assert read_log(log) == ["start inflight", "done inflight", "later"]
     assert queue.show(running)["status"] == "success"

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from delayq.errors import BadInput, HandlerNotAllowed
-from delayq.handlers import check_allowed, locate, resolve
+from delayq.worker.handlers import check_allowed, locate, resolve
 from tests.sample_handlers import jobs, shapes
 
 ALLOWED = ("tests.sample_handlers",)

@@ -8,8 +8,9 @@ import time
 
 import pytest
 
-from delayq import interrupts
-from delayq.interrupts import JobTimeout
+from delayq import threads
+from delayq.worker import interrupts
+from delayq.worker.interrupts import JobTimeout
 
 
 def _job(limit: float, runs_for: float) -> str:
@@ -69,15 +70,18 @@ def test_many_jobs_cost_no_timer_call_each(monkeypatch: pytest.MonkeyPatch) -> N
     assert len(calls) <= 2  # armed once, cleared once at the end
 
 
-def test_helper_threads_leave_the_run_signals_to_the_main_thread() -> None:
+def test_helper_threads_leave_the_run_signals_to_the_main_thread(tmp_path) -> None:
     # Delivered to a helper thread, SIGALRM would not wake a main thread asleep in a hung
     # handler, and its time limit would never fire.
-    from delayq.bookkeeper import Bookkeeper
+    from peewee import SqliteDatabase
 
-    bookkeeper = Bookkeeper()
+    from delayq.store.table import Table
+    from delayq.worker.bookkeeper import Bookkeeper
+
+    bookkeeper = Bookkeeper(Table(SqliteDatabase(str(tmp_path / "unused.db"))))
     try:
         blocked = bookkeeper.submit(signal.pthread_sigmask, signal.SIG_BLOCK, []).result()
     finally:
         bookkeeper.close()
-    assert blocked >= interrupts.MAIN_THREAD_SIGNALS
+    assert blocked >= threads.MAIN_THREAD_SIGNALS
     assert signal.SIGALRM not in signal.pthread_sigmask(signal.SIG_BLOCK, [])

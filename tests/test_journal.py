@@ -10,17 +10,18 @@ import time
 import pytest
 import redis
 
-from delayq.index import ScheduleIndex, queue_key
+from delayq.store.index import ScheduleIndex
+from delayq.store.keys import queue_key
 from tests.conftest import ROOT
 
 WRITER = """
 import os, signal, sys, time
 import redis
-from delayq.index import ScheduleIndex
+from delayq.store.index import ScheduleIndex
 client = redis.Redis.from_url(sys.argv[1])
 index = ScheduleIndex(client)
 for job_id in range(1000):
-    index.journal("default", job_id, '[10, "", false, 1.0]')
+    index.journal.write("default", job_id, '[10, "", false, 1.0]')
 time.sleep(0.2)  # Redis has applied these (and, with replies on, answered them)
 # Keep Redis busy for a moment on another connection, so the next writes wait unread in
 # its socket when this process dies.
@@ -28,7 +29,7 @@ busy = client.connection_pool.get_connection()
 busy.send_command("EVAL", BUSY_LOOP, 0)
 time.sleep(0.05)
 for job_id in range(1000, 2000):
-    index.journal("default", job_id, '[10, "", false, 1.0]')
+    index.journal.write("default", job_id, '[10, "", false, 1.0]')
 os.kill(os.getpid(), signal.SIGKILL)  # no close, no flush: the sockets are the kernel's now
 """.replace(
     "BUSY_LOOP",
@@ -56,8 +57,8 @@ def test_journal_writes_all_land_when_the_process_is_killed_right_after(backend)
 def test_the_journal_connection_goes_back_to_the_pool_answering_again(backend):
     client = redis.Redis.from_url(backend["redis_url"])
     index = ScheduleIndex(client)
-    index.journal("default", 7, "x")
-    index.close_journal()
+    index.journal.write("default", 7, "x")
+    index.journal.close()
 
     # The pool's connections answer as usual after the journal's replies were turned off.
     assert client.hget(queue_key("default", "journal"), "7") == b"x"

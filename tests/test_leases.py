@@ -10,9 +10,11 @@ from urllib.parse import urlparse
 import pymysql
 import pytest
 
-from delayq import Status, leases
-from delayq.database import run_reconnecting
-from delayq.models import Job
+from delayq import Status
+from delayq.store import leases
+from delayq.store.database import run_reconnecting
+from delayq.store.table import Job
+from tests.waiting import wait_for
 
 H = "tests.sample_handlers.jobs"
 
@@ -20,13 +22,15 @@ H = "tests.sample_handlers.jobs"
 def test_a_lease_renewed_after_it_was_seen_lapsed_is_not_taken_over(queue, log):
     job_id = queue.add(H, "record", {"log": log}, delay=0)
     now = time.time()
-    [held] = leases.mark_running([job_id], "run-a", now - 1, now)  # already lapsed
-    [lapsed] = leases.expired_leases("default", now, 10)
+    [held] = leases.mark_running(queue.table, [job_id], "run-a", now - 1, now)  # already lapsed
+    [lapsed] = leases.expired_leases(queue.table, "default", now, 10)
     assert lapsed.job.id == held.id
 
-    leases.renew_leases("run-a", now + 60)  # run A was only slow: its heartbeat got through
+    leases.renew_leases(
+        queue.table, "run-a", now + 60
+    )  # run A was only slow: its heartbeat got through
 
-    assert not leases.reclaim(lapsed, now, was_running=True)
+    assert not leases.reclaim(queue.table, lapsed, now, was_running=True)
     row = Job.get_by_id(job_id)
     assert (row.status, row.lease_token, row.lost_leases) == (Status.RUNNING, "run-a", 0)
 
@@ -34,10 +38,10 @@ def test_a_lease_renewed_after_it_was_seen_lapsed_is_not_taken_over(queue, log):
 def test_a_lease_still_lapsed_is_taken_over(queue, log):
     job_id = queue.add(H, "record", {"log": log}, delay=0)
     now = time.time()
-    leases.mark_running([job_id], "run-a", now - 1, now)
-    [lapsed] = leases.expired_leases("default", now, 10)
+    leases.mark_running(queue.table, [job_id], "run-a", now - 1, now)
+    [lapsed] = leases.expired_leases(queue.table, "default", now, 10)
 
-    assert leases.reclaim(lapsed, now, was_running=True)
+    assert leases.reclaim(queue.table, lapsed, now, was_running=True)
     row = Job.get_by_id(job_id)
     assert (row.status, row.lease_token, row.lost_leases) == (Status.PENDING, None, 1)
 
@@ -77,8 +81,18 @@ def test_a_transaction_chosen_as_deadlock_victim_is_run_again(queue, backend):
             Job.update(retry_times=5).where(Job.id == first).execute()
             if len(attempts) == 1:
                 we_hold_first.set()
-                time.sleep(0.3)  # the rival now waits for `first`: this closes the cycle
+                # Once the rival waits for `first`, our next write closes the cycle.
+                wait_for(rival_waits_for_first, 15, "the rival to wait for our lock")
             Job.update(retry_times=5).where(Job.id == second).execute()
+
+    def rival_waits_for_first() -> bool:
+        # The rival's connection is on our user, whose threads the process list shows.
+        (waiting,) = queue.db.execute_sql(
+            "SELECT COUNT(*) FROM information_schema.processlist WHERE id = %s "
+            "AND info LIKE 'UPDATE delay_queue SET retry_times = 7 WHERE id = %%'",
+            (rival_db.thread_id(),),
+        ).fetchone()
+        return bool(waiting)
 
     rival_holds_second = threading.Event()
     thread = threading.Thread(target=rival)

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from delayq import BadInput
-from delayq.models import Job, Status
-from delayq.overview import JobFilter
+from delayq.ops.overview import JobFilter
+from delayq.store.table import Job, Status
 from tests.invoke import invoke
 
 NOW = 1_800_000_000.0

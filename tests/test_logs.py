@@ -9,7 +9,7 @@ import logging
 import pytest
 
 from delayq import BadInput
-from delayq.logs import setup_logging
+from delayq.ops.logs import setup_logging
 from tests.invoke import invoke
 
 H = "tests.sample_handlers.jobs"
@@ -67,7 +67,7 @@ def test_log_json_lines_carry_the_job_fields(queue, cli_env, log, tmp_path):
     assert (entry["attempt"], entry["outcome"], entry["level"]) == (0, "failed", "info")
     assert entry["will_retry"] is True
     assert 0 <= entry["duration"] < 5
-    assert entry["logger"] == "delayq.runner"
+    assert entry["logger"] == "delayq.worker.calls"
 
 
 def test_records_without_a_job_have_only_the_base_keys(tmp_path):

@@ -10,9 +10,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from delayq import ConfigError
-from delayq.metrics import write_metrics
-from delayq.overview import QueueStats
-from delayq.runner import RunReport
+from delayq.ops.metrics import write_metrics
+from delayq.ops.overview import QueueStats
+from delayq.worker.run import RunReport
 from tests.invoke import invoke
 
 H = "tests.sample_handlers.jobs"

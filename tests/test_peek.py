@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from delayq.index import schedule_key
-from delayq.models import Job, Status
+from delayq.store.keys import schedule_key
+from delayq.store.table import Job, Status
 from tests.invoke import invoke
 
 NOW = 1_800_000_000.0

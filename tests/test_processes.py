@@ -16,17 +16,18 @@ import sqlite3
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 import pytest
 
 from delayq import JobSpec, Queue, Status
-from delayq.index import schedule_key
-from delayq.models import Job
+from delayq.store.keys import schedule_key
+from delayq.store.table import Job
 from tests.conftest import DELAYQ, mysql_connect
 from tests.sample_handlers.jobs import read_log
+from tests.waiting import wait_for
 
 H = "tests.sample_handlers.jobs"
 P = "tests.sample_handlers.procs"
@@ -58,14 +59,6 @@ def start(env: dict[str, str], *args: str, **extra: str) -> subprocess.Popen[byt
     )
 
 
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
-
-
 def statuses() -> dict[int, int]:
     """{job id: status} of every row."""
     return {row.id: row.status for row in Job.select(Job.id, Job.status)}
@@ -89,23 +82,30 @@ def specs(method: str, datas: Sequence[dict[str, Any]], **kwargs: Any) -> list[J
 
 
 @pytest.mark.slow
-def test_four_concurrent_runs_run_each_job_exactly_once_and_print_nothing(queue, cli_env, log):
+def test_four_concurrent_runs_run_each_job_exactly_once_and_print_nothing(
+    queue, cli_env, log, tmp_path
+):
     count = 2000
+    gate = tmp_path / "gate"
     ids = queue.add_many(
-        [JobSpec(P, "record_pid", {"log": log, "n": n}) for n in range(count)],
+        [JobSpec(P, "record_pid", {"log": log, "n": n, "gate": str(gate)}) for n in range(count)],
         now=time.time() - 60,
     )
 
     runners = [start(cli_env, "run", DELAYQ_BATCH_SIZE="50") for _ in range(4)]
+    # Each run holds its first job at the gate, so none can drain the queue before the
+    # others have started: all four are running jobs at once when it opens.
+    pids = {runner.pid for runner in runners}
+    at_gate = tmp_path / "gate.waiting"  # where the handler notes the pids it holds back
+    wait_for(lambda: {int(pid) for pid in read_log(at_gate)} == pids, 60, "every run at the gate")
+    gate.touch()
     outputs = [runner.communicate(timeout=60) for runner in runners]
 
     assert [runner.returncode for runner in runners] == [0, 0, 0, 0]
     lines = [line.split() for line in read_log(log)]
     runs_per_job = Counter(int(n) for n, _ in lines)
     assert runs_per_job == Counter(range(count)), "some job ran twice or never"
-    pids = {int(pid) for _, pid in lines}
-    assert pids <= {runner.pid for runner in runners}
-    assert len(pids) >= 2, "the runs did not share the work, so this proved nothing"
+    assert {int(pid) for _, pid in lines} == pids, "the runs did not all share the work"
     assert statuses() == dict.fromkeys(ids, Status.SUCCESS)
     assert zset(queue) == {}
     assert outputs == [(b"", b"")] * 4, "healthy runs print nothing for cron, even overlapping"
@@ -133,7 +133,7 @@ def test_job_of_a_killed_run_is_taken_over_after_its_lease_and_its_batch_complet
     assert len({row.lease_token for row in held}) == 1
     assert zset(queue) == {}
     lease_until = max(row.lease_until for row in held)
-    time.sleep(max(0.0, lease_until - time.time()) + 0.3)
+    wait_for(lambda: queue.index.now() > lease_until, 30, "the killed run's leases to lapse")
 
     completed = delayq(cli_env, "run", DELAYQ_LEASE="2")
 

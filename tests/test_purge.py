@@ -9,8 +9,8 @@ import time
 import pytest
 
 from delayq import BadInput
-from delayq.maintenance import purge, purgeable_ids
-from delayq.models import Job, Status, local_now
+from delayq.ops.maintenance import purge, purgeable_ids
+from delayq.store.table import Job, Status, utc_stamp
 from tests.invoke import invoke
 
 NOW = 1_800_000_000.0
@@ -20,7 +20,7 @@ H = "tests.sample_handlers.jobs"
 
 def make_row(status: Status, age: float, **fields) -> int:
     """A row of `status` last changed `age` seconds before NOW."""
-    when = local_now(NOW - age)
+    when = utc_stamp(NOW - age)
     params = json.dumps({"class": H, "method": "echo", "data": None})
     row = Job.create(params=params, status=status, created=when, modified=when, **fields)
     return row.id
@@ -78,9 +78,9 @@ def test_deletes_in_batches_by_primary_key(queue):
         make_row(Status.SUCCESS, 40 * DAY)
     make_row(Status.PENDING, 40 * DAY)
 
-    batches = list(purgeable_ids([Status.SUCCESS], NOW - 30 * DAY, batch=3))
+    batches = list(purgeable_ids(queue.table, [Status.SUCCESS], NOW - 30 * DAY, batch=3))
     assert [len(ids) for ids in batches] == [3, 3, 1]
-    assert purge([Status.SUCCESS], NOW - 30 * DAY, batch=3, pause=0) == 7
+    assert purge(queue.table, [Status.SUCCESS], NOW - 30 * DAY, batch=3, pause=0) == 7
     assert len(surviving()) == 1
 
 

@@ -8,9 +8,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from delayq import BadInput, Status
-from delayq.index import schedule_key
-from delayq.models import Job
-from delayq.retry import LADDER
+from delayq.store.keys import schedule_key
+from delayq.store.table import Job
+from delayq.worker.retry import LADDER
 from tests.conftest import DELAYQ
 from tests.sample_handlers.jobs import read_log
 

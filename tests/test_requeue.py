@@ -9,9 +9,9 @@ import subprocess
 import pytest
 
 from delayq import BadInput, Status
-from delayq.index import schedule_key
-from delayq.models import Job, local_now
-from delayq.overview import JobFilter
+from delayq.ops.overview import JobFilter
+from delayq.store.keys import schedule_key
+from delayq.store.table import Job, utc_stamp
 from tests.conftest import DELAYQ
 from tests.invoke import invoke
 from tests.sample_handlers.jobs import read_log
@@ -72,10 +72,10 @@ def test_only_the_latest_failed_attempt_of_a_chain_is_repeated(queue, log):
 
 def test_filters_by_class_queue_and_age(queue, log):
     params = json.dumps({"class": f"{H}.Refund", "method": "run", "data": {}})
-    refund = Job.create(params=params, status=Status.FAILED, run_at=NOW, modified=local_now(NOW)).id
+    refund = Job.create(params=params, status=Status.FAILED, run_at=NOW, modified=utc_stamp(NOW)).id
     mail = failed_job(queue, log, queue="mail")
     old = failed_job(queue, log, n=1)
-    Job.update(modified=local_now(NOW - 7200)).where(Job.id == old).execute()
+    Job.update(modified=utc_stamp(NOW - 7200)).where(Job.id == old).execute()
 
     def requeued(**fields):
         filters = JobFilter(statuses=(Status.FAILED,), **fields)

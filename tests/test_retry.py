@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 
 from delayq.durations import parse_duration
-from delayq.retry import LADDER, MAX_RETRIES, next_run_at, should_retry
+from delayq.worker.retry import LADDER, MAX_RETRIES, next_run_at, should_retry
+from tests.sample_handlers.jobs import read_log
 
+H = "tests.sample_handlers.jobs"
 NOW = 1_800_000_000.0
 CONTRACT = "15s,15s,30s,3m,10m,20m,30m,30m,30m,1h,3h,3h,3h,6h,6h"
 
@@ -18,9 +20,25 @@ def test_ladder_is_exactly_the_contract_steps():
     assert contract == LADDER
 
 
-def test_there_are_fifteen_automatic_retries():
-    assert MAX_RETRIES == 15
-    assert len(LADDER) == MAX_RETRIES
+def test_a_job_that_always_fails_is_retried_fifteen_times_each_one_contract_step_later(queue, log):
+    # Through real runs, each at the moment the contract says the next retry is due: a
+    # retry due later would not run, one due earlier shows in its run_at.
+    steps = [parse_duration(step) for step in CONTRACT.split(",")]
+    first = queue.add(H, "fail", {"log": log}, now=NOW)
+    now = NOW
+    for step in [*steps, None]:
+        report = queue.run(now=now)
+        assert report.failed == 1, f"nothing was due at {now - NOW:.0f}s"
+        if step is not None:
+            now += step
+
+    chain = queue.history(first)
+    assert [attempt["retry_times"] for attempt in chain] == list(range(16))
+    due = [NOW + sum(steps[:k]) for k in range(16)]
+    assert [attempt["run_at"] for attempt in chain] == pytest.approx(due)
+    assert [attempt["status"] for attempt in chain] == ["failed"] * 16
+    assert len(read_log(log)) == 16
+    assert queue.run(now=now + 10**6).claimed == 0  # the sixteenth failure got no retry
 
 
 @pytest.mark.parametrize("retry_times", range(15))

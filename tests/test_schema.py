@@ -16,10 +16,9 @@ import redis
 from pymysql.constants import CLIENT
 
 import delayq
-from delayq import embedded
 from delayq.config import Settings
-from delayq.database import sqlite_url
-from delayq.models import Job
+from delayq.store import embedded
+from delayq.store.database import sqlite_url
 from tests.sample_handlers.jobs import read_log
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -285,5 +284,5 @@ def test_init_upgrades_a_seed_table_and_its_rows_still_run(backend, tmp_path):
     assert queue.init() == []
     queue.run()
     assert read_log(log) == [""]
-    assert Job.get(Job.ext_string == "seed").status == 10
+    assert queue.table.model.get(queue.table.model.ext_string == "seed").status == 10
     queue.close()

@@ -14,7 +14,9 @@ pytestmark = pytest.mark.slow
 
 
 def test_short_soak_loses_nothing_and_duplicates_no_more_than_it_killed(mariadb_url, tmp_path):
-    soak_db = mariadb_url.rsplit("/", 1)[0] + "/delayq_soak"
+    # Named after the test database, so suites run side by side on one server (each with
+    # its own DELAYQ_TEST_MARIADB_URL) do not drop each other's soak table.
+    soak_db = f"{mariadb_url}_soak"
     result = subprocess.run(
         [
             sys.executable,

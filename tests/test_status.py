@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from delayq.index import LAST_RUN_KEY, schedule_key
-from delayq.models import Job, Status, local_now
+from delayq.store.keys import LAST_RUN_KEY, schedule_key
+from delayq.store.table import Job, Status, utc_stamp
 from tests.invoke import invoke
 
 NOW = 1_800_000_000.0
@@ -71,7 +71,7 @@ def test_oldest_due_job_and_how_late_it_is(queue, log):
 def test_a_row_without_run_at_is_due_since_it_was_created(queue):
     written = Job.create(
         params=json.dumps({"class": H, "method": "echo", "data": 1}),
-        created=local_now(NOW - 3600),
+        created=utc_stamp(NOW - 3600),
     )
     queue.add(H, "echo", 2, at=NOW - 60, now=NOW - 60)
 

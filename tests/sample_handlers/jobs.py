@@ -40,6 +40,18 @@ def slow(data: dict[str, Any]) -> str:
     return "slept"
 
 
+def gated(data: dict[str, Any]) -> str:
+    """Mark the start, wait until the file data["gate"] exists (at most data["seconds"],
+    default 30), then record the finish: a job that ends when the test says so."""
+    _append(data["log"], f"start {data.get('n', '')}")
+    gate = Path(data["gate"])
+    deadline = time.monotonic() + float(data.get("seconds", 30))
+    while not gate.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    _append(data["log"], f"done {data.get('n', '')}")
+    return "opened" if gate.exists() else "gave up"
+
+
 def echo(data: Any) -> Any:
     return data
 

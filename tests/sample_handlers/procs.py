@@ -5,14 +5,45 @@ the work."""
 from __future__ import annotations
 
 import os
+import time
+from pathlib import Path
 from typing import Any
+
+GATE_PATIENCE = 60.0  # seconds a job waits at a closed gate before going on regardless
 
 
 def record_pid(data: dict[str, Any]) -> str:
-    """Append "<n> <pid>" to data["log"] (O_APPEND: several processes share the file)."""
-    fd = os.open(data["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    """Append "<n> <pid>" to data["log"] (O_APPEND: several processes share the file).
+
+    With data["gate"] (a path), a job that finds no file there first appends its pid to
+    "<gate>.waiting" and waits for the file: a test opens the gate once every runner holds
+    a job at it."""
+    if "gate" in data:
+        _wait_at_gate(Path(data["gate"]))
+    _append(data["log"], f"{data['n']} {os.getpid()}")
+    return f"recorded {data['n']}"
+
+
+def _wait_at_gate(gate: Path) -> None:
+    if gate.exists():
+        return
+    _append(f"{gate}.waiting", str(os.getpid()))
+    deadline = time.monotonic() + GATE_PATIENCE
+    while not gate.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def _append(path: str, line: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        os.write(fd, f"{data['n']} {os.getpid()}\n".encode())
+        os.write(fd, f"{line}\n".encode())
     finally:
         os.close(fd)
-    return f"recorded {data['n']}"
+
+
+def slow_pid(data: dict[str, Any]) -> str:
+    """Append "start <n> <pid>", sleep data["seconds"], then append "done <n> <pid>"."""
+    _append(data["log"], f"start {data['n']} {os.getpid()}")
+    time.sleep(float(data["seconds"]))
+    _append(data["log"], f"done {data['n']} {os.getpid()}")
+    return "slept"

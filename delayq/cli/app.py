@@ -1,0 +1,86 @@
+"""The `delayq` typer app and what its commands share: option types, the one mapping of
+errors to exit codes, opening the Queue, printing JSON.
+
+stdout carries results only (an id, a count, a JSON object); diagnostics go to stderr, and
+`delayq run` prints nothing when all is well because cron mails whatever it prints.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from ..durations import parse_duration
+from ..errors import BackendUnavailable, BadInput, ConfigError, DelayqError, JobNotFound
+
+if TYPE_CHECKING:
+    from ..queue import Queue
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Durable delayed jobs on MySQL + Redis, driven by cron.",
+)
+
+
+EXIT_CODES: dict[type[DelayqError], int] = {
+    BadInput: 2,
+    ConfigError: 2,
+    JobNotFound: 1,
+    BackendUnavailable: 1,
+}
+
+
+QueueOption = Annotated[str, typer.Option("--queue", "-q", help="Queue name.")]
+
+
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
+
+
+DelayOption = Annotated[
+    str | None, typer.Option("--delay", help="Wait this long: seconds, or 90s, 15m, 2h, 1d.")
+]
+
+
+def exit_code(exc: DelayqError) -> int:
+    """The exit code for an expected error: 2 bad input, 1 unknown id or unreachable backend."""
+    for cls in type(exc).__mro__:
+        if cls in EXIT_CODES:
+            return EXIT_CODES[cls]
+    return 1
+
+
+@contextmanager
+def reporting_errors() -> Iterator[None]:
+    """Turn a DelayqError into one line on stderr and its exit code; never a traceback."""
+    try:
+        yield
+    except DelayqError as exc:
+        typer.echo(f"delayq: error: {exc}", err=True)
+        raise typer.Exit(exit_code(exc)) from None
+
+
+def open_queue() -> Queue:
+    from ..queue import connect  # imported here so `delayq --help` stays fast
+
+    return connect()
+
+
+def print_json(obj: Any) -> None:
+    typer.echo(json.dumps(obj, sort_keys=True))
+
+
+def duration_or_none(text: str | None, name: str) -> float | None:
+    return parse_duration(text, name) if text is not None else None
+
+
+def parse_json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise BadInput(f"--data is not valid JSON: {exc}") from None

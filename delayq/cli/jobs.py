@@ -1,0 +1,107 @@
+"""The commands application code and scripts use: add, cancel, retry, show."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from ..durations import format_instant, parse_duration, parse_instant
+from .app import (
+    DelayOption,
+    JsonOption,
+    QueueOption,
+    app,
+    duration_or_none,
+    open_queue,
+    parse_json,
+    print_json,
+    reporting_errors,
+)
+
+
+@app.command()
+def add(
+    class_path: Annotated[str, typer.Argument(metavar="CLASS", help="Dotted class or module.")],
+    method: Annotated[str, typer.Argument(help="Method or function to call.")],
+    data: Annotated[str, typer.Option("--data", help="JSON passed to the handler.")] = "null",
+    delay: DelayOption = None,
+    at: Annotated[str | None, typer.Option("--at", help="Due time, ISO 8601.")] = None,
+    ext: Annotated[str, typer.Option("--ext", help="Business key for lookup and cancel.")] = "",
+    queue_name: QueueOption = "default",
+    timeout: Annotated[
+        str | None, typer.Option("--timeout", help="Time limit for the handler (default 5m).")
+    ] = None,
+    every: Annotated[
+        str | None,
+        typer.Option("--every", help="Recurring: run again this long after each due time."),
+    ] = None,
+    replace: Annotated[
+        bool, typer.Option("--replace", help="Move the pending job with this --ext instead.")
+    ] = False,
+) -> None:
+    """Schedule CLASS.METHOD(data); prints the new job id."""
+    with reporting_errors():
+        payload = parse_json(data)
+        job_id = open_queue().add(
+            class_path,
+            method,
+            payload,
+            delay=duration_or_none(delay, "--delay"),
+            at=parse_instant(at) if at is not None else None,
+            ext=ext,
+            queue=queue_name,
+            timeout=duration_or_none(timeout, "--timeout"),
+            every=duration_or_none(every, "--every"),
+            replace=replace,
+        )
+        typer.echo(job_id)
+
+
+@app.command()
+def cancel(
+    job_id: Annotated[int | None, typer.Argument(metavar="[ID]", help="Job id.")] = None,
+    ext: Annotated[
+        str | None, typer.Option("--ext", help="Cancel every pending job with this key.")
+    ] = None,
+    queue_name: Annotated[
+        str | None, typer.Option("--queue", "-q", help="Only this queue.")
+    ] = None,
+) -> None:
+    """Cancel a pending job by id, or every pending job with --ext; prints the count."""
+    with reporting_errors():
+        typer.echo(open_queue().cancel(job_id, ext=ext, queue=queue_name))
+
+
+@app.command()
+def retry(
+    job_id: Annotated[int, typer.Argument(metavar="ID", help="Job id.")],
+    delay: DelayOption = None,
+) -> None:
+    """Run a finished job again as a new attempt; prints the new id."""
+    with reporting_errors():
+        delay_seconds = parse_duration(delay, "--delay") if delay is not None else 0.0
+        typer.echo(open_queue().retry(job_id, delay=delay_seconds))
+
+
+@app.command()
+def show(
+    job_id: Annotated[int, typer.Argument(metavar="ID", help="Job id.")],
+    as_json: JsonOption = False,
+) -> None:
+    """One job, with its retry chain."""
+    with reporting_errors():
+        queue = open_queue()
+        view = queue.show(job_id)
+        if as_json:
+            print_json(view)
+            return
+        for key in ("id", "status", "class", "method", "ext", "retry_times", "message"):
+            typer.echo(f"{key:<12}{'' if view[key] is None else view[key]}")
+        typer.echo(f"{'data':<12}{json.dumps(view['data'], ensure_ascii=False)}")
+        typer.echo(f"{'run_at':<12}{format_instant(view['run_at'])}")
+        chain = queue.history(job_id)
+        if len(chain) > 1:
+            steps = " -> ".join(f"{step['id']} {step['status']}" for step in chain)
+            typer.echo(f"{'attempts':<12}{steps}")

@@ -1,0 +1,316 @@
+"""The operator's looks and clean-ups: status, list, peek, purge, requeue, registered on the
+app of cli/app.py. Like every cli/ module, it parses options, makes one Queue call and
+prints: tables through rich on stdout, one JSON object with --json, diagnostics on stderr.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from datetime import datetime
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from ..durations import format_delta, format_instant, parse_duration
+from ..errors import BadInput
+from ..store.table import Status, status_word
+from .app import JsonOption, app, open_queue, print_json, reporting_errors
+
+if TYPE_CHECKING:  # the modules behind the commands load when a command runs, keeping
+    # `delayq run`, the command cron starts every minute, free of them
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..ops.overview import LastRun, QueueStats, StatusReport, Upcoming
+
+OptionalQueue = Annotated[str | None, typer.Option("--queue", "-q", help="Only this queue.")]
+DurationText = str  # what the user typed: seconds or 90s, 15m, 2h, 1d
+
+
+def _console() -> Console:
+    from rich.console import Console
+
+    # Off a terminal rich would wrap at 80 columns; a pipe or a log file gets whole lines.
+    wide = None if sys.stdout.isatty() else 200
+    return Console(file=sys.stdout, width=wide, highlight=False, soft_wrap=False)
+
+
+def _table(headers: str, right: str = "", wrap: str = "") -> Table:
+    from rich import box
+    from rich.table import Table
+
+    """A borderless table with these space-separated headers (`|` stands for a space);
+    those named in `right` are right-aligned. On a narrow terminal only the columns named in
+    `wrap` give up width (their text wraps, or is cut with an ellipsis); the others keep
+    their values whole."""
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for header in headers.split():
+        table.add_column(
+            header.replace("|", " "),
+            justify="right" if header in right.split() else "left",
+            no_wrap=header not in wrap.split(),
+        )
+    return table
+
+
+def _parse_statuses(text: str, allowed: tuple[Status, ...]) -> tuple[Status, ...]:
+    """`failed,missed` → (Status.FAILED, Status.MISSED), refusing words outside `allowed`."""
+    found = []
+    for word in filter(None, (part.strip() for part in text.split(","))):
+        try:
+            status = Status.from_word(word)
+        except KeyError:
+            status = None
+        if status not in allowed:
+            words = ", ".join(item.word for item in allowed)
+            raise BadInput(f"--status {word!r} is not allowed here; use one or more of {words}")
+        found.append(status)
+    return tuple(found)
+
+
+def _duration(text: DurationText | None, name: str) -> float | None:
+    return None if text is None else parse_duration(text, name)
+
+
+def _relative(seconds: float) -> str:
+    """`in 3m` for the future, `12s ago` for the past."""
+    return f"in {format_delta(seconds)}" if seconds > 0 else f"{format_delta(-seconds)} ago"
+
+
+@app.command()
+def status(
+    as_json: JsonOption = False,
+    check: Annotated[
+        bool, typer.Option("--check", help="Exit 1 and say why when a run is overdue or late.")
+    ] = False,
+    max_idle: Annotated[
+        DurationText, typer.Option("--max-idle", help="With --check: longest time without a run.")
+    ] = "5m",
+    max_lag: Annotated[
+        DurationText, typer.Option("--max-lag", help="With --check: latest a due job may be.")
+    ] = "10m",
+) -> None:
+    """Per queue: pending (due now / later), running, finished counts, backlog and next due."""
+    with reporting_errors():
+        idle, lag = parse_duration(max_idle, "--max-idle"), parse_duration(max_lag, "--max-lag")
+        report = open_queue().status()
+    if as_json:
+        print_json(report.as_json())
+    elif not check:
+        _print_status(report)
+    problems = report.problems(idle, lag) if check else []
+    for line in problems:
+        typer.echo(f"delayq: check: {line}", err=True)
+    if problems:
+        raise typer.Exit(1)
+
+
+def _print_status(report: StatusReport) -> None:
+    console = _console()
+    console.print(f"last run: {_describe_last_run(report.last_run, report.now)}")
+    if not report.queues:
+        console.print("no jobs")
+        return
+    # Two narrow tables rather than one wide one: each fits an 80-column terminal.
+    counts = "due later running success failed cancelled missed"
+    jobs = _table(f"queue {counts}", right=counts)
+    timing = _table("queue oldest|due late next|due failed|1h", right="late next|due failed|1h")
+    for name, stats in report.queues.items():
+        jobs.add_row(name, *_count_cells(stats))
+        timing.add_row(name, *_timing_cells(stats, report.now))
+    console.print(jobs)
+    console.print()
+    console.print(timing)
+
+
+def _count_cells(stats: QueueStats) -> list[str]:
+    counts = [stats.pending_due, stats.pending_later, stats.running, stats.success]
+    return [str(count) for count in [*counts, stats.failed, stats.cancelled, stats.missed]]
+
+
+def _timing_cells(stats: QueueStats, now: float) -> list[str]:
+    oldest, late = "-", "-"
+    if stats.oldest_due_lag is not None:
+        oldest = f"#{stats.oldest_due_id} {_clock(stats.oldest_due_at)}"
+        late = format_delta(stats.oldest_due_lag)
+    upcoming = "-" if stats.next_due_at is None else _relative(stats.next_due_at - now)
+    return [oldest, late, upcoming, str(stats.failed_last_hour)]
+
+
+def _clock(epoch: float | None) -> str:
+    """Local time to the second, short enough for a table cell."""
+    return "-" if epoch is None else datetime.fromtimestamp(epoch).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _describe_last_run(last: LastRun | None, now: float) -> str:
+    if last is None or last.started_at is None:
+        return "never"
+    parts = [f"{format_instant(last.started_at)} ({_relative(last.started_at - now)})"]
+    if last.duration is not None:
+        parts.append(f"took {last.duration:.2f}s")
+    if last.outcome:
+        parts.append(last.outcome)
+    if last.jobs is not None:
+        parts.append(f"{last.jobs} job" + ("" if last.jobs == 1 else "s"))
+    return ", ".join(parts)
+
+
+@app.command("list")
+def list_jobs(
+    status_words: Annotated[
+        str | None, typer.Option("--status", help="Only these statuses, e.g. failed,missed.")
+    ] = None,
+    queue_name: OptionalQueue = None,
+    ext: Annotated[str | None, typer.Option("--ext", help="Only this business key.")] = None,
+    class_path: Annotated[
+        str | None, typer.Option("--class", help="Only jobs calling this exact class.")
+    ] = None,
+    since: Annotated[
+        DurationText | None, typer.Option("--since", help="Only rows changed this recently.")
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", help="At most N rows.")] = 50,
+    before_id: Annotated[
+        int | None, typer.Option("--before-id", help="Next page: ids below this one.")
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Jobs newest first, filtered; page on with --before-id."""
+    from ..ops.overview import JobFilter
+
+    with reporting_errors():
+        filters = JobFilter(
+            statuses=_parse_statuses(status_words or "", tuple(Status)),
+            queue=queue_name,
+            ext=ext,
+            class_path=class_path,
+            since=_duration(since, "--since"),
+        )
+        rows = open_queue().list_jobs(filters, limit=limit, before_id=before_id)
+    next_before = rows[-1]["id"] if len(rows) == limit else None
+    if as_json:
+        print_json({"jobs": rows, "next_before_id": next_before})
+        return
+    _print_rows(rows)
+    if next_before is not None:
+        typer.echo(f"more: add --before-id {next_before}", err=True)
+
+
+def _print_rows(rows: list[dict[str, Any]]) -> None:
+    console = _console()
+    if not rows:
+        console.print("no jobs")
+        return
+    table = _table("id status queue call ext try run_at message", "id try", wrap="call ext message")
+    for row in rows:
+        table.add_row(
+            str(row["id"]),
+            row["status"],
+            row["queue"],
+            f"{row['class']}.{row['method']}",
+            row["ext"],
+            str(row["retry_times"]),
+            _clock(row["run_at"]),
+            _shorten(row["message"] or "", 60),
+        )
+    console.print(table)
+
+
+def _shorten(text: str, width: int) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+@app.command()
+def peek(
+    count: Annotated[int, typer.Argument(metavar="[N]", help="How many jobs.")] = 10,
+    queue_name: OptionalQueue = None,
+    as_json: JsonOption = False,
+) -> None:
+    """The next N jobs in schedule order, with the time until each is due; claims nothing."""
+    with reporting_errors():
+        upcoming = open_queue().peek(count, queues=[queue_name] if queue_name else None)
+    now = time.time()
+    if as_json:
+        print_json({"now": now, "jobs": [_upcoming_view(entry, now) for entry in upcoming]})
+        return
+    console = _console()
+    if not upcoming:
+        console.print("nothing scheduled")
+        return
+    table = _table("id queue due call ext status", right="id", wrap="call ext")
+    for view in (_upcoming_view(entry, now) for entry in upcoming):
+        call = f"{view['class']}.{view['method']}" if view["status"] else "(no row)"
+        due = _relative(view["due_in"])
+        status_text = view["status"] or "-"
+        table.add_row(str(view["id"]), view["queue"], due, call, view["ext"] or "", status_text)
+    console.print(table)
+
+
+def _upcoming_view(entry: Upcoming, now: float) -> dict[str, Any]:
+    from ..ops.overview import params_of
+
+    payload = params_of(entry.row.params) if entry.row else {}
+    return {
+        "id": entry.id,
+        "queue": entry.queue,
+        "run_at": entry.run_at,
+        "due_in": entry.run_at - now,
+        "class": payload.get("class"),
+        "method": payload.get("method"),
+        "ext": entry.row.ext_string if entry.row else None,
+        "status": status_word(entry.row.status) if entry.row else None,
+    }
+
+
+DryRunOption = Annotated[bool, typer.Option("--dry-run", help="Count, change nothing.")]
+
+
+@app.command()
+def purge(
+    older_than: Annotated[
+        DurationText, typer.Option("--older-than", help="Rows last changed longer ago, e.g. 30d.")
+    ],
+    status_words: Annotated[
+        str, typer.Option("--status", help="Which finished statuses, comma-separated.")
+    ] = "success,failed,cancelled,missed",
+    dry_run: DryRunOption = False,
+) -> None:
+    """Delete old finished rows in small batches; prints how many (would be) deleted."""
+    from ..ops.maintenance import PURGEABLE
+
+    with reporting_errors():
+        age = parse_duration(older_than, "--older-than")
+        statuses = _parse_statuses(status_words, PURGEABLE)
+        typer.echo(open_queue().purge(age, statuses, dry_run=dry_run))
+
+
+@app.command()
+def requeue(
+    status_words: Annotated[
+        str, typer.Option("--status", help="Finished statuses to retry, e.g. failed,missed.")
+    ],
+    class_path: Annotated[
+        str | None, typer.Option("--class", help="Only jobs calling this exact class.")
+    ] = None,
+    queue_name: OptionalQueue = None,
+    since: Annotated[
+        DurationText | None, typer.Option("--since", help="Only rows that finished this recently.")
+    ] = None,
+    dry_run: DryRunOption = False,
+) -> None:
+    """Retry the latest attempt of every matching chain; prints how many (would be) requeued."""
+    from ..ops.maintenance import PURGEABLE
+    from ..ops.overview import JobFilter
+
+    with reporting_errors():
+        filters = JobFilter(
+            statuses=_parse_statuses(status_words, PURGEABLE),
+            queue=queue_name,
+            class_path=class_path,
+            since=_duration(since, "--since"),
+        )
+        result = open_queue().requeue(filters, dry_run=dry_run)
+    for job_id, reason in result.skipped:
+        typer.echo(f"delayq: skipped job {job_id}: {reason}", err=True)
+    typer.echo(len(result.ids))

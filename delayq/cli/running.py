@@ -1,0 +1,203 @@
+"""`delayq run`, the command cron starts every minute: silent when all is well, one line
+per job with -v, a progress bar on a terminal."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from ..durations import parse_duration
+from ..errors import BadInput
+from ..ops.logs import setup_logging
+from ..worker.interrupts import graceful_stop
+from .app import app, duration_or_none, open_queue, reporting_errors
+
+if TYPE_CHECKING:
+    from ..queue import Queue
+    from ..worker.report import JobOutcome, RunReport
+
+PROGRESS_MIN_JOBS = 50  # a bar for a handful of jobs is noise
+MAX_PROCESSES = 64
+FLAGS = {"loop_for": "--for", "weighted": "--queues"}  # parameters not named as their flag
+
+
+@app.command()
+def run(
+    since: Annotated[
+        str | None, typer.Option("--since", help="Look back this far (default 1d).")
+    ] = None,
+    limit: Annotated[int | None, typer.Option("--limit", help="Run at most N jobs.")] = None,
+    max_seconds: Annotated[
+        str | None, typer.Option("--max-seconds", help="Claim nothing new after this long.")
+    ] = None,
+    queues: Annotated[
+        list[str] | None, typer.Option("--queue", "-q", help="Only these queues.")
+    ] = None,
+    loop: Annotated[
+        bool, typer.Option("--loop", help="Stay up, starting each job as it falls due.")
+    ] = False,
+    loop_for: Annotated[
+        str | None, typer.Option("--for", help="With --loop: stop after this long.")
+    ] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="One line per job.")] = False,
+    metrics_file: Annotated[
+        Path | None, typer.Option("--metrics-file", help="Write Prometheus metrics here.")
+    ] = None,
+    log_file: Annotated[
+        Path | None, typer.Option("--log-file", help="Append log records here, not stderr.")
+    ] = None,
+    log_level: Annotated[
+        str, typer.Option("--log-level", help="debug, info (a line per job), warning, error.")
+    ] = "warning",
+    log_json: Annotated[bool, typer.Option("--log-json", help="One JSON object a line.")] = False,
+    concurrency: Annotated[
+        int | None,
+        typer.Option("--concurrency", "-c", help="Jobs in flight at once (default 1)."),
+    ] = None,
+    grace: Annotated[
+        str | None,
+        typer.Option("--grace", help="On SIGTERM, let jobs in flight finish this long (25s)."),
+    ] = None,
+    processes: Annotated[
+        int, typer.Option("--processes", "-p", help="Runner processes under one parent.")
+    ] = 1,
+    weighted: Annotated[
+        str | None,
+        typer.Option("--queues", help="Queues served in turn, batches a turn: a:3,b:1."),
+    ] = None,
+) -> None:
+    """Run the due jobs once (or, with --loop, as they fall due); silent when all is well."""
+    if processes != 1:
+        _supervise(processes, dict(locals()))
+    with reporting_errors():
+        setup_logging(log_level, log_file, log_json)
+        options: dict[str, Any] = {
+            "since": parse_duration(since, "--since") if since is not None else None,
+            "limit": limit,
+            "max_seconds": duration_or_none(max_seconds, "--max-seconds"),
+            "queues": queues,
+            "on_outcome": _print_outcome if verbose else None,
+            "concurrency": concurrency,
+            "grace": duration_or_none(grace, "--grace"),
+        }
+        if weighted is not None:
+            names, options["weights"] = parse_weighted(weighted)
+            options["queues"] = [*(queues or ()), *names]
+        duration = duration_or_none(loop_for, "--for")
+        if duration is not None and not loop:
+            raise BadInput("--for needs --loop")
+        queue = open_queue()
+        with graceful_stop() as stop, _progress(queue, verbose and not loop, queues) as bar:
+            if bar is not None:
+                options["on_outcome"] = bar
+            if loop:
+                report = queue.run_loop(duration=duration, stop=stop, **options)
+            else:
+                report = queue.run(stop=stop, **options)
+        if metrics_file is not None:
+            from ..ops.metrics import write_metrics  # prometheus_client only when asked for
+
+            write_metrics(metrics_file, report, queue.status().queues)
+        if verbose:
+            typer.echo(_summary(report))
+    if report.interrupted is not None:
+        raise typer.Exit(128 + report.interrupted)
+    if report.stuck:
+        typer.echo(
+            f"delayq: error: {report.stuck} handler threads are stuck past their time limit; "
+            "the run stopped so that a fresh process takes over",
+            err=True,
+        )
+        raise typer.Exit(1)
+
+
+def _supervise(processes: int, params: dict[str, Any]) -> None:
+    """Run `processes` children with this command's own options, and exit as they do."""
+    with reporting_errors():
+        if not 1 <= processes <= MAX_PROCESSES:
+            raise BadInput(f"--processes must be between 1 and {MAX_PROCESSES}")
+    from ..worker.processes import Supervisor
+
+    child = [sys.executable, "-m", "delayq", "run", *_child_options(params)]
+    raise typer.Exit(Supervisor(child, processes).run())
+
+
+def _child_options(params: dict[str, Any]) -> list[str]:
+    """This command's options as given, but --processes, for a child `delayq run`."""
+    options: list[str] = []
+    for name, value in params.items():
+        if name == "processes" or value is None or value is False:
+            continue
+        flag = FLAGS.get(name, "--" + name.replace("_", "-"))
+        if name == "queues":
+            options += [part for queue in value for part in ("--queue", queue)]
+        elif value is True:
+            options.append(flag)
+        else:
+            options += [flag, str(value)]
+    return options
+
+
+def parse_weighted(text: str) -> tuple[list[str], dict[str, int]]:
+    """`a:3,b:1,c` -> the queue names in order and their weights (1 where none is given)."""
+    names: list[str] = []
+    weights: dict[str, int] = {}
+    for item in text.split(","):
+        name, _, weight = item.strip().rpartition(":")
+        if not name or not (weight.isascii() and weight.isdigit()):
+            name, weight = item.strip(), "1"
+        if not name:
+            raise BadInput(f"--queues {text!r}: name the queues, e.g. --queues refunds:3,sms:1")
+        names.append(name)
+        weights[name] = int(weight)
+    return names, weights
+
+
+def _summary(report: RunReport) -> str:
+    jobs = "job" if report.ran == 1 else "jobs"
+    return (
+        f"ran {report.ran} {jobs}: {report.succeeded} succeeded, {report.failed} failed "
+        f"({report.retried} retried), {report.missed} missed, {report.dropped} dropped, "
+        f"{report.recovered} recovered, {report.reindexed} re-indexed in {report.elapsed:.2f}s"
+    )
+
+
+def _print_outcome(outcome: JobOutcome) -> None:
+    typer.echo(_outcome_line(outcome))
+
+
+def _outcome_line(outcome: JobOutcome) -> str:
+    message = f" {outcome.message}" if outcome.message else ""
+    retry = " (will retry)" if outcome.will_retry else ""
+    return (
+        f"{outcome.id} {outcome.class_path}.{outcome.method} attempt {outcome.attempt} "
+        f"{outcome.status.word} {outcome.duration * 1000:.1f}ms{message}{retry}"
+    )
+
+
+@contextmanager
+def _progress(
+    queue: Queue, wanted: bool, queues: list[str] | None
+) -> Iterator[Callable[[JobOutcome], None] | None]:
+    """On a terminal, `run -v` over a backlog shows a progress bar under the job lines;
+    never in cron, which has no terminal."""
+    due = queue.due_count(queues) if wanted and sys.stdout.isatty() else 0
+    if due < PROGRESS_MIN_JOBS:
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    columns = (BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    with Progress(*columns, transient=True) as progress:
+        task = progress.add_task("run", total=due)
+
+        def advance(outcome: JobOutcome) -> None:
+            progress.console.print(_outcome_line(outcome), markup=False, highlight=False)
+            progress.advance(task)
+
+        yield advance

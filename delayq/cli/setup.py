@@ -1,0 +1,92 @@
+"""Setting delayq up and checking it: init, doctor, reconcile, embedded-stop."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import typer
+
+from ..errors import DelayqError
+from .app import app, open_queue, reporting_errors
+
+if TYPE_CHECKING:
+    from ..ops.doctor import Check
+
+
+@app.command()
+def init() -> None:
+    """Create the delay_queue table and the schedule index; safe to run again."""
+    with reporting_errors():
+        queue = open_queue()
+        for change in queue.init():
+            typer.echo(f"added {change}")
+        typer.echo(f"initialised {queue.describe()}")
+
+
+@app.command()
+def reconcile() -> None:
+    """Compare the index with the table both ways and fix what differs; prints what it did."""
+    with reporting_errors():
+        result = open_queue().reconcile()
+        names = sorted(set(result.reindexed) | set(result.removed))
+        for name in names:
+            typer.echo(
+                f"{name}: re-indexed {result.reindexed[name]}, removed {result.removed[name]}"
+            )
+        if not names:
+            typer.echo("nothing to do")
+
+
+@app.command("embedded-stop")
+def embedded_stop() -> None:
+    """Stop the embedded Redis server under DELAYQ_HOME (its data stays on disk)."""
+    from ..config import load_settings
+    from ..store import embedded
+
+    with reporting_errors():
+        stopped = embedded.stop(load_settings().home)
+        typer.echo("stopped" if stopped else "not running")
+
+
+@app.command()
+def doctor() -> None:
+    """Check settings, servers, table, handlers and Redis; one line each; exit 1 on a FAIL."""
+    from ..ops.doctor import FAIL
+
+    checks = _diagnose()
+    for check in checks:
+        typer.echo(f"{check.level:<5} {check.name:<9} {check.detail}")
+    if any(check.level == FAIL for check in checks):
+        raise typer.Exit(1)
+
+
+def _diagnose() -> list[Check]:
+    """Every check, in order; stops early only when there is nothing left to check against."""
+    from ..config import load_settings
+    from ..ops.doctor import (
+        FAIL,
+        Check,
+        database_checks,
+        handler_checks,
+        redis_checks,
+        settings_check,
+    )
+    from ..queue import connect
+
+    try:
+        settings = load_settings()
+    except DelayqError as exc:
+        return [Check(FAIL, "config", str(exc))]
+    checks = [settings_check(settings), *handler_checks(settings.handlers)]
+    try:
+        queue = connect(settings)
+    except DelayqError as exc:
+        return [*checks, Check(FAIL, "connect", str(exc))]
+    try:
+        return [
+            *checks,
+            *database_checks(queue.db, settings.database_url),
+            *redis_checks(queue.index, queue.settings),
+        ]
+    finally:
+        queue.close()

@@ -1,0 +1,170 @@
+"""`delayq doctor`: the checks an operator would otherwise make by hand — settings, database
+and Redis reachability and versions, the table against the model, the handler allowlist,
+Redis's eviction policy, the index marker — each an ok / warn / FAIL line saying what to fix.
+
+It only reads; cli/ops.py connects, prints the lines and turns a FAIL into exit 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import peewee
+import redis
+
+from ..config import Settings, redact_url
+from ..durations import format_delta
+from ..errors import BadInput
+from ..store.index import ScheduleIndex
+from ..store.keys import INDEXED_KEY
+from ..store.table import Job, is_mysql
+from ..worker.handlers import import_prefix
+
+OK, WARN, FAIL = "ok", "warn", "FAIL"
+MIN_REDIS = (6, 2)  # ZMSCORE, which the runner's orphan sweep uses
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of the doctor's report."""
+
+    level: str
+    name: str
+    detail: str
+
+
+def settings_check(settings: Settings) -> Check:
+    return Check(
+        OK,
+        "config",
+        f"lease {format_delta(settings.lease)}, batch {settings.batch_size}, "
+        f"since {format_delta(settings.since)}, max-seconds {format_delta(settings.max_seconds)}",
+    )
+
+
+def handler_checks(prefixes: tuple[str, ...]) -> list[Check]:
+    """One line per DELAYQ_HANDLERS entry: does it import here?"""
+    if not prefixes:
+        return [
+            Check(
+                WARN,
+                "handlers",
+                "DELAYQ_HANDLERS is empty, so no job may run; set it to your "
+                "handler modules' prefixes, e.g. DELAYQ_HANDLERS=billing.jobs",
+            )
+        ]
+    checks = []
+    for prefix in prefixes:
+        try:
+            import_prefix(prefix)
+        except BadInput as exc:
+            checks.append(Check(FAIL, "handlers", f"DELAYQ_HANDLERS entry {prefix!r}: {exc}"))
+        else:
+            checks.append(Check(OK, "handlers", f"{prefix} imports"))
+    return checks
+
+
+def database_checks(db: peewee.Database, url: str | None) -> list[Check]:
+    """Reachability and version, then the table's columns and indexes against the model."""
+    where = redact_url(url)
+    try:
+        version = _database_version(db)
+        if not db.table_exists(Job._meta.table_name):
+            return [
+                Check(OK, "database", f"{version} at {where}"),
+                Check(FAIL, "table", "delay_queue does not exist; run `delayq init`"),
+            ]
+        return [Check(OK, "database", f"{version} at {where}"), *_table_checks(db)]
+    except (peewee.DatabaseError, peewee.InterfaceError) as exc:
+        return [Check(FAIL, "database", f"{where} cannot be used: {_one_line(exc)}")]
+
+
+def _database_version(db: peewee.Database) -> str:
+    if is_mysql(db):
+        version = str(db.execute_sql("SELECT VERSION()").fetchone()[0])
+        return version if "mariadb" in version.lower() else f"MySQL {version}"
+    return f"SQLite {db.execute_sql('SELECT sqlite_version()').fetchone()[0]}"
+
+
+def _table_checks(db: peewee.Database) -> list[Check]:
+    table = Job._meta.table_name
+    present = {column.name for column in db.get_columns(table)}
+    expected = [field.column_name for field in Job._meta.sorted_fields]
+    missing = [name for name in expected if name not in present]
+    if missing:
+        columns = Check(
+            FAIL, "columns", f"{table} lacks {', '.join(missing)}; add them as schema.sql defines"
+        )
+    else:
+        columns = Check(OK, "columns", f"all {len(expected)} columns of the model are present")
+    return [columns, *_index_checks(db)]
+
+
+def _index_checks(db: peewee.Database) -> list[Check]:
+    table = Job._meta.table_name
+    present = [tuple(index.columns) for index in db.get_indexes(table)]
+    checks = []
+    for names, _unique in Job._meta.indexes:
+        columns = tuple(Job._meta.fields[name].column_name for name in names)
+        listed = ", ".join(columns)
+        if columns in present:
+            checks.append(Check(OK, "index", f"({listed})"))
+        else:
+            checks.append(
+                Check(
+                    WARN,
+                    "index",
+                    f"({listed}) is missing, so queries scan the table; "
+                    f"CREATE INDEX job_{'_'.join(columns)} ON {table} ({listed})",
+                )
+            )
+    return checks
+
+
+def redis_checks(index: ScheduleIndex, settings: Settings) -> list[Check]:
+    """Reachability and version, eviction policy, and whether the index is complete."""
+    where = redact_url(settings.redis_url)
+    try:
+        server = index.client.info("server")
+        memory = index.client.info("memory")
+        complete = index.is_complete()
+    except redis.RedisError as exc:
+        return [Check(FAIL, "redis", f"{where} cannot be used: {_one_line(exc)}")]
+    version = str(server.get("redis_version", "?"))
+    return [
+        _version_check(version, where),
+        _policy_check(str(memory.get("maxmemory_policy", "unknown"))),
+        Check(OK, "schedule", f"{INDEXED_KEY} is set: the schedule is complete")
+        if complete
+        else Check(
+            WARN,
+            "schedule",
+            f"{INDEXED_KEY} is missing; the next run (or `delayq init`) "
+            "rebuilds the schedule from the table",
+        ),
+    ]
+
+
+def _version_check(version: str, where: str) -> Check:
+    try:
+        parsed = tuple(int(part) for part in version.split(".")[:2])
+    except ValueError:
+        parsed = MIN_REDIS
+    if parsed < MIN_REDIS:
+        return Check(FAIL, "redis", f"Redis {version} at {where}; delayq needs 6.2 or later")
+    return Check(OK, "redis", f"Redis {version} at {where}")
+
+
+def _policy_check(policy: str) -> Check:
+    if policy == "noeviction":
+        return Check(OK, "eviction", "maxmemory-policy is noeviction")
+    return Check(
+        WARN,
+        "eviction",
+        f"maxmemory-policy is {policy}: an evicting Redis silently drops schedule entries "
+        "(the table keeps the jobs, but they run late); set maxmemory-policy noeviction",
+    )
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:300] or type(exc).__name__

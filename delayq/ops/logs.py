@@ -1,0 +1,102 @@
+"""Where delayq's log records go and in what shape: text or one JSON object per line, on
+stderr or appended to a file. cli/ calls setup_logging; library modules only log through
+logging.getLogger(__name__) and never choose a destination.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from ..durations import format_instant
+from ..errors import BadInput, ConfigError
+
+if TYPE_CHECKING:
+    from ..worker.report import JobOutcome
+
+TEXT_FORMAT = "%(asctime)s delayq %(levelname)s %(message)s"
+LEVELS = ("debug", "info", "warning", "error", "critical")
+_installed: list[logging.Handler] = []
+
+
+def setup_logging(
+    level: str = "warning", path: str | Path | None = None, json_lines: bool = False
+) -> None:
+    """Send records at `level` or above to `path` (default stderr), as text or JSON lines.
+
+    Replaces whatever an earlier call installed, and leaves other handlers alone.
+    """
+    if level.lower() not in LEVELS:
+        raise BadInput(f"--log-level {level!r} is not one of {', '.join(LEVELS)}")
+    handler = _open(path)
+    handler.setFormatter(JsonLinesFormatter() if json_lines else logging.Formatter(TEXT_FORMAT))
+    root = logging.getLogger()
+    while _installed:
+        old = _installed.pop()
+        root.removeHandler(old)
+        old.close()
+    root.addHandler(handler)
+    _installed.append(handler)
+    root.setLevel(level.upper())
+
+
+def _open(path: str | Path | None) -> logging.Handler:
+    if path is None:
+        return CurrentStderrHandler()
+    try:
+        # Watched: after logrotate moves the file, the next record opens a new one.
+        from logging.handlers import WatchedFileHandler  # only for --log-file; it loads pickle
+
+        return WatchedFileHandler(path, encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"--log-file {str(path)!r} cannot be opened: {exc.strerror}") from None
+
+
+class CurrentStderrHandler(logging.StreamHandler):
+    """A StreamHandler on whatever sys.stderr is when a record is written, not when the
+    handler was made (typer's test runner and pytest swap it)."""
+
+    @property
+    def stream(self) -> TextIO:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        """StreamHandler.__init__ assigns a stream; the current sys.stderr always wins."""
+
+
+class JsonLinesFormatter(logging.Formatter):
+    """One JSON object per record: time, level, logger, message, any exception, and — when
+    the runner attached a job's outcome with `extra={"job_outcome": ...}` — job_id, class,
+    method, queue, attempt, duration, outcome and will_retry."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": format_instant(record.created),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        outcome = getattr(record, "job_outcome", None)
+        if outcome is not None:
+            entry.update(job_fields(outcome))
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, sort_keys=True, default=str, ensure_ascii=False)
+
+
+def job_fields(outcome: JobOutcome) -> dict[str, Any]:
+    """The per-job keys of a JSON log line, from the runner's JobOutcome."""
+    return {
+        "job_id": outcome.id,
+        "class": outcome.class_path,
+        "method": outcome.method,
+        "queue": outcome.queue,
+        "attempt": outcome.attempt,
+        "duration": round(outcome.duration, 6),
+        "outcome": outcome.status.word,
+        "will_retry": outcome.will_retry,
+    }

@@ -1,0 +1,180 @@
+"""The bulk writes an operator asks for: purging old finished rows and requeueing failed ones.
+
+Both walk the table in primary-key batches so no statement holds locks for long, and both
+respect retry chains: purge never leaves a chain whose surviving rows end in an earlier
+attempt, and requeue only repeats a chain's latest attempt, so running either twice is safe.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Any
+
+from peewee import SQL, fn
+
+from ..errors import BadInput
+from ..store import queries
+from ..store.index import ScheduleIndex
+from ..store.table import Job, Status, Table, utc_stamp
+from ..worker.handlers import locate
+from .overview import JobFilter, params_of
+
+logger = logging.getLogger(__name__)
+
+PURGEABLE = (Status.SUCCESS, Status.FAILED, Status.CANCELLED, Status.MISSED)
+BATCH = 1000
+# A breath between deletes lets the runner's UPDATEs in between: purge is never urgent.
+PAUSE = 0.05
+
+
+def purgeable_ids(
+    table: Table, statuses: Sequence[Status], before: float, batch: int = BATCH
+) -> Iterator[list[int]]:
+    """Ids of finished rows last changed before `before` (epoch), in ascending batches.
+
+    A row qualifies only if no earlier attempt of its chain is kept: deleting a later attempt
+    while an earlier failed one stays would make that one look like the chain's last word
+    (and `requeue` would run a job that has since succeeded).
+    """
+    Job = table.model
+    _check_purgeable(statuses)
+    cutoff = utc_stamp(before)
+    earlier = Job.alias()
+    kept_earlier = earlier.select(SQL("1")).where(
+        (earlier.id == Job.chain_id) | (earlier.chain_id == Job.chain_id),
+        earlier.id < Job.id,
+        ~(earlier.status.in_(list(statuses)) & (earlier.modified < cutoff)),
+    )
+    query = Job.select(Job.id).where(
+        Job.status.in_(list(statuses)), Job.modified < cutoff, ~fn.EXISTS(kept_earlier)
+    )
+    last_id = 0
+    while True:
+        ids = [row.id for row in query.where(Job.id > last_id).order_by(Job.id).limit(batch)]
+        if not ids:
+            return
+        yield ids
+        last_id = ids[-1]
+
+
+def purge(
+    table: Table,
+    statuses: Sequence[Status],
+    before: float,
+    batch: int = BATCH,
+    pause: float = PAUSE,
+) -> int:
+    """Delete what `purgeable_ids` yields, one short statement per batch; returns the count."""
+    Job = table.model
+    deleted = 0
+    cutoff = utc_stamp(before)
+    for ids in purgeable_ids(table, statuses, before, batch):
+        deleted += (
+            Job.delete()
+            .where(Job.id.in_(ids), Job.status.in_(list(statuses)), Job.modified < cutoff)
+            .execute()
+        )
+        time.sleep(pause)
+    return deleted
+
+
+def _check_purgeable(statuses: Sequence[Status]) -> None:
+    if not statuses:
+        raise BadInput("purge needs at least one status")
+    for status in statuses:
+        if status not in PURGEABLE:
+            words = ", ".join(item.word for item in PURGEABLE)
+            raise BadInput(f"purge never deletes {Status(status).word} rows; use {words}")
+
+
+@dataclass
+class RequeueResult:
+    """Ids requeued (or, in a dry run, that would be) and the rows left alone, with why."""
+
+    ids: list[int] = field(default_factory=list)
+    skipped: list[tuple[int, str]] = field(default_factory=list)
+
+
+def latest_attempts(
+    table: Table, filters: JobFilter, now: float, batch: int = BATCH
+) -> Iterator[list[Job]]:
+    """Rows matching `filters` that are the latest attempt of their chain, by ascending id."""
+    Job = table.model
+    later = Job.alias()
+    has_later = later.select(SQL("1")).where(
+        later.chain_id == fn.COALESCE(Job.chain_id, Job.id), later.id > Job.id
+    )
+    query = filters.query(table, now).where(~fn.EXISTS(has_later))
+    last_id = 0
+    while True:
+        rows = list(query.where(Job.id > last_id).order_by(Job.id).limit(batch))
+        if not rows:
+            return
+        yield [row for row in rows if filters.matches_class(row)]
+        last_id = rows[-1].id
+
+
+def requeue(
+    table: Table,
+    filters: JobFilter,
+    allowed: Sequence[str],
+    index: ScheduleIndex,
+    now: float,
+    dry_run: bool = False,
+) -> RequeueResult:
+    """A new pending attempt, due now, of every chain whose latest attempt matches `filters`.
+
+    The same as `Queue.retry` for each: retry_times + 1, linked by chain_id, indexed.
+    """
+    if not filters.statuses or not set(filters.statuses) <= set(PURGEABLE):
+        words = ", ".join(item.word for item in PURGEABLE)
+        raise BadInput(f"requeue needs --status from {words}")
+    result = RequeueResult()
+    for rows in latest_attempts(table, filters, now):
+        runnable = [row for row in rows if _is_allowed(row, allowed, result)]
+        if dry_run:
+            result.ids += [row.id for row in runnable]
+            continue
+        entries = [(row.queue, new_id) for row in runnable if (new_id := _repeat(table, row, now))]
+        result.ids += [new_id for _, new_id in entries]
+        for queue in {queue for queue, _ in entries}:
+            index.add_many(queue, [(new_id, now) for name, new_id in entries if name == queue])
+    return result
+
+
+def _is_allowed(row: Job, allowed: Sequence[str], result: RequeueResult) -> bool:
+    payload = params_of(row.params)
+    class_path, method = payload.get("class"), payload.get("method")
+    if not isinstance(class_path, str) or not isinstance(method, str):
+        result.skipped.append((row.id, "params are not a JSON object with class and method"))
+        return False
+    try:
+        locate(class_path, method, allowed)
+    except BadInput as exc:
+        result.skipped.append((row.id, str(exc)))
+        return False
+    return True
+
+
+def _repeat(table: Table, row: Job, now: float) -> int | None:
+    """Insert the next attempt of `row` unless one appeared meanwhile (another requeue)."""
+    Job = table.model
+    with _write_transaction(table):
+        if table.mysql:
+            # Lock the row so a concurrent requeue of it waits, then sees our attempt.
+            Job.select(Job.id).where(Job.id == row.id).for_update().execute()
+        root = row.chain_id or row.id
+        newer = Job.select(Job.id).where(Job.chain_id == root, Job.id > row.id)
+        if (newer.for_update() if table.mysql else newer).exists():
+            logger.info("job %d already has a later attempt; not requeued", row.id)
+            return None
+        return queries.insert_retry(table, row, now, now)
+
+
+def _write_transaction(table: Table) -> AbstractContextManager[Any]:
+    # SQLite: take the write lock at BEGIN, so two requeues cannot both pass the check.
+    return table.db.atomic() if table.mysql else table.db.atomic("IMMEDIATE")

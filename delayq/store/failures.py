@@ -1,0 +1,105 @@
+"""What a database or Redis error means, told by the driver's error number and the exception's
+class, never by its text: a dropped connection is reconnected, a lock conflict replayed, a
+missing table reported as "run `delayq init`", anything else given up on.
+
+`backend_errors` is the one place where such errors become BackendUnavailable, at the
+Queue's methods, with no secrets in the message.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
+
+import peewee
+import redis
+
+from ..errors import BackendUnavailable
+from .table import TABLE_NAME
+
+if TYPE_CHECKING:
+    from .table import Table
+
+# MySQL/MariaDB client and server error numbers (pymysql's `args[0]`).
+SERVER_GONE_AWAY = 2006
+LOST_CONNECTION = 2013
+COMMANDS_OUT_OF_SYNC = 2014
+IDLE_DISCONNECT = 4031  # the server closed a connection idle past wait_timeout
+LOCK_WAIT_TIMEOUT = 1205
+DEADLOCK = 1213
+NO_SUCH_TABLE = 1146
+DISCONNECTS = frozenset({SERVER_GONE_AWAY, LOST_CONNECTION, COMMANDS_OUT_OF_SYNC, IDLE_DISCONNECT})
+LOCK_CONFLICTS = frozenset({LOCK_WAIT_TIMEOUT, DEADLOCK})
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def mysql_error_number(exc: BaseException) -> int | None:
+    """The MySQL error number behind `exc`, whether peewee wrapped the driver's error or not."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if current.args and type(current.args[0]) is int:
+            return current.args[0]
+        inner = current.args[0] if current.args else None
+        current = inner if isinstance(inner, BaseException) else current.__context__
+    return None
+
+
+def is_disconnect(exc: BaseException) -> bool:
+    """Whether the connection, not the statement, failed: the server went away, the link was
+    lost or idled out, or PyMySQL found its socket already closed (error 0)."""
+    number = mysql_error_number(exc)
+    if number in DISCONNECTS:
+        return True
+    return number == 0 and isinstance(exc, peewee.InterfaceError)
+
+
+def is_lock_conflict(exc: BaseException) -> bool:
+    """Whether InnoDB rolled the statement back as a deadlock victim or after a lock wait."""
+    return mysql_error_number(exc) in LOCK_CONFLICTS
+
+
+def is_missing_table(exc: BaseException, table: Table) -> bool:
+    """Whether `exc` came from a database that has no delay_queue table. MySQL says so with
+    its own number; SQLite's "no such table" shares its code with every SQL error, so the
+    database is asked instead."""
+    if table.mysql:
+        return mysql_error_number(exc) == NO_SUCH_TABLE
+    if not isinstance(exc, peewee.OperationalError):
+        return False
+    try:
+        return not table.db.table_exists(TABLE_NAME)
+    except peewee.PeeweeException:
+        return False
+
+
+def backend_errors(
+    method: Callable[Concatenate[Any, P], R],
+) -> Callable[Concatenate[Any, P], R]:
+    """Surface a Queue method's database and Redis failures as BackendUnavailable."""
+
+    @functools.wraps(method)
+    def wrapper(queue: Any, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return method(queue, *args, **kwargs)
+        except peewee.DatabaseError as exc:
+            if is_missing_table(exc, queue.table):
+                raise BackendUnavailable(
+                    "the delay_queue table does not exist here; run `delayq init` first"
+                ) from exc
+            raise BackendUnavailable(f"database error: {one_line(exc)}") from exc
+        except peewee.InterfaceError as exc:
+            raise BackendUnavailable(f"database unreachable: {one_line(exc)}") from exc
+        except redis.RedisError as exc:
+            raise BackendUnavailable(f"Redis error: {one_line(exc)}") from exc
+
+    return wrapper
+
+
+def one_line(exc: BaseException) -> str:
+    """An error's text on one line, at most 300 characters."""
+    return " ".join(str(exc).split())[:300] or type(exc).__name__

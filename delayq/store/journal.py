@@ -1,0 +1,138 @@
+"""The journal: each queue's Redis hash where a run writes down what it did before the table
+has it (each outcome, with many jobs in flight each start) and notes the order it calls a
+batch in, so that the run after a crash records what was done and re-runs only what was
+running. Writes go out on a connection of their own that gets no replies (see `write`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+import redis
+from redis.connection import Connection
+
+from .keys import queue_key, text
+
+
+class Journal:
+    """The journals of every queue, on one Redis client."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+        self._connection: Connection | None = None
+        self._keys: dict[str, bytes] = {}
+        self._lock = threading.Lock()
+
+    def write(self, queue: str, job_id: int, record: str) -> None:
+        """Write down one job's outcome before the table has it, without waiting for Redis.
+
+        The command goes out on a connection of its own on which Redis sends no replies
+        (CLIENT REPLY OFF): with nothing ever waiting to be read on it, a process killed
+        right after still has it delivered, because the kernel closes the socket with a FIN
+        after the data. (A socket closed with unread replies is reset instead, and Redis
+        drops what it had not read yet: journal writes went missing that way.) So the
+        journal covers kill -9 at the cost of a write(2), not a round trip. The expiry is
+        refreshed once per batch, in `ScheduleIndex.leased`.
+        """
+        key = self._keys.get(queue)
+        if key is None:
+            key = self._keys[queue] = bulk(queue_key(queue, "journal").encode())
+        # Packed here rather than by redis-py: this runs once per job.
+        packed = b"*4\r\n$4\r\nHSET\r\n" + key + bulk(b"%d" % job_id) + bulk(record.encode())
+        self._send([packed])
+
+    def note_start(self, queue: str, token: str, job_id: int) -> None:
+        """Write down, without waiting for Redis, that run `token` started this job's handler:
+        with many jobs in flight no order tells which had started when the run died."""
+        key = queue_key(queue, "journal").encode()
+        self._send([pack(b"HSET", key, start_field(token, job_id), b"1")])
+
+    def close(self) -> None:
+        """Turn replies back on and give the journal's connection back to the pool (at the
+        end of a drain). Its one reply also proves that Redis has applied every journal
+        write before it: commands on one connection run in order."""
+        with self._lock:
+            connection, self._connection = self._connection, None
+        if connection is None:
+            return
+        try:
+            connection.send_packed_command([pack(b"CLIENT", b"REPLY", b"ON")])
+            connection.read_response()
+        except Exception:
+            connection.disconnect()
+            raise
+        finally:
+            self.client.connection_pool.release(connection)
+
+    def _send(self, packed: list[bytes]) -> None:
+        # The main thread journals while the bookkeeping thread settles: sends take turns.
+        with self._lock:
+            if self._connection is None:
+                connection = self.client.connection_pool.get_connection()
+                connection.send_packed_command([pack(b"CLIENT", b"REPLY", b"OFF")])
+                self._connection = connection
+            self._connection.send_packed_command(packed, check_health=False)
+
+    def forget(
+        self, queue: str, job_ids: Sequence[int], started: tuple[str, Sequence[int]] | None
+    ) -> None:
+        """Drop these jobs' outcomes and the start notes (run token, ids) once the table has
+        them. Sent on the journal's own connection, Redis applies it after every HSET sent
+        before it: a late HSET can never re-add what this removes."""
+        fields = [b"%d" % job_id for job_id in job_ids]
+        if started is not None:
+            fields += [start_field(started[0], job_id) for job_id in started[1]]
+        if fields:
+            self._send([pack(b"HDEL", queue_key(queue, "journal").encode(), *fields)])
+
+    def forget_order(self, queue: str, token: str) -> None:
+        self.client.hdel(queue_key(queue, "journal"), f"order:{token}", f"starts:{token}")
+
+    def started(self, queue: str, token: str, job_ids: Sequence[int]) -> set[int] | None:
+        """Those of `job_ids` whose start run `token` noted, or None if it noted no starts."""
+        key = queue_key(queue, "journal")
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hexists(key, f"starts:{token}")
+        pipe.hmget(key, [start_field(token, job_id) for job_id in job_ids])
+        notes, marks = pipe.execute()
+        if not notes:
+            return None
+        return {job_id for job_id, mark in zip(job_ids, marks, strict=True) if mark is not None}
+
+    def orders(self, queue: str, tokens: Sequence[str]) -> dict[str, list[int]]:
+        """The noted batch order of each of these runs that has one."""
+        if not tokens:
+            return {}
+        fields = [f"order:{token}" for token in tokens]
+        values = self.client.hmget(queue_key(queue, "journal"), fields)
+        return {
+            token: [int(part) for part in text(value).split(",") if part]
+            for token, value in zip(tokens, values, strict=True)
+            if value is not None
+        }
+
+    def journaled(self, queue: str, job_ids: Sequence[int]) -> dict[int, str]:
+        """The journaled outcomes of those of `job_ids` that have one."""
+        if not job_ids:
+            return {}
+        values = self.client.hmget(queue_key(queue, "journal"), [str(i) for i in job_ids])
+        return {
+            job_id: text(value)
+            for job_id, value in zip(job_ids, values, strict=True)
+            if value is not None
+        }
+
+
+def start_field(token: str, job_id: int) -> bytes:
+    return b"start:%s:%d" % (token.encode(), job_id)
+
+
+def pack(*args: bytes) -> bytes:
+    """One RESP command."""
+    return b"*%d\r\n" % len(args) + b"".join(bulk(arg) for arg in args)
+
+
+def bulk(value: bytes) -> bytes:
+    """One RESP bulk string."""
+    return b"$%d\r\n%s\r\n" % (len(value), value)

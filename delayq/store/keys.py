@@ -1,0 +1,30 @@
+"""The names of delayq's Redis keys, built in one place: each queue's schedule (the default
+queue's fixed by the contract), its helper keys in the same hash slot, and the global ones.
+"""
+
+from __future__ import annotations
+
+DEFAULT_QUEUE_KEY = "delay_queue_job"
+QUEUES_KEY = "delay_queue_queues"
+# Set after a full rebuild; its absence means Redis lost data (or never had it) and the
+# next run must rebuild the schedule from the table before trusting it.
+INDEXED_KEY = "delay_queue_indexed"
+# A hash each run overwrites with when it started, how long it took, its outcome and how
+# many jobs it ran; `delayq status` reads it to tell whether cron is alive.
+LAST_RUN_KEY = "delay_queue_last_run"
+# Outcomes a run journaled but has not yet written to the table live this long at most.
+JOURNAL_TTL = 7 * 86400
+
+
+def schedule_key(queue: str) -> str:
+    """The sorted-set key of a queue; the default queue's is fixed by the contract."""
+    return DEFAULT_QUEUE_KEY if queue == "default" else f"{DEFAULT_QUEUE_KEY}:{queue}"
+
+
+def queue_key(queue: str, suffix: str) -> str:
+    """A helper key of a queue, in the schedule's hash slot so scripts work on a Cluster."""
+    return f"{{{schedule_key(queue)}}}:{suffix}"
+
+
+def text(value: bytes | str) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value

@@ -1,0 +1,201 @@
+"""Queries on the rows a run holds: taking them (pending -> running with a lease), renewing
+the lease, recording outcomes, handing them back, and taking back rows whose run died.
+
+Each is a compare-and-set guarded by the status and the lease token, so a run that lost its
+lease can never overwrite the run that took the job over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from . import statements
+from .database import run_reconnecting
+from .table import MESSAGE_MAX, ClaimedJob, Job, Status, Table, claimed_fields, tuples, utc_stamp
+
+# Up to this many different messages in a group commit cost one UPDATE each; more, one
+# UPDATE with a CASE over the ids.
+DISTINCT_MESSAGES = 4
+
+
+def mark_running(
+    table: Table, ids: Sequence[int], token: str, lease_until: float, now: float
+) -> list[ClaimedJob]:
+    """Take the PENDING rows among `ids` for this run; return those won, in id order."""
+    if not ids:
+        return []
+    return run_reconnecting(
+        table.db, lambda: _mark_running(table, statements.id_list(ids), token, lease_until, now)
+    )
+
+
+def _mark_running(
+    table: Table, listed: str, token: str, lease_until: float, now: float
+) -> list[ClaimedJob]:
+    # Safe to repeat: the UPDATE only takes PENDING rows, the SELECT reads what we hold.
+    statements.execute(
+        table,
+        "UPDATE `delay_queue` @BY_ID SET `status` = %s, `lease_token` = %s, "
+        f"`lease_until` = %s, `modified` = %s WHERE `id` IN ({listed}) AND `status` = %s",
+        (int(Status.RUNNING), token, lease_until, _stamp(now), int(Status.PENDING)),
+    )
+    cursor = statements.execute(
+        table,
+        f"SELECT {statements.CLAIMED_SELECT} FROM `delay_queue` @BY_ID "
+        f"WHERE `id` IN ({listed}) AND `status` = %s AND `lease_token` = %s ORDER BY `id`",
+        (int(Status.RUNNING), token),
+    )
+    return [ClaimedJob._make(row) for row in cursor.fetchall()]
+
+
+def mark_missed(table: Table, ids: Sequence[int], message: str, now: float) -> int:
+    """PENDING rows among `ids` become MISSED; returns how many did."""
+    Job = table.model
+    if not ids:
+        return 0
+    return (
+        Job.update(status=Status.MISSED, message=message, modified=utc_stamp(now))
+        .where(Job.id.in_(list(ids)), Job.status == Status.PENDING)
+        .execute()
+    )
+
+
+def finish(
+    table: Table, job_id: int, token: str | None, status: Status, message: str, now: float
+) -> bool:
+    """Record the outcome of one held job; False if its lease was taken over meanwhile."""
+    return finish_many(table, [(job_id, message)], token, status, now) == 1
+
+
+def finish_many(
+    table: Table, outcomes: Sequence[tuple[int, str]], token: str | None, status: Status, now: float
+) -> int:
+    """Record one status for many held jobs, each with its own message; one UPDATE per
+    distinct message (most handlers return the same few), or one with a CASE."""
+    if not outcomes:
+        return 0
+    by_message: dict[str, list[int]] = {}
+    for job_id, text in outcomes:
+        by_message.setdefault(text[:MESSAGE_MAX], []).append(job_id)
+    if len(by_message) > DISTINCT_MESSAGES:
+        whens = " ".join(["WHEN %s THEN %s"] * len(outcomes))
+        cases: list[Any] = []
+        for job_id, text in outcomes:
+            cases += [int(job_id), text[:MESSAGE_MAX]]
+        ids = [job_id for job_id, _ in outcomes]
+        return _finish(table, status, f"CASE `id` {whens} END", cases, ids, token, now)
+    return sum(
+        _finish(table, status, "%s", [message], ids, token, now)
+        for message, ids in by_message.items()
+    )
+
+
+def _finish(
+    table: Table,
+    status: Status,
+    message_sql: str,
+    message_params: list[Any],
+    ids: list[int],
+    token: str | None,
+    now: float,
+) -> int:
+    held, token_params = statements.token_match(token)
+    cursor = statements.execute(
+        table,
+        f"UPDATE `delay_queue` @BY_ID SET `status` = %s, `message` = {message_sql}, "
+        "`modified` = %s, "
+        f"`lease_until` = NULL WHERE `id` IN ({statements.id_list(ids)}) AND `status` = %s "
+        f"AND {held}",
+        (int(status), *message_params, _stamp(now), int(Status.RUNNING), *token_params),
+    )
+    return int(cursor.rowcount)
+
+
+def _stamp(now: float) -> Any:
+    """`modified` as the database driver takes it (what peewee would have passed)."""
+    return Job.modified.db_value(utc_stamp(now))
+
+
+def renew_leases(table: Table, token: str, lease_until: float) -> int:
+    """Push out the lease of every row this run still holds."""
+    Job = table.model
+    return (
+        Job.update(lease_until=lease_until)
+        .where(Job.lease_token == token, Job.status == Status.RUNNING)
+        .execute()
+    )
+
+
+def still_held(table: Table, ids: Sequence[int], token: str, lease_until: float) -> set[int]:
+    """Renew the lease on those of `ids` this run still holds, and return them.
+
+    For a run whose heartbeat fell behind: before it starts another job it makes sure no
+    other run has taken that job over meanwhile.
+    """
+    Job = table.model
+    if not ids:
+        return set()
+    held = (Job.id.in_(list(ids))) & (Job.status == Status.RUNNING) & (Job.lease_token == token)
+    Job.update(lease_until=lease_until).where(held).execute()
+    return {row[0] for row in tuples(Job.select(Job.id).where(held))}
+
+
+def release(
+    table: Table, ids: Sequence[int], token: str, now: float
+) -> list[tuple[int, float | None]]:
+    """Hand held rows back to PENDING; return (id, run_at) of those released."""
+    Job = table.model
+    if not ids:
+        return []
+    held = (Job.id.in_(list(ids))) & (Job.status == Status.RUNNING) & (Job.lease_token == token)
+    rows = [
+        (job_id, run_at) for job_id, run_at in tuples(Job.select(Job.id, Job.run_at).where(held))
+    ]
+    if rows:
+        Job.update(
+            status=Status.PENDING, lease_token=None, lease_until=None, modified=utc_stamp(now)
+        ).where(held).execute()
+    return rows
+
+
+class Lapsed(NamedTuple):
+    """A running row whose lease lapsed, with the token of the run that died holding it."""
+
+    job: ClaimedJob
+    token: str | None
+    lost_leases: int
+
+
+def expired_leases(table: Table, queue: str, now: float, limit: int) -> list[Lapsed]:
+    """RUNNING rows of `queue` whose lease has lapsed: the run holding them died."""
+    Job = table.model
+    query = (
+        Job.select(*claimed_fields(Job), Job.lease_token, Job.lost_leases)
+        .where(Job.status == Status.RUNNING, Job.queue == queue, Job.lease_until < now)
+        .limit(limit)
+    )
+    return [Lapsed(ClaimedJob(*row[:-2]), row[-2], row[-1]) for row in tuples(query)]
+
+
+def reclaim(table: Table, lapsed: Lapsed, now: float, was_running: bool) -> bool:
+    """Put a RUNNING row whose lease lapsed back to PENDING; a job whose handler was running
+    when its run died counts a lost lease, one that never started does not."""
+    Job = table.model
+    return bool(
+        Job.update(
+            status=Status.PENDING,
+            lease_token=None,
+            lease_until=None,
+            lost_leases=Job.lost_leases + (1 if was_running else 0),
+            modified=utc_stamp(now),
+        )
+        .where(
+            Job.id == lapsed.job.id,
+            Job.status == Status.RUNNING,
+            Job.lease_token == lapsed.token,
+            # Still lapsed now: its run may have renewed it since `expired_leases` saw it.
+            Job.lease_until < now,
+        )
+        .execute()
+    )

@@ -1,0 +1,214 @@
+"""Queries on `delay_queue` rows, each named for its intent: adding retries and next
+occurrences, replacing and cancelling pending jobs, reading chains, due rows and counts.
+
+The statements a run issues per batch live in leases.py; bulk inserts in inserts.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from peewee import OperationalError, fn
+
+from .table import ClaimedJob, Job, Status, Table, due_column, tuples, utc_stamp
+
+
+def insert_next_occurrence(table: Table, job: ClaimedJob, run_at: float, now: float) -> int | None:
+    """The next occurrence of a recurring job, unless its series was stopped meanwhile.
+
+    Runs inside the transaction that records the occurrence's outcome; the locking read
+    orders it against `stop_series`, so a cancel never loses to a re-arm.
+    """
+    Job = table.model
+    query = Job.select(Job.every).where(Job.id == job.id)
+    if table.mysql:
+        query = query.for_update()
+    row = query.first()
+    if row is None or row.every is None:
+        return None
+    return Job.insert(
+        params=job.params,
+        ext_string=job.ext_string,
+        queue=job.queue,
+        run_at=run_at,
+        timeout=job.timeout,
+        every=row.every,
+        status=Status.PENDING,
+        created=utc_stamp(now),
+        modified=utc_stamp(now),
+    ).execute()
+
+
+@contextmanager
+def exclusive(table: Table, name: str) -> Iterator[None]:
+    """Hold a lock named `name` across processes: GET_LOCK on MySQL; on SQLite an immediate
+    transaction, which already excludes every other writer."""
+    db = table.db
+    if not table.mysql:
+        with db.atomic("IMMEDIATE"):
+            yield
+        return
+    lock = "delayq:" + hashlib.sha1(name.encode()).hexdigest()
+    if db.execute_sql("SELECT GET_LOCK(%s, 30)", (lock,)).fetchone()[0] != 1:
+        raise OperationalError(f"could not take lock {lock} within 30 s")
+    try:
+        with db.atomic():
+            yield
+    finally:
+        db.execute_sql("SELECT RELEASE_LOCK(%s)", (lock,))
+
+
+def replace_pending(table: Table, row: dict[str, Any], now: float) -> tuple[int, list[int]]:
+    """Move the oldest PENDING job with the row's ext and queue to the row's time and data
+    (or insert the row if there is none); cancel any further ones. Call under `exclusive`.
+
+    Returns the job's id and the ids cancelled.
+    """
+    Job = table.model
+    pending = [
+        job_id
+        for (job_id,) in tuples(
+            Job.select(Job.id)
+            .where(
+                Job.ext_string == row["ext_string"],
+                Job.queue == row["queue"],
+                Job.status == Status.PENDING,
+            )
+            .order_by(Job.id)
+        )
+    ]
+    moved = {key: row[key] for key in ("params", "run_at", "timeout", "every", "modified")}
+    if not pending or not (
+        Job.update(**moved).where(Job.id == pending[0], Job.status == Status.PENDING).execute()
+    ):
+        # None pending, or a run took it meanwhile: this becomes the pending job.
+        return Job.insert(**row).execute(), []
+    cancel(table, pending[1:], now)
+    return pending[0], pending[1:]
+
+
+def stop_series(table: Table, ext: str, queue: str | None) -> int:
+    """Stop the recurring series with this business key from re-arming."""
+    Job = table.model
+    query = Job.update(every=None).where(Job.ext_string == ext, Job.every.is_null(False))
+    if queue is not None:
+        query = query.where(Job.queue == queue)
+    return query.execute()
+
+
+def get_job(table: Table, job_id: int) -> Job | None:
+    Job = table.model
+    return Job.get_or_none(Job.id == job_id)
+
+
+def insert_retry(table: Table, row: Job | ClaimedJob, run_at: float, now: float) -> int:
+    """A new PENDING row repeating `row` as its next attempt; the old row stays as history."""
+    Job = table.model
+    return Job.insert(
+        params=row.params,
+        ext_string=row.ext_string,
+        queue=row.queue,
+        retry_times=row.retry_times + 1,
+        chain_id=row.chain_id or row.id,
+        run_at=run_at,
+        timeout=row.timeout,
+        every=None,  # a retry is a one-off; the series re-arms from the occurrence itself
+        status=Status.PENDING,
+        created=utc_stamp(now),
+        modified=utc_stamp(now),
+    ).execute()
+
+
+def overdue_pending(table: Table, queue: str, before: float, limit: int) -> list[tuple[int, float]]:
+    """(id, due) of PENDING rows of `queue` due before `before`, oldest first."""
+    Job = table.model
+    query = (
+        Job.select(Job.id, due_column(table))
+        .where(
+            Job.status == Status.PENDING,
+            Job.queue == queue,
+            (Job.run_at <= before) | Job.run_at.is_null(),
+        )
+        .order_by(Job.run_at)
+        .limit(limit)
+    )
+    return [(job_id, float(due)) for job_id, due in tuples(query)]
+
+
+def still_pending(table: Table, ids: Sequence[int]) -> list[int]:
+    """Those of `ids` whose row is PENDING now, in the given order."""
+    Job = table.model
+    if not ids:
+        return []
+    query = Job.select(Job.id).where(Job.id.in_(list(ids)), Job.status == Status.PENDING)
+    pending = {job_id for (job_id,) in tuples(query)}
+    return [job_id for job_id in ids if job_id in pending]
+
+
+def iter_pending(table: Table, batch: int = 5000) -> Iterator[list[tuple[str, int, float]]]:
+    """Every PENDING row as (queue, id, due), in batches by id, for rebuilding the index."""
+    Job = table.model
+    last_id = 0
+    while True:
+        rows = tuples(
+            Job.select(Job.id, Job.queue, due_column(table))
+            .where(Job.status == Status.PENDING, Job.id > last_id)
+            .order_by(Job.id)
+            .limit(batch)
+        )
+        if not rows:
+            return
+        yield [(queue, job_id, float(due)) for job_id, queue, due in rows]
+        last_id = rows[-1][0]
+
+
+def pending_queues(table: Table) -> list[str]:
+    """Names of queues that have PENDING or RUNNING rows."""
+    Job = table.model
+    query = Job.select(Job.queue).where(Job.status.in_([Status.PENDING, Status.RUNNING])).distinct()
+    return sorted(row.queue for row in query)
+
+
+def pending_by_ext(table: Table, ext: str, queue: str | None) -> list[tuple[int, str]]:
+    """(id, queue) of PENDING rows with this business key."""
+    Job = table.model
+    query = Job.select(Job.id, Job.queue).where(Job.ext_string == ext, Job.status == Status.PENDING)
+    if queue is not None:
+        query = query.where(Job.queue == queue)
+    return [(row.id, row.queue) for row in query]
+
+
+def cancel(table: Table, ids: Iterable[int], now: float) -> int:
+    """PENDING rows among `ids` become CANCELLED; returns how many did."""
+    Job = table.model
+    ids = list(ids)
+    if not ids:
+        return 0
+    return (
+        Job.update(status=Status.CANCELLED, message="cancelled", modified=utc_stamp(now))
+        .where(Job.id.in_(ids), Job.status == Status.PENDING)
+        .execute()
+    )
+
+
+def chain_of(table: Table, job: Job) -> list[Job]:
+    """Every attempt of the job's chain (first attempt and its retries), oldest first."""
+    Job = table.model
+    root = job.chain_id or job.id
+    return list(Job.select().where((Job.id == root) | (Job.chain_id == root)).order_by(Job.id))
+
+
+def counts_by_queue(table: Table) -> dict[str, dict[int, int]]:
+    """{queue: {status: count}} over the whole table."""
+    Job = table.model
+    out: dict[str, dict[int, int]] = {}
+    query = Job.select(Job.queue, Job.status, fn.COUNT(Job.id).alias("n")).group_by(
+        Job.queue, Job.status
+    )
+    for row in query.dicts():
+        fields: dict = row  # type: ignore[assignment]  # .dicts() yields dicts, not models
+        out.setdefault(fields["queue"], {})[fields["status"]] = fields["n"]
+    return out

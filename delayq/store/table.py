@@ -1,0 +1,217 @@
+"""The `delay_queue` table: the durable truth about every job. `Job` describes its columns;
+a `Table` is that model bound to one database, so two Queues on two databases never share a
+connection, a row or a cached answer. queries.py and leases.py hold the queries on it.
+
+Every status change is a compare-and-set UPDATE guarded by the expected status (and, for a
+running job, the lease token); the affected-row count says who won. The Redis index never
+decides a job's fate; this table does.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import time
+from datetime import UTC, datetime
+from enum import IntEnum
+from functools import cached_property
+from typing import Any, NamedTuple, cast
+
+from peewee import (
+    SQL,
+    BigAutoField,
+    BigIntegerField,
+    CharField,
+    Database,
+    DateTimeField,
+    DoubleField,
+    IntegerField,
+    Model,
+    SmallIntegerField,
+    TextField,
+    fn,
+)
+
+TABLE_NAME = "delay_queue"
+UNIX_EPOCH_JULIAN_DAY = 2440587.5
+EXT_MAX = 255
+MESSAGE_MAX = 2000
+
+
+class Status(IntEnum):
+    PENDING = 1
+    RUNNING = 2  # claimed by a run that holds its lease
+    SUCCESS = 10
+    FAILED = 20
+    CANCELLED = 30
+    MISSED = 40  # was due longer ago than a run's --since window; `retry` can still run it
+
+    @property
+    def word(self) -> str:
+        """The lower-case contract word used in every output."""
+        return self.name.lower()
+
+    @classmethod
+    def from_word(cls, word: str) -> Status:
+        return cls[word.strip().upper()]
+
+
+def status_word(value: int) -> str:
+    """Contract word of a stored status, or `unknown(N)` for a number delayq never writes."""
+    try:
+        return Status(value).word
+    except ValueError:
+        return f"unknown({value})"
+
+
+def utc_stamp(now: float) -> datetime:
+    """Epoch seconds as `created`/`modified` hold them: a date-time in UTC, whatever the time
+    zone of this process or of the database server."""
+    return datetime.fromtimestamp(now, UTC).replace(tzinfo=None)
+
+
+def utc_now() -> datetime:
+    return utc_stamp(time.time())
+
+
+class Job(Model):
+    """The table's columns, bound to no database: `Table(db).model` is the model to query."""
+
+    id = BigAutoField()
+    params = TextField()  # {"class": ..., "method": ..., "data": ...}
+    message = TextField(null=True)  # result text or error
+    ext_string = CharField(max_length=EXT_MAX, default="", constraints=[SQL("DEFAULT ''")])
+    retry_times = IntegerField(default=0, constraints=[SQL("DEFAULT 0")])
+    status = SmallIntegerField(default=Status.PENDING, constraints=[SQL("DEFAULT 1")])
+    created = DateTimeField(default=utc_now, constraints=[SQL("DEFAULT CURRENT_TIMESTAMP")])
+    modified = DateTimeField(default=utc_now, constraints=[SQL("DEFAULT CURRENT_TIMESTAMP")])
+    run_at = DoubleField(null=True)  # due time, epoch seconds; the index can be rebuilt from it
+    queue = CharField(max_length=64, default="default", constraints=[SQL("DEFAULT 'default'")])
+    chain_id = BigIntegerField(null=True)  # first attempt of a retry chain; NULL on that row
+    lease_until = DoubleField(null=True)  # while running: when the lease lapses
+    lease_token = CharField(max_length=32, null=True)  # which run holds the lease
+    lost_leases = IntegerField(default=0, constraints=[SQL("DEFAULT 0")])
+    timeout = DoubleField(null=True)  # seconds the handler may take; NULL: the configured default
+    every = DoubleField(null=True)  # a recurring job's period in seconds; NULL: runs once
+
+    class Meta:
+        table_name = TABLE_NAME
+        indexes = (
+            (("status", "queue", "run_at"), False),
+            (("ext_string",), False),
+            (("chain_id",), False),
+        )
+
+
+class Table:
+    """`delay_queue` in one database: the model bound to it, and the database's dialect."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self.mysql = is_mysql(db)
+        meta = type("Meta", (), {"database": db, "table_name": TABLE_NAME})
+        # A subclass per database: peewee keeps a model's database in the class, so binding
+        # the shared class would move every other Queue's queries to this database too.
+        self.model: type[Job] = type("Job", (Job,), {"Meta": meta, "__module__": __name__})
+
+    @cached_property
+    def returning(self) -> bool:
+        """Whether INSERT ... RETURNING works: MariaDB >= 10.5 or SQLite >= 3.35, not MySQL."""
+        if not self.mysql:
+            return sqlite3.sqlite_version_info >= (3, 35)
+        version = str(self.db.execute_sql("SELECT VERSION()").fetchone()[0])
+        numbers = tuple(int(n) for n in re.findall(r"\d+", version.split("-")[0])[:3])
+        return "mariadb" in version.lower() and numbers >= (10, 5)
+
+    @cached_property
+    def consecutive_ids(self) -> bool:
+        """Whether one multi-row INSERT gets consecutive ids, the first being LAST_INSERT_ID():
+        MySQL and MariaDB promise it with innodb_autoinc_lock_mode 0 or 1 (1 is the default)
+        and an auto_increment_increment of 1."""
+        if not self.mysql:
+            return False
+        mode, step = self.db.execute_sql(
+            "SELECT @@innodb_autoinc_lock_mode, @@auto_increment_increment"
+        ).fetchone()
+        return int(mode) in (0, 1) and int(step) == 1
+
+
+def create_tables(table: Table) -> list[str]:
+    """Create `delay_queue` and its indexes, or add what an older table lacks; safe to run
+    again. Returns what it added to an existing table."""
+    db, model = table.db, table.model
+    if not db.table_exists(TABLE_NAME):
+        model._meta.table_settings = (
+            ["ENGINE=InnoDB", "DEFAULT CHARSET=utf8mb4"] if table.mysql else []
+        )
+        db.create_tables([model])
+        return []
+    from playhouse.migrate import SchemaMigrator, migrate  # only when upgrading a table
+
+    migrator = SchemaMigrator.from_database(db)
+    added = []
+    columns = {column.name for column in db.get_columns(TABLE_NAME)}
+    for field in model._meta.sorted_fields:
+        if field.column_name not in columns:
+            migrate(migrator.add_column(TABLE_NAME, field.column_name, field))
+            added.append(f"column {field.column_name}")
+    indexed = {tuple(index.columns) for index in db.get_indexes(TABLE_NAME)}
+    for fields, unique in model._meta.indexes:
+        if tuple(fields) not in indexed:
+            migrate(migrator.add_index(TABLE_NAME, fields, unique))
+            added.append(f"index ({', '.join(fields)})")
+    return added
+
+
+def is_mysql(db: object) -> bool:
+    """Whether `db` speaks MySQL/MariaDB."""
+    return "mysql" in type(db).__name__.lower()
+
+
+class ClaimedJob(NamedTuple):
+    """The columns a run needs of a job it holds; a tuple, not a model, to stay cheap."""
+
+    id: int
+    params: str
+    ext_string: str
+    retry_times: int
+    queue: str
+    chain_id: int | None
+    run_at: float | None
+    timeout: float | None
+    every: float | None
+
+
+CLAIMED_COLUMNS: tuple[str, ...] = ClaimedJob._fields  # named as the table's columns
+
+
+def claimed_fields(model: type[Job]) -> list[Any]:
+    """The fields of `model` that make a ClaimedJob, in its order."""
+    return [getattr(model, name) for name in CLAIMED_COLUMNS]
+
+
+def tuples(query: Any) -> list[tuple[Any, ...]]:
+    """The rows of a SELECT (or of a RETURNING cursor) as plain tuples: cheaper than models,
+    and typed as tuples."""
+    return cast(list[tuple[Any, ...]], list(query.tuples()))
+
+
+def stamp_epoch(value: datetime | str) -> float:
+    """Epoch seconds of a `created`/`modified` value delayq wrote (SQLite may hand back text)."""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value.replace(tzinfo=UTC).timestamp()
+
+
+def due_column(table: Table) -> Any:
+    """A row's due time, as a column: `run_at`, or for a row another producer wrote without
+    one, its `created` as the database's own clock wrote it: in the MySQL server's time zone
+    (what DEFAULT CURRENT_TIMESTAMP and NOW() give), in UTC on SQLite. The database converts
+    it, so neither this process's time zone nor the server's can shift it."""
+    model = table.model
+    created: Any
+    if table.mysql:
+        created = fn.UNIX_TIMESTAMP(model.created)
+    else:
+        created = (fn.julianday(model.created) - UNIX_EPOCH_JULIAN_DAY) * 86400.0
+    return fn.COALESCE(model.run_at, created, 0.0)

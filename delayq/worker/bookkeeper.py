@@ -1,0 +1,39 @@
+"""A run's bookkeeping thread: while the main thread calls handlers, it leases the next batch
+and writes group commits, so that the database's and Redis's work overlaps the handlers'
+instead of adding to it.
+
+Tasks run one at a time, in the order they were handed over, on the thread's own database
+connection. Handlers never run here: they stay on the main thread, under its time limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TypeVar
+
+from ..store.table import Table
+from ..threads import keep_signals_off_this_thread
+
+T = TypeVar("T")
+
+
+class Bookkeeper:
+    """One thread that runs the tasks handed to it in order, on its own connection to
+    `table`'s database."""
+
+    def __init__(self, table: Table) -> None:
+        self.table = table
+        self._executor = ThreadPoolExecutor(
+            max_workers=1,
+            thread_name_prefix="delayq-bookkeeper",
+            initializer=keep_signals_off_this_thread,
+        )
+
+    def submit(self, task: Callable[..., T], *args: object) -> Future[T]:
+        return self._executor.submit(task, *args)
+
+    def close(self) -> None:
+        """Finish what was handed over, then close the thread's database connection."""
+        self._executor.submit(self.table.db.close)
+        self._executor.shutdown(wait=True)

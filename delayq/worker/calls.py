@@ -1,0 +1,213 @@
+"""Calling one handler: resolve `class.method` once per run, call it with the job's data under
+its time limit and the job's context, and turn whatever happened into an Outcome.
+
+A handler's error, however bad, becomes the job's failure, never the run's: this is the one
+place that catches what a handler throws.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .. import context
+from ..config import Settings
+from ..errors import BadInput, HandlerNotAllowed, NoRetry
+from ..store.table import MESSAGE_MAX, ClaimedJob, Status
+from . import interrupts
+from .eventloop import EventLoopThread
+from .handlers import Handler, resolve
+from .interrupts import JobTimeout
+from .outcomes import Outcome
+from .report import JobOutcome, OutcomeCallback
+from .retry import should_retry
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Called:
+    """A finished call: the outcome to record, and the report to announce."""
+
+    outcome: Outcome
+    report: JobOutcome
+
+
+class Caller:
+    """Calls the handlers of one run: on the main thread one at a time, or on its slots."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        clock: Callable[[], float],
+        time_limits: bool,
+        on_outcome: OutcomeCallback | None,
+    ) -> None:
+        self.allowed = settings.handlers
+        self.timeout = settings.timeout  # for jobs that set none of their own
+        self.clock = clock
+        self.time_limits = time_limits  # whether SIGALRM can stop a handler here
+        self.on_outcome = on_outcome
+        self.handlers: dict[tuple[str, str], Handler | BadInput] = {}
+        self._loop: EventLoopThread | None = None  # started by the first async handler
+        self._loop_lock = threading.Lock()
+
+    def close(self) -> None:
+        """Stop the event loop of async handlers, if one was started."""
+        if self._loop is not None:
+            self._loop.close()
+
+    def execute(self, job: ClaimedJob) -> Called:
+        """Call the job's handler; never raises for what the handler or the job's params do."""
+        started = time.monotonic()
+        try:
+            class_path, method, data = _parse_params(job.params)
+            handler = self._handler(class_path, method)
+        except HandlerNotAllowed as exc:
+            return self._finish(job, ("?", "?"), Status.FAILED, str(exc), False, started)
+        except BadInput as exc:
+            retry = not str(exc).startswith("bad params")  # a deploy may fix a missing module
+            return self._finish(job, ("?", "?"), Status.FAILED, str(exc), retry, started)
+        status, message, retry = self._call(job, handler, data)
+        return self._finish(job, (class_path, method), status, message, retry, started)
+
+    def _call(self, job: ClaimedJob, handler: Handler, data: Any) -> tuple[Status, str, bool]:
+        """Run the handler under its time limit and the job context."""
+        limit = job.timeout or self.timeout
+        job_context = context.JobContext(
+            job.id, job.queue, job.retry_times, job.ext_string, job.run_at, job.chain_id or job.id
+        )
+        token = context.running(job_context)
+        try:
+            if self.time_limits:
+                interrupts.arm(limit)
+            result = handler(data)
+            if inspect.isawaitable(result):  # an async def handler: awaited on the run's loop
+                result = self._event_loop().run(result, limit, lambda: context.running(job_context))
+        except NoRetry as exc:
+            return Status.FAILED, _describe(exc), False
+        except JobTimeout:
+            return Status.FAILED, f"JobTimeout: ran longer than its {limit:g}s time limit", True
+        except (Exception, SystemExit) as exc:  # a handler's error never stops the run
+            return Status.FAILED, _describe(exc), True
+        finally:
+            if self.time_limits:
+                interrupts.disarm()
+            context.finished(token)
+        return Status.SUCCESS, _short_result(result), False
+
+    def _event_loop(self) -> EventLoopThread:
+        with self._loop_lock:  # slots may meet their first async handler at once
+            if self._loop is None:
+                self._loop = EventLoopThread()
+            return self._loop
+
+    def _handler(self, class_path: str, method: str) -> Handler:
+        key = (class_path, method)
+        if key not in self.handlers:
+            try:
+                self.handlers[key] = resolve(class_path, method, self.allowed)
+            except BadInput as exc:
+                self.handlers[key] = exc
+        found = self.handlers[key]
+        if isinstance(found, BadInput):
+            raise found
+        return found
+
+    def timed_out(self, job: ClaimedJob, started: float) -> Called:
+        """The call given up on from outside, when its handler ran past its time limit."""
+        limit = job.timeout or self.timeout
+        message = f"JobTimeout: ran longer than its {limit:g}s time limit"
+        return self._finish(job, _call_of(job), Status.FAILED, message, True, started)
+
+    def crashed(self, job: ClaimedJob, exc: BaseException, started: float) -> Called:
+        """A call that escaped even `execute` (an error raised into its thread)."""
+        return self._finish(job, _call_of(job), Status.FAILED, _describe(exc), True, started)
+
+    def announce(self, report: JobOutcome) -> None:
+        """Log a finished call and hand it to the run's callback (on the run's own thread)."""
+        logger.info(
+            "job %d %s.%s attempt %d: %s in %.3fs%s",
+            report.id,
+            report.class_path,
+            report.method,
+            report.attempt,
+            report.status.word,
+            report.duration,
+            "; will retry" if report.will_retry else "",
+            extra={"job_outcome": report},  # logs.JsonLinesFormatter turns it into fields
+        )
+        if self.on_outcome is not None:
+            self.on_outcome(report)
+
+    def _finish(
+        self,
+        job: ClaimedJob,
+        call: tuple[str, str],
+        status: Status,
+        message: str,
+        retry: bool,
+        started: float,
+    ) -> Called:
+        duration = time.monotonic() - started
+        outcome = Outcome(job, status, message, retry, self.clock())
+        report = JobOutcome(
+            job.id,
+            job.queue,
+            call[0],
+            call[1],
+            job.retry_times,
+            status,
+            message,
+            duration,
+            outcome.finished_at - duration - (job.run_at or outcome.finished_at),
+            status == Status.FAILED and retry and should_retry(job.retry_times),
+        )
+        return Called(outcome, report)
+
+
+def _call_of(job: ClaimedJob) -> tuple[str, str]:
+    """(class, method) of a job whose params may be anything."""
+    try:
+        class_path, method, _ = _parse_params(job.params)
+    except BadInput:
+        return "?", "?"
+    return class_path, method
+
+
+def _parse_params(params: str) -> tuple[str, str, Any]:
+    try:
+        payload = json.loads(params)
+    except (TypeError, ValueError) as exc:
+        raise BadInput(f"bad params: not JSON ({exc})") from None
+    if not isinstance(payload, dict):
+        raise BadInput("bad params: not a JSON object")
+    class_path, method = payload.get("class"), payload.get("method")
+    if not isinstance(class_path, str) or not isinstance(method, str):
+        raise BadInput('bad params: "class" and "method" must be strings')
+    return class_path, method, payload.get("data")
+
+
+def _describe(exc: BaseException) -> str:
+    try:
+        text = str(exc)
+    except Exception:  # noqa: BLE001 - a handler's exception may not even print
+        text = "<unprintable>"
+    return (f"{type(exc).__name__}: {text}" if text else type(exc).__name__)[:MESSAGE_MAX]
+
+
+def _short_result(result: Any) -> str:
+    if result is None:
+        return ""
+    if isinstance(result, str):
+        return result[:MESSAGE_MAX]
+    try:
+        return json.dumps(result, default=repr)[:MESSAGE_MAX]
+    except (TypeError, ValueError):
+        return repr(result)[:MESSAGE_MAX]

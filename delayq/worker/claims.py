@@ -1,0 +1,118 @@
+"""Claiming a batch: due members out of the schedule (atomically, in Redis), their rows leased
+to this run (a guarded UPDATE), their order noted for recovery; and the reverse, handing
+unstarted jobs back to the schedule.
+
+A Claimer holds only what stays fixed for a run, so the main thread and the bookkeeping
+thread (which leases the next batch of a backlog) can both use it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from ..durations import format_instant
+from ..store import leases
+from ..store.index import ScheduleIndex
+from ..store.table import ClaimedJob, Table
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Batch:
+    """Jobs claimed and leased together: those won, in the order they run."""
+
+    size: int  # how many were asked for
+    claimed: list[tuple[str, float]]
+    due_by_id: dict[int, float]
+    jobs: list[ClaimedJob]
+    leased_at: float  # monotonic
+    missed: int = 0
+    dropped: int = 0
+    noted: bool = False  # whether its order (after the batch before it) was noted
+
+    @property
+    def order(self) -> list[int]:
+        return [job.id for job in self.jobs]
+
+
+class Claimer:
+    """Claims and hands back the jobs of run `token`."""
+
+    def __init__(
+        self, table: Table, index: ScheduleIndex, token: str, lease: float, since: float
+    ) -> None:
+        self.table = table
+        self.index = index
+        self.token = token
+        self.lease = lease
+        self.since = since  # a job due longer ago than this is missed, not run
+
+    def claim(
+        self, queue: str, before: list[int], now: float, size: int, notes_starts: bool = False
+    ) -> Batch | None:
+        """Claim up to `size` due members, lease their rows and note their order (after
+        `before`, the batch still running, so that recovery can tell which job was
+        running) or, for a run that notes each start, that it does; None if none is due.
+        The caller adds the batch's counts to its report."""
+        claimed = self.index.claim_due(queue, now, size)
+        if not claimed:
+            return None
+        batch = Batch(size, claimed, {}, [], time.monotonic())
+        batch.due_by_id = _parse_members(batch, queue, claimed)
+        cutoff = now - self.since
+        late = [job_id for job_id, due in batch.due_by_id.items() if due < cutoff]
+        batch.missed = self._mark_missed(batch, late, now)
+        runnable = [job_id for job_id, due in batch.due_by_id.items() if due >= cutoff]
+        batch.leased_at = time.monotonic()
+        jobs = leases.mark_running(self.table, runnable, self.token, now + self.lease, now)
+        batch.dropped += len(runnable) - len(jobs)
+        jobs.sort(key=lambda job: (batch.due_by_id[job.id], job.id))
+        batch.jobs = jobs
+        order = before + batch.order
+        members = [member for member, _ in claimed]
+        self.index.leased(queue, members, self.token, [] if notes_starts else order, notes_starts)
+        batch.noted = notes_starts or len(order) > 1
+        return batch
+
+    def hand_back(
+        self, queue: str, jobs: list[ClaimedJob], due_by_id: dict[int, float], now: float
+    ) -> None:
+        """Unstarted (or abandoned) jobs go back to pending and onto the schedule at once."""
+        if not jobs:
+            return
+        try:
+            released = leases.release(self.table, [job.id for job in jobs], self.token, now)
+            self.index.add_many(queue, [(job_id, due_by_id[job_id]) for job_id, _ in released])
+        except Exception as exc:  # noqa: BLE001 - their leases bring them back anyway
+            logger.error("could not hand %d jobs back (%s); their leases will", len(jobs), exc)
+
+    def _mark_missed(self, batch: Batch, ids: list[int], now: float) -> int:
+        if not ids:
+            return 0
+        message = (
+            f"missed: due more than {self.since:g}s before the run at "
+            f"{format_instant(now)}; `delayq retry ID` runs it"
+        )
+        count = leases.mark_missed(self.table, ids, message, now)
+        batch.dropped += len(ids) - count
+        logger.warning("%d jobs missed the run window (ids %s)", count, _preview(ids))
+        return count
+
+
+def _parse_members(batch: Batch, queue: str, claimed: list[tuple[str, float]]) -> dict[int, float]:
+    due_by_id: dict[int, float] = {}
+    for member, score in claimed:
+        if member.isdigit():
+            due_by_id[int(member)] = score
+        else:
+            batch.dropped += 1
+            logger.warning("queue %s: dropped index member %r: not a job id", queue, member)
+    return due_by_id
+
+
+def _preview(ids: list[int]) -> str:
+    shown = ", ".join(str(job_id) for job_id in ids[:10])
+    return shown + (", ..." if len(ids) > 10 else "")

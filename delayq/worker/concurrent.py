@@ -1,0 +1,187 @@
+"""A pass with many jobs in flight (`--concurrency N`): the main thread claims batches, starts
+each job on a free slot the moment one frees, records what slots finish, and gives up on
+calls past their time limit. Handlers run on slot threads (slots.py); outcomes, the journal,
+the report and every claim stay on the main thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+
+from ..store.table import ClaimedJob
+from .calls import Called, Caller
+from .outcomes import OutcomeBuffer
+from .run import Run
+from .slots import Slots
+
+logger = logging.getLogger(__name__)
+
+# The longest the main thread waits for a slot before looking at the schedule again.
+COLLECT_WAIT = 0.05
+# With calls in flight and nothing due, how often the schedule is asked for newly due jobs.
+LOOK_AGAIN = 0.005
+
+
+class ConcurrentRun(Run):
+    """One pass with up to `settings.concurrency` handlers running at once."""
+
+    def _caller(self, time_limits: bool) -> Caller:
+        # SIGALRM reaches only the main thread; slots enforce time limits from outside.
+        return Caller(self.settings, self.clock, False, self.on_outcome)
+
+    def _drain(self, queue: str, caller: Caller) -> None:
+        # Group commits go to the bookkeeping thread, so slots never wait on the database.
+        buffer = OutcomeBuffer(
+            self.table, self.index, queue, self.token, self._bookkeeper(), notes_starts=True
+        )
+        slots = Slots(self.settings.concurrency, caller.execute, self._limit_of)
+        drain = _Drain(self, queue, slots, buffer, caller)
+        completed = False
+        try:
+            drain.pump()
+            completed = True
+        finally:
+            drain.hand_back_the_rest()
+            slots.close()
+            self._flush(buffer, quietly=not completed)
+            self.index.journal.close()
+            if self.noted_order:
+                self.index.journal.forget_order(queue, self.token)
+                self.noted_order = False
+
+    def _limit_of(self, job: ClaimedJob) -> float:
+        return job.timeout or self.settings.timeout
+
+
+class _Drain:
+    """One queue's jobs through the slots: those claimed and not yet started wait here."""
+
+    def __init__(
+        self, run: ConcurrentRun, queue: str, slots: Slots, buffer: OutcomeBuffer, caller: Caller
+    ) -> None:
+        self.run = run
+        self.queue = queue
+        self.slots = slots
+        self.buffer = buffer
+        self.caller = caller
+        self.waiting: deque[ClaimedJob] = deque()
+        self.due_by_id: dict[int, float] = {}  # of the jobs waiting or in flight
+        self.drained = False  # the last claim found nothing due
+        self.look_again_at = 0.0  # monotonic: when a drained schedule is asked again
+
+    def pump(self) -> None:
+        """Keep every slot busy while jobs are due; return once none is due and every call
+        has finished, or the run must stop (after a grace period for a stop signal). When
+        as many threads as slots are stuck, nothing new starts and the calls still running
+        are waited for: the run then ends with `report.stuck` set."""
+        run = self.run
+        while True:
+            stuck = self.slots.stuck >= self.slots.size
+            if stuck and not run.report.stuck:
+                logger.info("%d handler threads are stuck; the run stops", self.slots.stuck)
+            if stuck:
+                run.report.stuck = self.slots.stuck
+            stopping = stuck or run._should_stop()
+            if not stopping:
+                self._claim_if_short()
+                self._start_waiting()
+            if run.stop is not None and run.stop.requested:
+                self._wait_out_the_grace()
+                return
+            done_claiming = self.drained or run.turn_over()
+            if self.slots.busy == 0 and (stopping or (done_claiming and not self.waiting)):
+                return
+            self._collect(self._wait_time())
+
+    def _claim_if_short(self) -> None:
+        run = self.run
+        if run.turn_over() or len(self.waiting) >= self.slots.size:
+            return
+        if self.drained and (self.slots.free == 0 or time.monotonic() < self.look_again_at):
+            return
+        size = run.room(len(self.waiting))
+        batch = None
+        if size > 0:
+            batch = run.claimer.claim(self.queue, [], run.clock(), size, notes_starts=True)
+        if batch is None:
+            # Nothing due now; while calls are in flight, look again soon for jobs that fall
+            # due meanwhile, so one waits for a free slot, not for the calls to drain.
+            self.drained = True
+            self.look_again_at = time.monotonic() + LOOK_AGAIN
+            return
+        self.drained = False
+        run.took(batch)
+        run.deadline.leased(batch.leased_at)
+        self.waiting.extend(batch.jobs)
+        self.due_by_id.update((job.id, batch.due_by_id[job.id]) for job in batch.jobs)
+
+    def _start_waiting(self) -> None:
+        run = self.run
+        if self.waiting and run.deadline.may_lapse():
+            held = run._reassert_leases(list(self.waiting))
+            self.waiting = deque(job for job in self.waiting if job.id in held)
+        while self.waiting and self.slots.free > 0 and not run._should_stop():
+            job = self.waiting.popleft()
+            run.calls += 1
+            run.report.lateness.observe(run.clock() - self.due_by_id[job.id])
+            # Noted before the call can begin: recovery charges a lost lease only to a job
+            # whose start it finds.
+            run.index.journal.note_start(self.queue, run.token, job.id)
+            self.slots.start(job)
+
+    def _wait_time(self) -> float:
+        deadline = self.slots.next_deadline()
+        wait = COLLECT_WAIT
+        if self.drained and self.slots.free > 0:
+            wait = max(self.look_again_at - time.monotonic(), 0.0)
+        elif self.run.turn_over() or self.slots.free == 0 or self.run._should_stop():
+            wait = 1.0  # nothing to claim or start: sleep until a slot frees
+        if deadline is not None:
+            wait = min(wait, deadline - time.monotonic())
+        return max(wait, 0.0)
+
+    def _collect(self, timeout: float) -> None:
+        for finished in self.slots.collect(timeout):
+            result = finished.result
+            if isinstance(result, Called):
+                self._record(result)
+            else:  # an exception raised into the slot outside the handler's call
+                assert isinstance(result, BaseException)
+                self._record(self.caller.crashed(finished.job, result, time.monotonic()))
+        for call in self.slots.expire():
+            logger.info("job %d ran past its time limit; giving up on it", call.job.id)
+            self._record(self.caller.timed_out(call.job, call.started))
+
+    def _record(self, called: Called) -> None:
+        self.due_by_id.pop(called.outcome.job.id, None)
+        self.caller.announce(called.report)
+        more = bool(self.waiting) or self.slots.busy > 0
+        self.run._count(self.buffer.add(called.outcome, more_coming=more))
+
+    def _wait_out_the_grace(self) -> None:
+        """A stop signal: nothing new starts; calls in flight get the grace period."""
+        until = time.monotonic() + self.run.settings.grace
+        while self.slots.busy and time.monotonic() < until:
+            self._collect(min(until - time.monotonic(), COLLECT_WAIT * 4))
+
+    def hand_back_the_rest(self) -> None:
+        """Unstarted jobs, and calls still running when the run stops, go back to pending
+        (the late results of those calls are refused). Calls that finished meanwhile are
+        recorded first: they ran, and must not run again."""
+        try:
+            self._collect(0.0)
+        except Exception as exc:  # noqa: BLE001 - already stopping; the journal or leases settle them
+            logger.error("could not record the last outcomes (%s); the next run settles them", exc)
+        running = [call.job for call in self.slots.abandon_all()]
+        if running:
+            logger.warning(
+                "%d jobs were still running when the run stopped; handed back", len(running)
+            )
+        unfinished = list(self.waiting) + running
+        self.waiting.clear()
+        self.run.claimer.hand_back(self.queue, unfinished, self.due_by_id, self.run.clock())
+        if running:
+            started = (self.run.token, [job.id for job in running])
+            self.run.index.settle(self.queue, [], [], started)

@@ -1,0 +1,91 @@
+"""Keeping a run's leases alive: a heartbeat thread renews them every third of the lease, and
+a LeaseDeadline, the one thing it shares with the run's main thread, says when they may
+have lapsed.
+
+The lease only has to outlive a dead run, not a slow job: as long as the process lives, the
+heartbeat keeps its jobs from being taken over.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from ..store import leases
+from ..store.table import Table
+from ..threads import keep_signals_off_this_thread
+
+logger = logging.getLogger(__name__)
+
+
+class LeaseDeadline:
+    """Monotonic time by which this run's leases may have lapsed: pushed out by the heartbeat
+    and by each new batch's lease, read by the main thread before it starts a job."""
+
+    def __init__(self, lease: float) -> None:
+        self.lease = lease
+        self._lock = threading.Lock()
+        self._at = float("inf")  # no lease held yet
+
+    def leased(self, leased_at: float) -> None:
+        """A batch was leased at `leased_at`: its rows' leases run at least that long. A
+        deadline later than that can only come from a beat that renewed them too."""
+        with self._lock:
+            fresh = leased_at + self.lease
+            self._at = fresh if self._at == float("inf") else max(self._at, fresh)
+
+    def renewed(self, renewed_at: float) -> None:
+        """Every held lease was renewed at `renewed_at`. A renewal that came after the
+        deadline cannot vouch for the gap: another run may have taken jobs over in it, so
+        the deadline stays past and the main thread checks what it still holds."""
+        with self._lock:
+            if renewed_at < self._at:
+                self._at = renewed_at + self.lease
+
+    def reasserted(self, renewed_at: float) -> None:
+        """The main thread renewed what it still holds at `renewed_at`."""
+        with self._lock:
+            self._at = renewed_at + self.lease
+
+    def may_lapse(self) -> bool:
+        """Whether the heartbeat fell behind (a stalled thread, a busy database): it renews
+        every third of the lease, so a deadline this close means a recovering run may take
+        our jobs over."""
+        with self._lock:
+            return time.monotonic() > self._at - self.lease / 3
+
+
+class Heartbeat:
+    """A thread that renews every lease of run `token` until the block ends."""
+
+    def __init__(
+        self, table: Table, token: str, clock: Callable[[], float], deadline: LeaseDeadline
+    ) -> None:
+        self.table = table
+        self.token = token
+        self.clock = clock
+        self.deadline = deadline
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._beat, name="delayq-heartbeat", daemon=True)
+
+    def __enter__(self) -> Heartbeat:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopped.set()
+        self.thread.join()
+
+    def _beat(self) -> None:
+        keep_signals_off_this_thread()
+        lease = self.deadline.lease
+        while not self.stopped.wait(lease / 3):
+            try:
+                renewed_at = time.monotonic()
+                leases.renew_leases(self.table, self.token, self.clock() + lease)
+                self.deadline.renewed(renewed_at)
+            except Exception as exc:  # noqa: BLE001 - a missed beat only shortens the lease
+                logger.warning("lease heartbeat failed: %s", exc)
+        self.table.db.close()  # this thread's connection

@@ -1,0 +1,126 @@
+"""Signals in a run: the per-job time limit (SIGALRM) and a graceful stop on SIGTERM/SIGINT.
+
+Both only work in the main thread, where Python delivers signals; elsewhere (a run started
+from an application thread) jobs run without a time limit and the caller handles stopping.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+logger = logging.getLogger(__name__)
+
+
+class JobTimeout(BaseException):  # noqa: N818 - a BaseException so `except Exception` in a handler cannot swallow it
+    """Raised inside a handler that ran past its time limit."""
+
+
+class Abandoned(BaseException):  # noqa: N818
+    """Raised inside a handler when a second stop signal asks to give the job up at once."""
+
+
+def in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+class _Clock:
+    """The running job's deadline, and when the interval timer is set to fire.
+
+    Setting the timer costs a system call; at thousands of jobs a second two per job would
+    show. So the timer is only set when it is off or would fire too late: one that fires
+    before the running job's deadline (it was set for an earlier job) re-arms itself for
+    the rest, and one that fires between jobs turns itself off.
+    """
+
+    deadline = math.inf  # monotonic; inf while no job runs
+    fires_at: float | None = None  # monotonic; None while the timer is off
+
+    @classmethod
+    def expire(cls, signum: int, frame: FrameType | None) -> None:
+        now = time.monotonic()
+        cls.fires_at = None
+        if now >= cls.deadline:
+            cls.deadline = math.inf
+            raise JobTimeout()
+        if cls.deadline != math.inf:
+            cls.set(cls.deadline - now)
+
+    @classmethod
+    def set(cls, seconds: float) -> None:
+        cls.fires_at = time.monotonic() + seconds
+        signal.setitimer(signal.ITIMER_REAL, max(seconds, 1e-6))
+
+    @classmethod
+    def clear(cls) -> None:
+        cls.deadline, cls.fires_at = math.inf, None
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+@contextmanager
+def time_limits() -> Iterator[bool]:
+    """Install the SIGALRM handler for a run; yields whether time limits can apply."""
+    if not in_main_thread():
+        yield False
+        return
+    previous = signal.signal(signal.SIGALRM, _Clock.expire)
+    try:
+        yield True
+    finally:
+        _Clock.clear()
+        signal.signal(signal.SIGALRM, previous)
+
+
+def arm(seconds: float) -> None:
+    """Start the current job's clock (inside `time_limits`)."""
+    deadline = time.monotonic() + seconds
+    _Clock.deadline = deadline
+    if _Clock.fires_at is None or _Clock.fires_at > deadline:
+        _Clock.set(seconds)
+
+
+def disarm() -> None:
+    """The job is over; a timer still set turns itself off when it fires."""
+    _Clock.deadline = math.inf
+
+
+class GracefulStop:
+    """First SIGTERM/SIGINT: finish the current job, hand the rest back, stop.
+    Second: abandon the current job too (it goes back to the schedule)."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
+
+    def request(self, signum: int, frame: FrameType | None = None) -> None:
+        if self.signum is not None:
+            raise Abandoned()
+        self.signum = signum
+        logger.warning(
+            "received %s: finishing the current job, handing the rest back",
+            signal.Signals(signum).name,
+        )
+
+
+@contextmanager
+def graceful_stop() -> Iterator[GracefulStop]:
+    """Route SIGTERM and SIGINT to a GracefulStop for the duration of the block."""
+    stop = GracefulStop()
+    if not in_main_thread():
+        yield stop
+        return
+    previous = {sig: signal.signal(sig, stop.request) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield stop
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

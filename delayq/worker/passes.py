@@ -1,0 +1,83 @@
+"""Starting one pass of `delayq run`: one handler at a time on the main thread (Run), or
+many in flight on slot threads (ConcurrentRun) when the settings ask for concurrency."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from ..config import MAX_CONCURRENCY, Settings, validate_queue_name
+from ..errors import BadInput
+from ..store.index import ScheduleIndex
+from ..store.table import Table
+from .concurrent import ConcurrentRun
+from .interrupts import GracefulStop
+from .report import OutcomeCallback, RunReport
+from .run import Run, RunLimits
+
+MAX_WEIGHT = 100
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What a caller asked of a run, before it is checked; None: the settings' default."""
+
+    since: float | None = None
+    limit: int | None = None
+    max_seconds: float | None = None
+    queues: Sequence[str] | None = None
+    weights: Mapping[str, int] | None = None
+    concurrency: int | None = None
+    grace: float | None = None
+
+    def plan(self, settings: Settings) -> tuple[Settings, RunLimits]:
+        """The settings and limits of the run, or BadInput naming what is wrong."""
+        if self.limit is not None and (_not_whole(self.limit) or self.limit < 1):
+            raise BadInput("--limit must be at least 1")
+        for name in [*(self.queues or ()), *(self.weights or {})]:
+            validate_queue_name(name)
+        for name, weight in (self.weights or {}).items():
+            if _not_whole(weight) or not 1 <= weight <= MAX_WEIGHT:
+                raise BadInput(f"queue {name}: a weight is a whole number from 1 to {MAX_WEIGHT}")
+        limits = RunLimits(
+            since=settings.since if self.since is None else self.since,
+            limit=self.limit,
+            max_seconds=settings.max_seconds if self.max_seconds is None else self.max_seconds,
+            weights=dict(self.weights or {}),
+        )
+        return self._settings(settings), limits
+
+    def _settings(self, settings: Settings) -> Settings:
+        concurrency, grace = self.concurrency, self.grace
+        if concurrency is not None and (
+            _not_whole(concurrency) or not 1 <= concurrency <= MAX_CONCURRENCY
+        ):
+            raise BadInput(f"--concurrency must be between 1 and {MAX_CONCURRENCY}")
+        if grace is not None and not 0 <= grace < float("inf"):
+            raise BadInput(f"--grace must be a duration of 0 or more, not {grace}")
+        return replace(
+            settings,
+            concurrency=settings.concurrency if concurrency is None else concurrency,
+            grace=settings.grace if grace is None else grace,
+        )
+
+
+def _not_whole(value: object) -> bool:
+    return isinstance(value, bool) or not isinstance(value, int)
+
+
+def run_once(
+    settings: Settings,
+    table: Table,
+    index: ScheduleIndex,
+    queues: Sequence[str] | None = None,
+    limits: RunLimits | None = None,
+    now: float | None = None,
+    on_outcome: OutcomeCallback | None = None,
+    stop: GracefulStop | None = None,
+) -> RunReport:
+    """One pass over `queues` (default: every queue the index knows)."""
+    limits = limits or RunLimits(settings.since, None, settings.max_seconds)
+    clock = (lambda: now) if now is not None else index.now
+    kind = ConcurrentRun if settings.concurrency > 1 else Run
+    return kind(settings, table, index, limits, clock, on_outcome, stop).execute(queues)

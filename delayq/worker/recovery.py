@@ -1,0 +1,172 @@
+"""Keeping the index honest with the table: rebuild it after Redis lost it, put back jobs
+whose run died (their lease lapsed), re-index pending rows the index lost, and the full
+`delayq reconcile` pass that compares the two both ways.
+
+Nothing here runs a handler; it only decides what goes back on the schedule.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass
+
+from ..store import leases, queries
+from ..store.index import ScheduleIndex
+from ..store.table import Status, Table, tuples
+from .outcomes import Outcome, write_outcomes
+
+logger = logging.getLogger(__name__)
+
+# A pending row due this long ago and absent from the index was lost by Redis (or by a run
+# that died between claim and lease); the grace keeps a live run's fresh claims out of reach.
+ORPHAN_GRACE = 30.0
+# A job whose run died under it this many times is a poison job: it fails instead.
+MAX_LOST_LEASES = 3
+SWEEP_LIMIT = 1000
+
+
+@dataclass
+class Recovered:
+    requeued: int = 0  # lapsed leases put back on the schedule
+    journaled: int = 0  # outcomes found in a dead run's journal and written
+    poisoned: int = 0  # jobs failed after MAX_LOST_LEASES deaths
+    reindexed: int = 0  # pending rows put back into the index
+
+
+def ensure_index(table: Table, index: ScheduleIndex) -> int:
+    """Rebuild the index from the table if Redis lost it; returns the entries added."""
+    if index.is_complete():
+        return 0
+    index.register(queries.pending_queues(table))
+    count = index.rebuild_from(queries.iter_pending(table))
+    logger.warning("Redis had no schedule index; rebuilt %d entries from the table", count)
+    return count
+
+
+def recover_leases(table: Table, index: ScheduleIndex, queue: str, now: float) -> Recovered:
+    """Settle the jobs of runs that died: from their journal if the outcome is there,
+    otherwise back onto the schedule (or failed, for a job that keeps killing its run)."""
+    result = Recovered()
+    lapsed = leases.expired_leases(table, queue, now, SWEEP_LIMIT)
+    journal = index.journal.journaled(queue, [item.job.id for item in lapsed])
+    outcomes: dict[str | None, list[Outcome]] = {}
+    unsettled: list[leases.Lapsed] = []
+    for item in lapsed:
+        record = journal.get(item.job.id)
+        if record is None:
+            unsettled.append(item)
+        else:
+            outcomes.setdefault(item.token, []).append(Outcome.from_record(item.job, record))
+    running = _were_running(index, queue, unsettled)
+    for item in unsettled:
+        was_running = item.job.id in running
+        if was_running and item.lost_leases + 1 >= MAX_LOST_LEASES:
+            result.poisoned += _fail_poison(table, item, now)
+        elif leases.reclaim(table, item, now, was_running):
+            index.add(queue, item.job.id, now)
+            result.requeued += 1
+            logger.warning("job %d: its run died (lease lapsed); scheduled again", item.job.id)
+    for token, items in _by_token(unsettled).items():
+        if token is not None:
+            index.settle(queue, [], [], (token, sorted(items)))  # their start notes
+    for token, settled_outcomes in outcomes.items():
+        settled = write_outcomes(table, settled_outcomes, token)
+        ids = [outcome.job.id for outcome in settled_outcomes]
+        index.settle(queue, ids, settled.scheduled, None if token is None else (token, ids))
+        result.journaled += settled.succeeded + settled.failed
+        logger.warning("recorded %d journaled outcomes of a run that died", len(settled_outcomes))
+    return result
+
+
+def _were_running(index: ScheduleIndex, queue: str, unsettled: list[leases.Lapsed]) -> set[int]:
+    """Ids of the jobs whose handler was running when their run died. A run with many jobs
+    in flight noted each start: those of its unsettled jobs. A run calling one at a time
+    noted its batch order: the first unsettled job in it. With neither, every job counts."""
+    ids_by_token = _by_token(unsettled)
+    tokens = sorted(token for token in ids_by_token if token)
+    orders = index.journal.orders(queue, tokens)
+    running: set[int] = set()
+    for token, ids in ids_by_token.items():
+        started = index.journal.started(queue, token, sorted(ids)) if token else None
+        if started is not None:
+            running |= started
+            continue
+        order = orders.get(token) if token else None
+        if order is None:
+            running |= ids
+            continue
+        running |= {next((job_id for job_id in order if job_id in ids), min(ids))}
+    return running
+
+
+def _by_token(items: list[leases.Lapsed]) -> dict[str | None, set[int]]:
+    ids_by_token: dict[str | None, set[int]] = {}
+    for item in items:
+        ids_by_token.setdefault(item.token, set()).add(item.job.id)
+    return ids_by_token
+
+
+def _fail_poison(table: Table, item: leases.Lapsed, now: float) -> int:
+    message = (
+        f"lost: the run holding it died {item.lost_leases + 1} times while it ran; "
+        "not retried (does the handler kill its process?)"
+    )
+    if not leases.finish(table, item.job.id, item.token, Status.FAILED, message, now):
+        return 0
+    logger.error("job %d failed: %s", item.job.id, message)
+    return 1
+
+
+def reindex_orphans(table: Table, index: ScheduleIndex, queue: str, now: float) -> int:
+    """Put back pending rows that have been due a while but are neither on the schedule nor
+    claimed by a live run: Redis lost them, or a run died between claiming and leasing."""
+    overdue = dict(queries.overdue_pending(table, queue, now - ORPHAN_GRACE, SWEEP_LIMIT))
+    missing = index.lost(queue, list(overdue), claimed_before=now - ORPHAN_GRACE)
+    # A run may have claimed and leased a job between our read of the table and our look at
+    # Redis; only a job still pending after Redis said it is nowhere is really lost.
+    missing = queries.still_pending(table, missing)
+    if missing:
+        index.add_many(queue, [(job_id, overdue[job_id]) for job_id in missing])
+        logger.warning(
+            "queue %s: re-indexed %d pending jobs the index had lost", queue, len(missing)
+        )
+    return len(missing)
+
+
+@dataclass
+class Reconciled:
+    reindexed: Counter[str]  # pending rows added to their queue's index
+    removed: Counter[str]  # index entries whose row is not pending (or does not exist)
+
+
+def reconcile(table: Table, index: ScheduleIndex) -> Reconciled:
+    """Compare the whole index with the table both ways and fix both kinds of difference."""
+    result = Reconciled(Counter(), Counter())
+    for batch in queries.iter_pending(table):
+        by_queue: dict[str, list[tuple[int, float]]] = {}
+        for queue, job_id, due in batch:
+            by_queue.setdefault(queue, []).append((job_id, due))
+        for queue, entries in by_queue.items():
+            due_by_id = dict(entries)
+            missing = index.missing(queue, list(due_by_id))
+            index.add_many(queue, [(job_id, due_by_id[job_id]) for job_id in missing])
+            result.reindexed[queue] += len(missing)
+    for queue in sorted(set(index.queues()) | set(queries.pending_queues(table))):
+        result.removed[queue] += _remove_stale(table, index, queue)
+    index.register(queries.pending_queues(table))
+    index.mark_complete()
+    return result
+
+
+def _remove_stale(table: Table, index: ScheduleIndex, queue: str) -> int:
+    Job = table.model
+    removed = 0
+    for chunk in index.members(queue):
+        ids = [int(member) for member, _ in chunk if member.isdigit()]
+        query = Job.select(Job.id).where(
+            Job.id.in_(ids), Job.status == Status.PENDING, Job.queue == queue
+        )
+        pending = {str(job_id) for (job_id,) in tuples(query)}
+        removed += index.remove_members(queue, [m for m, _ in chunk if m not in pending])
+    return removed

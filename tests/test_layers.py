@@ -1,0 +1,152 @@
+"""The package's shape: imports point one way, cli -> façade -> ops -> worker -> store ->
+base (config, errors, durations, context, threads), and no modules import each other in a
+circle.
+
+Read from the source with ast, so a lazy import inside a function counts as much as one at
+the top: a cycle hidden in a function body still ties two layers together.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "delayq"
+
+# Lower numbers sit lower; a module may import its own layer or any layer below it.
+LAYERS = {
+    "base": 0,
+    "store": 1,
+    "worker": 2,
+    "ops": 3,
+    "facade": 4,
+    "cli": 5,
+}
+BASE_MODULES = {"config", "errors", "durations", "context", "threads"}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def layer_of(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "facade"  # delayq/__init__.py: the public face
+    if parts[1] == "__main__":
+        return "cli"  # `python -m delayq` is the command line
+    if parts[1] in ("store", "worker", "ops", "cli"):
+        return parts[1]
+    if parts[1] in BASE_MODULES:
+        return "base"
+    return "facade"  # queue.py, jobspec.py, __main__.py
+
+
+def imported_modules(path: Path, modules: set[str]) -> set[str]:
+    """Every module of the package that `path` imports, wherever the import statement is."""
+    this = module_name(path)
+    package = this if path.name == "__init__.py" else this.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            submodules = [f"{target}.{alias.name}" for alias in node.names]
+            # `from . import context` imports the module, not the package's __init__.
+            names_only = not all(name in modules for name in submodules)
+            candidates = submodules + ([target] if names_only else [])
+        elif isinstance(node, ast.Import):
+            candidates = [alias.name for alias in node.names]
+        else:
+            continue
+        found |= {name for name in candidates if name in modules and name != this}
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    paths = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+    modules = set(paths)
+    graph = {name: imported_modules(path, modules) for name, path in paths.items()}
+    # A package's __init__ importing its own modules is how a package is put together.
+    return {
+        name: {target for target in targets if not target.startswith(name + ".")}
+        for name, targets in graph.items()
+    }
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle as a path that returns to its start, or None."""
+    visiting: list[str] = []
+    done: set[str] = set()
+
+    def visit(name: str) -> list[str] | None:
+        if name in visiting:
+            return visiting[visiting.index(name) :] + [name]
+        if name in done:
+            return None
+        visiting.append(name)
+        for target in sorted(graph.get(name, ())):
+            cycle = visit(target)
+            if cycle:
+                return cycle
+        visiting.pop()
+        done.add(name)
+        return None
+
+    for name in sorted(graph):
+        cycle = visit(name)
+        if cycle:
+            return cycle
+    return None
+
+
+def test_the_package_has_no_import_cycle() -> None:
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_imports_point_down_the_layers() -> None:
+    upward = [
+        f"{name} ({layer_of(name)}) imports {target} ({layer_of(target)})"
+        for name, targets in sorted(import_graph().items())
+        for target in sorted(targets)
+        if LAYERS[layer_of(target)] > LAYERS[layer_of(name)]
+    ]
+    assert upward == []
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert find_cycle(graph) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+@pytest.mark.parametrize(
+    ("module", "layer"),
+    [
+        ("delayq", "facade"),
+        ("delayq.queue", "facade"),
+        ("delayq.errors", "base"),
+        ("delayq.store.table", "store"),
+        ("delayq.worker.run", "worker"),
+        ("delayq.ops.overview", "ops"),
+        ("delayq.cli.app", "cli"),
+    ],
+)
+def test_modules_fall_in_their_folders_layer(module: str, layer: str) -> None:
+    assert layer_of(module) == layer
+
+
+def test_no_module_is_longer_than_four_hundred_lines() -> None:
+    long = {
+        module_name(path): len(path.read_text().splitlines())
+        for path in PACKAGE.rglob("*.py")
+        if len(path.read_text().splitlines()) > 400
+    }
+    assert long == {}
