@@ -23,7 +23,7 @@ import redis
 
 import delayq
 
-from . import dispatch, enqueue, env, idle, lateness, memory
+from . import aio, dispatch, enqueue, env, idle, io, lateness, load, memory
 from .report import Result
 from .sizes import FULL, QUICK, Sizes
 
@@ -33,6 +33,9 @@ WORKLOADS: dict[str, Callable[[Sizes], Result]] = {
     "idle": idle.run,
     "memory": memory.run,
     "lateness": lateness.run,
+    "io": io.run,
+    "aio": aio.run,
+    "load": load.run,
 }
 
 
@@ -114,7 +117,7 @@ def _machine() -> dict[str, Any]:
         "python": platform.python_version(),
         "platform": platform.platform(),
     }
-    for package in ("delayq", "huey", "rq", "dramatiq", "redis", "peewee", "PyMySQL"):
+    for package in ("delayq", "huey", "rq", "dramatiq", "arq", "redis", "peewee", "PyMySQL"):
         try:
             info[package] = metadata.version(package)
         except metadata.PackageNotFoundError:

@@ -17,6 +17,8 @@ BASELINE_TARGET = 6.0
 PEER_TARGET = 3.0
 TIMEOUT = 900.0
 RUN = env.python("-m", "delayq", "run", "--max-seconds", "600")
+TWO_PROCESSES = [*RUN, "--processes", "2"]
+PROCESSES_TARGET = 1.6
 
 
 def run(sizes: Sizes) -> Result:
@@ -26,6 +28,7 @@ def run(sizes: Sizes) -> Result:
     for attempt in range(sizes.repeat):
         env.log(f"dispatch {attempt + 1}/{sizes.repeat}: {n} due jobs")
         walls["delayq"].append(drain(RUN, n).wall)
+        walls.setdefault("delayq -p 2", []).append(drain(TWO_PROCESSES, n).wall)
         walls["baseline"].append(drain(env.python("-m", "bench.baseline", "drain"), n).wall)
         for peer in sizes.dispatch_peers:
             if peer in errors:
@@ -54,11 +57,12 @@ def handler_alone(n: int, repeat: int) -> float:
     return n / median(walls)
 
 
-def drain(command: list[str], n: int) -> env.Finished:
-    """`command` draining n due jobs (wall time, peak RSS), after checking every one ran."""
+def drain(command: list[str], n: int, method: str = "incr") -> env.Finished:
+    """`command` draining n due jobs of bench.handlers.<method> (each INCRs the counter once),
+    timed (wall time, peak RSS), after checking every one ran."""
     with env.fresh_queue() as queue:
         now = time.time()
-        loader.load("incr", [now - 10 + 10 * i / n for i in range(n)])
+        loader.load(method, [now - 10 + 10 * i / n for i in range(n)])
         finished = env.run_process(command, TIMEOUT)
         env.require_ok(finished, " ".join(command[1:4]))
         succeeded = env.count_status(queue, delayq.Status.SUCCESS)
@@ -76,7 +80,9 @@ def _result(
     ceiling: float,
 ) -> Result:
     ours, base = rates["delayq"], rates["baseline"]
-    peer_rates = {name: rate for name, rate in rates.items() if name not in ("delayq", "baseline")}
+    two = ratio(rates["delayq -p 2"], ours)
+    mine = ("delayq", "delayq -p 2", "baseline")
+    peer_rates = {name: rate for name, rate in rates.items() if name not in mine}
     fastest = max(peer_rates, key=lambda name: peer_rates[name]) if peer_rates else None
     vs_peer = ratio(ours, peer_rates[fastest]) if fastest else None
     figures = {
@@ -91,6 +97,7 @@ def _result(
         "vs_handler_alone": ratio(ours, ceiling),
         # The most any one-job-at-a-time runner could reach against the baseline here.
         "handler_alone_vs_baseline": ratio(ceiling, base),
+        "two_processes_vs_one": two,
     }
     shown = ", ".join(f"{name} {number(rate)}/s" for name, rate in rates.items())
     failed = "".join(f"; {name} failed ({why})" for name, why in errors.items())
@@ -98,10 +105,11 @@ def _result(
         f"dispatch  N={n}: {shown}{failed} -> {times(ratio(ours, base))} baseline, "
         f"{times(vs_peer)} fastest peer ({fastest or 'none'}); the job alone in a loop "
         f"{number(ceiling)}/s (delayq at {times(ratio(ours, ceiling))} of it; that ceiling is "
-        f"{times(ratio(ceiling, base))} baseline)"
+        f"{times(ratio(ceiling, base))} baseline); --processes 2 {times(two)} one process"
     )
     targets = [
         Target("vs baseline", ratio(ours, base), ">=", BASELINE_TARGET),
         Target("vs fastest peer", vs_peer, ">=", PEER_TARGET),
+        Target("2 processes vs 1", two, ">=", PROCESSES_TARGET),
     ]
     return Result(line, figures, targets)

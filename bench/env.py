@@ -30,7 +30,7 @@ LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 DATABASE_URL = os.environ.get("BENCH_DATABASE_URL", "mysql://root@127.0.0.1:3306/delayq_bench")
 REDIS_BASE_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379").rstrip("/")
 # One Redis database per system, so no system sees another's keys.
-REDIS_DBS = {"delayq": 10, "huey": 9, "rq": 8, "dramatiq": 7}
+REDIS_DBS = {"delayq": 10, "huey": 9, "rq": 8, "dramatiq": 7, "arq": 6}
 HANDLERS = "bench.handlers"
 
 

@@ -3,11 +3,13 @@ counter, and one that records how late it started. DELAYQ_HANDLERS=bench.handler
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from typing import Any
 
 import redis
+import redis.asyncio
 
 import delayq
 
@@ -15,6 +17,7 @@ from . import env
 
 COUNTER_KEY = "bench:count"
 LATENESS_KEY = "bench:lateness"
+IO_WAIT = 0.05
 
 _client: redis.Redis | None = None
 
@@ -32,6 +35,37 @@ def client() -> redis.Redis:
 def incr(data: Any) -> None:
     """The no-op job: one INCR."""
     client().incr(COUNTER_KEY)
+
+
+def sleep_incr(data: Any) -> None:
+    """A job that waits on I/O: 50 ms, then one INCR."""
+    time.sleep(IO_WAIT)
+    client().incr(COUNTER_KEY)
+
+
+async def await_incr(data: Any) -> None:
+    """An async job that waits on I/O: awaits 50 ms, then one INCR through asyncio."""
+    await asyncio.sleep(IO_WAIT)
+    await async_client().incr(COUNTER_KEY)
+
+
+_async_client: redis.asyncio.Redis | None = None
+
+
+def async_client() -> redis.asyncio.Redis:
+    """An asyncio client on the run's one event loop, opened on first use."""
+    global _async_client
+    if _async_client is None:
+        _async_client = redis.asyncio.Redis.from_url(
+            os.environ.get("DELAYQ_REDIS_URL") or env.redis_url("delayq")
+        )
+    return _async_client
+
+
+def sleep_record_lateness(data: Any) -> None:
+    """Record how late it started, then wait 50 ms as on a remote call."""
+    record_lateness(data)
+    time.sleep(IO_WAIT)
 
 
 def record_lateness(data: Any) -> None:

@@ -40,17 +40,25 @@ def run(sizes: Sizes) -> Result:
     return _result(n, spread, samples, errors)
 
 
-def _delayq(n: int, spread: float, duration: float) -> list[float]:
+def _delayq(
+    n: int,
+    spread: float,
+    duration: float,
+    method: str = "record_lateness",
+    options: Sequence[str] = (),
+) -> list[float]:
+    """Lateness of n jobs of bench.handlers.<method> due over `spread` seconds, each added
+    one at a time while `delayq run --loop --for duration [options]` is up."""
     with env.fresh_queue() as queue:
         loop = subprocess.Popen(
-            env.python("-m", "delayq", "run", "--loop", "--for", f"{duration:g}s"),
+            env.python("-m", "delayq", "run", "--loop", "--for", f"{duration:g}s", *options),
             cwd=env.ROOT,
             env=env.child_env(),
         )
         try:
             time.sleep(peers.WORKER_STARTUP)
             specs = [
-                delayq.JobSpec(env.HANDLERS, "record_lateness", None, at=due)
+                delayq.JobSpec(env.HANDLERS, method, None, at=due)
                 for due in env.due_times(n, spread, env.lead_for(n))
             ]
             for spec in specs:  # one at a time: q.add_many is what enqueue measures

@@ -27,6 +27,7 @@ DRAMATIQ_WORKER_TIMEOUT_MS = 10
 # huey's scheduler wakes at most once a second (scheduler_interval is clamped to 1..60 s).
 HUEY_SCHEDULER_INTERVAL = 1
 WORKER_STARTUP = 1.5  # seconds a worker process gets to boot before lateness jobs are added
+IO_WAIT = 0.05
 
 
 @functools.cache
@@ -62,6 +63,16 @@ def huey_lateness(due: float) -> None:
     record_lateness("huey", due)
 
 
+def sleep_incr(peer: str) -> None:
+    """The io workload's job: wait 50 ms as on a remote call, then one INCR."""
+    time.sleep(IO_WAIT)
+    incr(peer)
+
+
+def huey_sleep_incr() -> None:
+    sleep_incr("huey")
+
+
 @functools.cache
 def huey_tasks() -> dict[str, Any]:
     """The RedisHuey instance ("app") and its two task wrappers, under fixed task names."""
@@ -72,6 +83,7 @@ def huey_tasks() -> dict[str, Any]:
         "app": app,
         "incr": app.task(name="bench_incr")(huey_incr),
         "lateness": app.task(name="bench_lateness")(huey_lateness),
+        "sleep_incr": app.task(name="bench_sleep_incr")(huey_sleep_incr),
     }
 
 
@@ -90,6 +102,17 @@ def dramatiq_actor() -> Any:
     return dramatiq.actor(bench_lateness, broker=broker, max_retries=0)
 
 
+@functools.cache
+def dramatiq_sleep_actor() -> Any:
+    """The io workload's dramatiq actor, on the same broker as the lateness one."""
+    import dramatiq
+
+    def bench_sleep_incr() -> None:
+        sleep_incr("dramatiq")
+
+    return dramatiq.actor(bench_sleep_incr, broker=dramatiq_actor().broker, max_retries=0)
+
+
 # --- dispatch: N jobs already due, one worker process drains them -----------------------
 
 
@@ -98,7 +121,12 @@ def dispatch(peer: str, n: int) -> float:
     counter = env.flush(peer)
     due_at = SCHEDULE_DISPATCH[peer](n)
     time.sleep(max(0.0, due_at - time.time()))
-    finished = env.run_process(env.python("-m", "bench.peer_worker", peer, "drain", str(n)), 900)
+    return _drained(counter, peer, n, "drain", str(n))
+
+
+def _drained(counter: redis.Redis, peer: str, n: int, *args: str) -> float:
+    """Wall time of `python -m bench.peer_worker PEER ARGS`, once it has run all n jobs."""
+    finished = env.run_process(env.python("-m", "bench.peer_worker", peer, *args), 900)
     env.require_ok(finished, f"{peer} worker")
     done = int(counter.get(COUNTER_KEY) or 0)
     if done != n:
@@ -126,6 +154,71 @@ def _schedule_rq(n: int) -> float:
 
 
 SCHEDULE_DISPATCH = {"huey": _schedule_huey, "rq": _schedule_rq}
+
+
+# --- io: N jobs that each wait 50 ms, one worker process with `threads` threads ----------
+
+
+def io(peer: str, n: int, threads: int) -> float:
+    """Seconds of wall time one worker process of `peer` with `threads` threads takes to run
+    n already-due jobs that each wait 50 ms."""
+    counter = env.flush(peer)
+    due_at = SCHEDULE_IO[peer](n)
+    time.sleep(max(0.0, due_at - time.time()))
+    return _drained(counter, peer, n, "io", str(n), "900", str(threads))
+
+
+def _io_huey(n: int) -> float:
+    task = huey_tasks()["sleep_incr"]
+    for _ in range(n):
+        task.schedule(delay=1)
+    return time.time() + 1.05
+
+
+def _io_dramatiq(n: int) -> float:
+    """Sent without a delay: already due when the worker starts."""
+    actor = dramatiq_sleep_actor()
+    for _ in range(n):
+        actor.send()
+    return time.time()
+
+
+SCHEDULE_IO = {"huey": _io_huey, "dramatiq": _io_dramatiq}
+
+
+# --- aio: N jobs that each await 50 ms, one arq worker with max_jobs in flight ----------
+
+
+async def arq_await_incr(ctx: dict[str, Any]) -> None:
+    """The aio workload's arq job: await 50 ms, then one INCR."""
+    import asyncio
+
+    await asyncio.sleep(IO_WAIT)
+    await ctx["redis"].incr(COUNTER_KEY)
+
+
+def aio_arq(n: int, max_jobs: int) -> float:
+    """Seconds of wall time one arq worker in burst mode takes to run n due jobs."""
+    import asyncio
+
+    from arq import create_pool
+
+    counter = env.flush("arq")
+
+    async def enqueue() -> None:
+        pool = await create_pool(arq_settings())
+        for _ in range(n):
+            await pool.enqueue_job("arq_await_incr")
+        await pool.aclose()
+
+    asyncio.run(enqueue())
+    return _drained(counter, "arq", n, "aio", str(n), "900", str(max_jobs))
+
+
+def arq_settings() -> Any:
+    from arq.connections import RedisSettings
+
+    return RedisSettings.from_dsn(env.redis_url("arq"))
 
 
 # --- lateness: N jobs due evenly over a spread, a worker started before the first -------

@@ -73,3 +73,12 @@ def number(value: float | None) -> str:
 
 def times(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.2f}x"
+
+
+def rates_against_limit(rates: dict[str, float], limit: float, errors: dict[str, str]) -> str:
+    """'name N/s (R limit), ...' for each worker, then which peers failed and why."""
+    shown = ", ".join(
+        f"{name} {number(rate)}/s ({times(ratio(rate, limit))} limit)"
+        for name, rate in rates.items()
+    )
+    return shown + "".join(f"; {name} failed ({why})" for name, why in errors.items())

@@ -18,6 +18,9 @@ class Sizes:
     lateness_spread: float  # ...this many seconds
     lateness_for: float  # how long `delayq run --loop --for` stays up
     lateness_peers: tuple[str, ...]
+    io: int  # due jobs that each wait 50 ms, drained with 16 in flight
+    aio: int  # due jobs that each await 50 ms, drained with 200 in flight
+    load_jobs: int  # jobs of 50 ms due at 80 % of 16 slots, while a --loop run is up
     dispatch_peers: tuple[str, ...] = ("huey", "rq")
     repeat: int = 3
 
@@ -34,6 +37,9 @@ FULL = Sizes(
     lateness_spread=20.0,
     lateness_for=30.0,
     lateness_peers=("dramatiq", "huey", "rq"),
+    io=1_000,
+    aio=5_000,
+    load_jobs=3_840,
 )
 
 QUICK = Sizes(
@@ -48,6 +54,9 @@ QUICK = Sizes(
     lateness_spread=2.0,
     lateness_for=6.0,
     lateness_peers=("dramatiq",),
+    io=200,
+    aio=1_000,
+    load_jobs=512,
     dispatch_peers=("huey",),
     repeat=1,
 )
