@@ -8,11 +8,14 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from delayq import BadInput, Status
+from delayq.store import leases
 from delayq.store.keys import schedule_key
 from delayq.store.table import Job
+from delayq.worker.outcomes import Outcome, write_outcomes
 from delayq.worker.retry import LADDER
 from tests.conftest import DELAYQ
 from tests.sample_handlers.jobs import read_log
+from tests.test_faults import run_cli, wait_for_leases_to_lapse
 
 NOW = 1_800_000_000.0
 H = "tests.sample_handlers.jobs"
@@ -59,6 +62,60 @@ def test_a_failed_occurrence_gets_its_retry_and_the_series_goes_on(queue, log):
     assert sorted(row.run_at for row in rows) == [NOW + LADDER[0], NOW + HOUR]
     retry = next(row for row in rows if row.run_at == NOW + LADDER[0])
     assert (retry.chain_id, retry.retry_times, retry.every) == (first, 1, None)
+
+
+def test_a_missed_occurrence_is_recorded_and_the_series_goes_on(queue, log):
+    first = queue.add(H, "record", {"log": log}, at=NOW, every=HOUR, ext="timer:m", now=NOW)
+
+    report = queue.run(now=NOW + 2.5 * HOUR, since=HOUR)
+
+    assert report.missed == 1 and read_log(log) == []
+    assert queue.show(first)["status"] == "missed"
+    (following,) = pending("timer:m")
+    assert (following.run_at, following.every) == (NOW + 3 * HOUR, HOUR)
+    score = queue.index.client.zscore(schedule_key("default"), str(following.id))
+    assert score == NOW + 3 * HOUR
+    queue.run(now=NOW + 3 * HOUR)
+    assert len(read_log(log)) == 1
+
+
+def test_two_runs_marking_one_occurrence_missed_re_arm_it_once(queue):
+    job_id = queue.add(H, "record", {}, at=NOW, every=HOUR, ext="timer:d", now=NOW)
+    table = queue.table
+
+    marked = [leases.mark_missed(table, [job_id], token, "missed", NOW) for token in "ab"]
+
+    assert [[job.id for job in jobs] for jobs in marked] == [[job_id], []]
+
+
+def test_a_replayed_commit_re_arms_the_series_once(queue):
+    job_id = queue.add(H, "record", {}, at=NOW, every=HOUR, ext="timer:r", now=NOW)
+    (job,) = leases.mark_running(queue.table, [job_id], "token", NOW + 60, NOW)
+    outcome = Outcome(job, Status.SUCCESS, "", True, NOW + 1)
+
+    first = write_outcomes(queue.table, [outcome], "token")
+    replay = write_outcomes(queue.table, [outcome], "token")  # as after a dropped connection
+
+    assert (first.succeeded, len(first.occurrences)) == (1, 1)
+    assert (replay.succeeded, len(replay.occurrences), replay.lost) == (0, 0, [])
+    assert [row.run_at for row in pending("timer:r")] == [NOW + HOUR]
+
+
+def test_a_poisoned_occurrence_fails_and_the_series_goes_on(queue, cli_env, log):
+    job_id = queue.add("tests.sample_handlers.faults", "die", {"log": log}, every=HOUR, ext="p")
+    for _ in range(3):
+        run_cli(cli_env, "run", DELAYQ_LEASE="2")
+        wait_for_leases_to_lapse(queue)
+
+    result = run_cli(cli_env, "run", DELAYQ_LEASE="2")
+
+    assert result.returncode == 0, result.stderr
+    view = queue.show(job_id)
+    assert view["status"] == "failed" and "died 3 times" in view["message"]
+    (following,) = pending("p")
+    assert (following.every, following.run_at) == (HOUR, Job.get_by_id(job_id).run_at + HOUR)
+    score = queue.index.client.zscore(schedule_key("default"), str(following.id))
+    assert score == following.run_at
 
 
 def test_cancel_by_ext_stops_the_series(queue, log):

@@ -49,16 +49,30 @@ def _mark_running(
     return [ClaimedJob._make(row) for row in cursor.fetchall()]
 
 
-def mark_missed(table: Table, ids: Sequence[int], message: str, now: float) -> int:
-    """PENDING rows among `ids` become MISSED; returns how many did."""
-    Job = table.model
+def mark_missed(
+    table: Table, ids: Sequence[int], token: str, message: str, now: float
+) -> list[ClaimedJob]:
+    """Turn the PENDING rows among `ids` MISSED; return those this call turned.
+
+    The rows are marked with `token` so that, of two runs marking the same ids, each learns
+    exactly the rows it turned: the caller re-arms a recurring series from those, once.
+    """
     if not ids:
-        return 0
-    return (
-        Job.update(status=Status.MISSED, message=message, modified=utc_stamp(now))
-        .where(Job.id.in_(list(ids)), Job.status == Status.PENDING)
-        .execute()
+        return []
+    listed = statements.id_list(ids)
+    statements.execute(
+        table,
+        "UPDATE `delay_queue` @BY_ID SET `status` = %s, `message` = %s, `lease_token` = %s, "
+        f"`modified` = %s WHERE `id` IN ({listed}) AND `status` = %s",
+        (int(Status.MISSED), message, token, _stamp(now), int(Status.PENDING)),
     )
+    cursor = statements.execute(
+        table,
+        f"SELECT {statements.CLAIMED_SELECT} FROM `delay_queue` @BY_ID "
+        f"WHERE `id` IN ({listed}) AND `status` = %s AND `lease_token` = %s ORDER BY `id`",
+        (int(Status.MISSED), token),
+    )
+    return [ClaimedJob._make(row) for row in cursor.fetchall()]
 
 
 def finish(
@@ -89,6 +103,22 @@ def finish_many(
         _finish(table, status, "%s", [message], ids, token, now)
         for message, ids in by_message.items()
     )
+
+
+def held_by(table: Table, ids: Sequence[int], token: str | None) -> set[int]:
+    """Which of `ids` this run still holds (RUNNING under `token`); on MySQL the rows stay
+    locked until the transaction ends, so no other run can take them meanwhile."""
+    if not ids:
+        return set()
+    held, token_params = statements.token_match(token)
+    lock = " FOR UPDATE" if table.mysql else ""
+    cursor = statements.execute(
+        table,
+        f"SELECT `id` FROM `delay_queue` @BY_ID WHERE `id` IN ({statements.id_list(ids)}) "
+        f"AND `status` = %s AND {held}{lock}",
+        (int(Status.RUNNING), *token_params),
+    )
+    return {int(job_id) for (job_id,) in cursor.fetchall()}
 
 
 def _finish(

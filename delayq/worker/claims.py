@@ -16,6 +16,7 @@ from ..durations import format_instant
 from ..store import leases
 from ..store.index import ScheduleIndex
 from ..store.table import ClaimedJob, Table
+from .outcomes import rearm
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ class Claimer:
         batch.due_by_id = _parse_members(batch, queue, claimed)
         cutoff = now - self.since
         late = [job_id for job_id, due in batch.due_by_id.items() if due < cutoff]
-        batch.missed = self._mark_missed(batch, late, now)
+        batch.missed = self._mark_missed(batch, queue, late, now)
         runnable = [job_id for job_id, due in batch.due_by_id.items() if due >= cutoff]
         batch.leased_at = time.monotonic()
         jobs = leases.mark_running(self.table, runnable, self.token, now + self.lease, now)
@@ -89,17 +90,21 @@ class Claimer:
         except Exception as exc:  # noqa: BLE001 - their leases bring them back anyway
             logger.error("could not hand %d jobs back (%s); their leases will", len(jobs), exc)
 
-    def _mark_missed(self, batch: Batch, ids: list[int], now: float) -> int:
+    def _mark_missed(self, batch: Batch, queue: str, ids: list[int], now: float) -> int:
         if not ids:
             return 0
         message = (
             f"missed: due more than {self.since:g}s before the run at "
             f"{format_instant(now)}; `delayq retry ID` runs it"
         )
-        count = leases.mark_missed(self.table, ids, message, now)
-        batch.dropped += len(ids) - count
-        logger.warning("%d jobs missed the run window (ids %s)", count, _preview(ids))
-        return count
+        with self.table.db.atomic():
+            missed = leases.mark_missed(self.table, ids, self.token, message, now)
+            # A series goes on past a missed occurrence, from the next period after now.
+            occurrences = [rearm(self.table, job, now) for job in missed if job.every]
+        batch.dropped += len(ids) - len(missed)
+        self.index.add_many(queue, [occurrence for occurrence in occurrences if occurrence])
+        logger.warning("%d jobs missed the run window (ids %s)", len(missed), _preview(ids))
+        return len(missed)
 
 
 def _parse_members(batch: Batch, queue: str, claimed: list[tuple[str, float]]) -> dict[int, float]:

@@ -185,6 +185,10 @@ def _write_outcomes(table: Table, outcomes: list[Outcome], token: str | None) ->
     now = max(outcome.finished_at for outcome in outcomes)
     successes = [(o.job.id, o.message) for o in outcomes if o.status == Status.SUCCESS]
     with table.db.atomic():
+        # Only a series whose occurrence this transaction settles re-arms: replayed after
+        # a dropped connection whose first try had committed, it must not re-arm again.
+        recurring = [outcome.job.id for outcome in outcomes if outcome.job.every]
+        held = leases.held_by(table, recurring, token)
         settled.succeeded = leases.finish_many(table, successes, token, Status.SUCCESS, now)
         if settled.succeeded < len(successes):
             settled.lost += _not_finished(
@@ -195,7 +199,7 @@ def _write_outcomes(table: Table, outcomes: list[Outcome], token: str | None) ->
                 _write_failure(table, outcome, token, settled)
         lost = set(settled.lost)
         for outcome in outcomes:
-            if outcome.job.every and outcome.job.id not in lost:
+            if outcome.job.id in held and outcome.job.id not in lost:
                 _rearm(table, outcome, settled)
     return settled
 
@@ -203,12 +207,19 @@ def _write_outcomes(table: Table, outcomes: list[Outcome], token: str | None) ->
 def _rearm(table: Table, outcome: Outcome, settled: Settled) -> None:
     # After success and failure alike: a timer that stopped at its first failure would die
     # silently. A failed occurrence still gets its ladder retries as one-off rows.
-    job = outcome.job
+    occurrence = rearm(table, outcome.job, outcome.finished_at)
+    if occurrence is not None:
+        settled.occurrences.append(occurrence)
+
+
+def rearm(table: Table, job: ClaimedJob, now: float) -> tuple[int, float] | None:
+    """Insert the next occurrence of recurring `job` (id, due), or None if its series was
+    stopped. Call it in the transaction that settles `job`: that write's guard (status and
+    lease token) is what makes a replayed commit or a second recovery re-arm nothing."""
     assert job.every is not None
-    run_at = next_occurrence(job.run_at or outcome.finished_at, job.every, outcome.finished_at)
-    next_id = queries.insert_next_occurrence(table, job, run_at, outcome.finished_at)
-    if next_id is not None:
-        settled.occurrences.append((next_id, run_at))
+    run_at = next_occurrence(job.run_at or now, job.every, now)
+    next_id = queries.insert_next_occurrence(table, job, run_at, now)
+    return None if next_id is None else (next_id, run_at)
 
 
 def _write_failure(table: Table, outcome: Outcome, token: str | None, settled: Settled) -> None:

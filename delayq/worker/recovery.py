@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from ..store import leases, queries
 from ..store.index import ScheduleIndex
 from ..store.table import Status, Table, tuples
-from .outcomes import Outcome, write_outcomes
+from .outcomes import Outcome, rearm, write_outcomes
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ def recover_leases(table: Table, index: ScheduleIndex, queue: str, now: float) -
     for item in unsettled:
         was_running = item.job.id in running
         if was_running and item.lost_leases + 1 >= MAX_LOST_LEASES:
-            result.poisoned += _fail_poison(table, item, now)
+            result.poisoned += _fail_poison(table, index, item, now)
         elif leases.reclaim(table, item, now, was_running):
             index.add(queue, item.job.id, now)
             result.requeued += 1
@@ -107,13 +107,18 @@ def _by_token(items: list[leases.Lapsed]) -> dict[str | None, set[int]]:
     return ids_by_token
 
 
-def _fail_poison(table: Table, item: leases.Lapsed, now: float) -> int:
+def _fail_poison(table: Table, index: ScheduleIndex, item: leases.Lapsed, now: float) -> int:
     message = (
         f"lost: the run holding it died {item.lost_leases + 1} times while it ran; "
         "not retried (does the handler kill its process?)"
     )
-    if not leases.finish(table, item.job.id, item.token, Status.FAILED, message, now):
-        return 0
+    with table.db.atomic():
+        if not leases.finish(table, item.job.id, item.token, Status.FAILED, message, now):
+            return 0
+        # A recurring series goes on past a poisoned occurrence, as past a failed one.
+        occurrence = rearm(table, item.job, now) if item.job.every else None
+    if occurrence is not None:
+        index.add(item.job.queue, *occurrence)
     logger.error("job %d failed: %s", item.job.id, message)
     return 1
 
