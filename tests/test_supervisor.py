@@ -31,14 +31,20 @@ def alive(pid: int) -> bool:
 
 
 @pytest.mark.slow
-def test_runner_processes_share_the_work_and_run_each_job_once(queue, cli_env, log):
+def test_runner_processes_share_the_work_and_run_each_job_once(queue, cli_env, log, tmp_path):
     count = 600
+    gate = tmp_path / "gate"
     queue.add_many(
-        [JobSpec(P, "record_pid", {"log": log, "n": n}) for n in range(count)],
+        [JobSpec(P, "record_pid", {"log": log, "n": n, "gate": str(gate)}) for n in range(count)],
         now=time.time() - 60,
     )
 
     parent = start(cli_env, "run", "--processes", "2", DELAYQ_BATCH_SIZE="20")
+    # Each child holds its first job at the gate, so neither drains the queue before the
+    # other has started, however the two are scheduled.
+    at_gate = tmp_path / "gate.waiting"
+    wait_for(lambda: len(set(read_log(at_gate))) == 2, 60, "both children at the gate")
+    gate.touch()
     stdout, stderr = parent.communicate(timeout=60)
 
     assert (parent.returncode, stdout, stderr) == (0, b"", b"")
@@ -46,7 +52,7 @@ def test_runner_processes_share_the_work_and_run_each_job_once(queue, cli_env, l
     assert Counter(int(n) for n, _ in lines) == Counter(range(count))
     pids = {int(pid) for _, pid in lines}
     assert parent.pid not in pids
-    assert len(pids) == 2, "two children should have shared the work"
+    assert pids == {int(pid) for pid in read_log(at_gate)}, "the two children shared the work"
 
 
 def test_sigterm_to_the_parent_stops_its_children_gracefully(queue, cli_env, log):
