@@ -26,6 +26,8 @@ SERVER_GONE_AWAY = 2006
 LOST_CONNECTION = 2013
 COMMANDS_OUT_OF_SYNC = 2014
 IDLE_DISCONNECT = 4031  # the server closed a connection idle past wait_timeout
+CANNOT_CONNECT_SOCKET = 2002
+CANNOT_CONNECT = 2003
 LOCK_WAIT_TIMEOUT = 1205
 DEADLOCK = 1213
 NO_SUCH_TABLE = 1146
@@ -56,6 +58,16 @@ def is_disconnect(exc: BaseException) -> bool:
     if number in DISCONNECTS:
         return True
     return number == 0 and isinstance(exc, peewee.InterfaceError)
+
+
+def is_outage(exc: BaseException) -> bool:
+    """Whether `exc` says a server is away (down, restarting, unreachable, the link cut)
+    rather than that a statement or command was wrong: worth waiting out, not fatal."""
+    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+        return True
+    if is_disconnect(exc):
+        return True
+    return mysql_error_number(exc) in (CANNOT_CONNECT_SOCKET, CANNOT_CONNECT)
 
 
 def is_lock_conflict(exc: BaseException) -> bool:

@@ -7,11 +7,13 @@ milliseconds of its due time instead of within the seed's loop step.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import replace
 
 from ..config import Settings
+from ..store.failures import is_outage, one_line
 from ..store.index import ScheduleIndex
 from ..store.table import Table
 from .interrupts import GracefulStop
@@ -25,6 +27,12 @@ SWEEP_EVERY = 5.0
 MAX_WAIT = 1.0
 # How much sooner than needed a blocking wait ends, to absorb Redis's timeout granularity.
 WAKE_SLACK = 0.25
+# While Redis or the database is away the loop retries after this pause, doubled on every
+# failed try up to OUTAGE_PAUSE_MAX: quick after a restart, quiet during a long outage.
+OUTAGE_PAUSE_FIRST = 0.5
+OUTAGE_PAUSE_MAX = 30.0
+
+logger = logging.getLogger(__name__)
 
 
 def run_loop(
@@ -41,24 +49,21 @@ def run_loop(
     total = RunReport()
     deadline = None if duration is None else time.monotonic() + duration
     last_sweep = float("-inf")
+    outage = Outage(stop)
     while True:
         remaining = float("inf") if deadline is None else deadline - time.monotonic()
         if remaining <= 0 or (stop is not None and stop.requested):
             break
         sweep = time.monotonic() - last_sweep >= SWEEP_EVERY
+        pass_limits = replace(limits, max_seconds=min(limits.max_seconds, remaining), sweep=sweep)
+        try:
+            report = run_once(settings, table, index, queues, pass_limits, None, on_outcome, stop)
+        except Exception as exc:
+            outage.wait_out(exc, remaining)  # re-raises what is not an outage
+            continue
+        outage.end()
         if sweep:
             last_sweep = time.monotonic()
-        budget = min(limits.max_seconds, remaining)
-        report = run_once(
-            settings,
-            table,
-            index,
-            queues,
-            replace(limits, max_seconds=budget, sweep=sweep),
-            None,
-            on_outcome,
-            stop,
-        )
         total.merge(report)
         if report.interrupted is not None or report.stuck:
             break
@@ -69,7 +74,41 @@ def run_loop(
     return total
 
 
+class Outage:
+    """The loop's patience while Redis or the database is away: each failed pass is
+    followed by a pause, doubled each time, and one log line; a pass that works ends it.
+    What the failed pass held comes back by lease recovery on a later sweep."""
+
+    def __init__(self, stop: GracefulStop | None) -> None:
+        self.stop = stop
+        self.pause = OUTAGE_PAUSE_FIRST
+        self.failed = 0
+
+    def wait_out(self, exc: Exception, remaining: float) -> None:
+        if not is_outage(exc):
+            raise exc
+        self.failed += 1
+        logger.warning("a server is away (%s); next try in %gs", one_line(exc), self.pause)
+        until = time.monotonic() + min(self.pause, remaining)
+        while time.monotonic() < until and not (self.stop is not None and self.stop.requested):
+            time.sleep(min(0.1, max(0.0, until - time.monotonic())))
+        self.pause = min(self.pause * 2, OUTAGE_PAUSE_MAX)
+
+    def end(self) -> None:
+        if self.failed:
+            logger.warning("servers are back after %d failed tries; running again", self.failed)
+        self.pause, self.failed = OUTAGE_PAUSE_FIRST, 0
+
+
 def _sleep_until_due(index: ScheduleIndex, queues: Sequence[str] | None, remaining: float) -> None:
+    try:
+        _wait_for_head(index, queues, remaining)
+    except Exception as exc:
+        if not is_outage(exc):
+            raise  # an outage is met by the next pass
+
+
+def _wait_for_head(index: ScheduleIndex, queues: Sequence[str] | None, remaining: float) -> None:
     names = list(queues) if queues else known_queues(index)
     heads = index.heads(names)
     head = min(heads.values()) if heads else None

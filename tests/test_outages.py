@@ -1,0 +1,238 @@
+"""A looping run rides out a Redis restart or a database outage: it pauses with one log
+line per try, backing off, and goes on when the server is back, with no traceback and no
+job lost or run twice.
+
+The Redis here is a private redis-server on a free port, so it can be killed and started
+again without touching the shared one; MariaDB is reached through a TCP proxy the test cuts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+import redis
+
+import delayq
+from delayq.config import Settings
+from tests.conftest import HANDLERS, IN_CI
+from tests.sample_handlers.jobs import read_log
+from tests.test_processes import start
+from tests.waiting import wait_for
+
+H = "tests.sample_handlers.jobs"
+
+
+class PrivateRedis:
+    """A redis-server on 127.0.0.1:`port` with no persistence, started and stopped at will."""
+
+    def __init__(self, port: int, workdir: Path) -> None:
+        self.port = port
+        self.workdir = workdir
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.workdir),
+            ],
+            stdout=subprocess.DEVNULL,
+        )
+        client = redis.Redis.from_url(self.url)
+        wait_for(lambda: _answers(client), 10, "the private Redis to answer")
+        client.close()
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=10)
+        self.process = None
+
+
+def _answers(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.ConnectionError:
+        return False
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
+    if shutil.which("redis-server") is None:
+        message = "redis-server is not installed; bin/test installs it"
+        pytest.fail(message) if IN_CI else pytest.skip(message)
+    server = PrivateRedis(_free_port(), tmp_path)
+    server.start()
+    yield server
+    if server.process is not None:
+        server.kill()
+
+
+def test_a_loop_waits_out_a_redis_restart_and_goes_on(
+    backend, private_redis, cli_env, log, tmp_path
+):
+    settings = Settings(
+        database_url=backend["database_url"],
+        redis_url=private_redis.url,
+        handlers=HANDLERS,
+        home=tmp_path / "home",
+    )
+    queue = delayq.connect(settings)
+    queue.init()
+    queue.add(H, "record", {"log": log, "n": "before"})
+    env = {**cli_env, "DELAYQ_REDIS_URL": private_redis.url}
+    runner = start(env, "run", "--loop", "--log-level", "warning")
+    wait_for(lambda: read_log(log) == ["before"], 30, "the first job")
+
+    private_redis.kill()  # the schedule is gone with it: no persistence
+    private_redis.start()
+    after = queue.add(H, "record", {"log": log, "n": "after"})
+    wait_for(lambda: read_log(log) == ["before", "after"], 60, "the job added after the restart")
+
+    runner.send_signal(signal.SIGTERM)
+    _, stderr = runner.communicate(timeout=30)
+    assert runner.returncode == 128 + signal.SIGTERM
+    assert b"Traceback" not in stderr
+    assert queue.show(after)["status"] == "success"
+    queue.close()
+
+
+def test_a_loop_pauses_while_redis_is_down_and_backs_off(
+    backend, private_redis, cli_env, log, tmp_path
+):
+    env = {**cli_env, "DELAYQ_REDIS_URL": private_redis.url}
+    settings = Settings(
+        database_url=backend["database_url"],
+        redis_url=private_redis.url,
+        handlers=HANDLERS,
+        home=tmp_path / "home",
+    )
+    queue = delayq.connect(settings)
+    queue.init()
+    log_file = tmp_path / "run.log"
+    runner = start(env, "run", "--loop", "--log-file", str(log_file))
+    wait_for(lambda: runner.poll() is None and _answers(queue.index.client), 10, "the loop up")
+    private_redis.kill()
+
+    away = lambda: [x for x in read_log(log_file) if "a server is away" in x]  # noqa: E731
+    wait_for(lambda: len(away()) >= 3, 30, "three failed tries logged")
+    assert runner.poll() is None, "the loop must stay up while Redis is down"
+    pauses = [float(line.rsplit("next try in ", 1)[1].rstrip("s")) for line in away()[:3]]
+    assert pauses == [0.5, 1.0, 2.0]
+
+    private_redis.start()
+    job_id = queue.add(H, "record", {"log": log, "n": "back"})
+    wait_for(lambda: read_log(log) == ["back"], 60, "the job added once Redis is back")
+    wait_for(lambda: any("servers are back" in x for x in read_log(log_file)), 10, "back line")
+    runner.send_signal(signal.SIGTERM)
+    _, stderr = runner.communicate(timeout=30)
+    assert runner.returncode == 128 + signal.SIGTERM
+    assert stderr == b""
+    assert queue.show(job_id)["status"] == "success"
+    queue.close()
+
+
+class Proxy:
+    """A TCP forwarder from a free 127.0.0.1 port to MariaDB: `cut()` drops every link and
+    refuses new ones, as a server restart does to its clients; `restore()` lets them in."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self.listener.getsockname()[1])
+        self.links: list[socket.socket] = []
+        self.open = threading.Event()
+        self.open.set()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            if not self.open.is_set():
+                client.close()
+                continue
+            server = socket.create_connection(self.target)
+            self.links += [client, server]
+            for source, sink in ((client, server), (server, client)):
+                threading.Thread(target=_pump, args=(source, sink), daemon=True).start()
+
+    def cut(self) -> None:
+        self.open.clear()
+        for link in self.links:
+            with contextlib.suppress(OSError):
+                link.shutdown(socket.SHUT_RDWR)
+        self.links.clear()
+
+    def restore(self) -> None:
+        self.open.set()
+
+    def close(self) -> None:
+        self.cut()
+        self.listener.close()
+
+
+def _pump(source: socket.socket, sink: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        while data := source.recv(65536):
+            sink.sendall(data)
+    for link in (source, sink):
+        with contextlib.suppress(OSError):
+            link.shutdown(socket.SHUT_RDWR)
+
+
+@pytest.mark.parametrize("backend", ["mariadb"], indirect=True)  # a file has no server to lose
+def test_a_loop_waits_out_a_database_outage_and_goes_on(queue, backend, cli_env, log, tmp_path):
+    parts = urlsplit(backend["database_url"])
+    proxy = Proxy((parts.hostname or "127.0.0.1", parts.port or 3306))
+    through_proxy = parts._replace(netloc=f"{parts.username}@127.0.0.1:{proxy.port}").geturl()
+    log_file = tmp_path / "run.log"
+    env = {**cli_env, "DELAYQ_DATABASE_URL": through_proxy}
+    runner = start(env, "run", "--loop", "--log-file", str(log_file))
+    queue.add(H, "record", {"log": log, "n": "before"})
+    wait_for(lambda: read_log(log) == ["before"], 30, "the first job")
+
+    proxy.cut()
+    job_id = queue.add(H, "record", {"log": log, "n": "during"})  # straight to MariaDB
+    away = lambda: [x for x in read_log(log_file) if "a server is away" in x]  # noqa: E731
+    wait_for(lambda: len(away()) >= 2, 30, "failed tries logged")
+    assert runner.poll() is None, "the loop must stay up while the database is away"
+    proxy.restore()
+    wait_for(lambda: read_log(log) == ["before", "during"], 90, "the job added during the outage")
+
+    runner.send_signal(signal.SIGTERM)
+    _, stderr = runner.communicate(timeout=30)
+    proxy.close()
+    assert runner.returncode == 128 + signal.SIGTERM
+    assert stderr == b""
+    assert queue.show(job_id)["status"] == "success"
