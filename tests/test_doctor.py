@@ -7,9 +7,11 @@ import redis
 
 from delayq.store import embedded
 from delayq.store.database import sqlite_url
-from delayq.store.keys import INDEXED_KEY
+from delayq.store.keys import INDEXED_KEY, schedule_key
 from delayq.store.table import Job
 from tests.invoke import invoke
+
+H = "tests.sample_handlers.jobs"
 
 
 def lines_of(result) -> list[tuple[str, str, str]]:
@@ -46,6 +48,8 @@ def test_a_healthy_setup_is_all_ok(queue, cli_env):
         "redis": ["ok"],
         "eviction": ["ok"],
         "schedule": ["ok"],
+        "orphans": ["ok"],
+        "journal": ["ok"],
     }
     assert "tests.sample_handlers imports" in line(result, "handlers")[1]
     assert any(word in line(result, "database")[1] for word in ("SQLite", "MariaDB", "MySQL"))
@@ -163,6 +167,46 @@ def test_an_evicting_redis_is_a_warning(tmp_path, cli_env):
     level, detail = line(result, "eviction")
     assert level == "warn"
     assert detail.startswith("maxmemory-policy is allkeys-lru: an evicting Redis silently drops")
+
+
+def test_rows_missing_from_the_schedule_are_counted(queue, cli_env):
+    old = queue.index.now() - 120
+    ids = [queue.add(H, "echo", {}, at=old) for _ in range(3)]
+    queue.add(H, "echo", {}, at=queue.index.now() - 5)  # within the grace: a run may hold it
+    queue.index.client.zrem(schedule_key("default"), *map(str, ids[:2]))  # the ZADD that failed
+
+    result = invoke(cli_env, "doctor")
+
+    assert result.exit_code == 0, result.output
+    level, detail = line(result, "orphans")
+    assert (level, detail.split()[0]) == ("warn", "2")
+    assert queue.run().succeeded == 4  # the sweep puts them back, and they run
+    assert line(invoke(cli_env, "doctor"), "orphans")[0] == "ok"
+
+
+def test_journal_fields_of_gone_runs_are_counted(queue, cli_env):
+    running = queue.add(H, "echo", {})
+    Job.update(status=2, lease_token="alive", lease_until=queue.index.now() + 60).where(
+        Job.id == running
+    ).execute()
+    journal = "{delay_queue_job}:journal"
+    queue.index.client.hset(
+        journal,
+        mapping={
+            str(running): '[10, "", false, 1.0]',  # the live run's outcome: not stale
+            "order:alive": f"{running}",
+            "order:gone": "1,2",
+            "starts:gone": "1",
+            "start:gone:7": "1",
+            "12345": '[10, "", false, 1.0]',
+        },
+    )
+
+    result = invoke(cli_env, "doctor")
+
+    assert result.exit_code == 0, result.output
+    level, detail = line(result, "journal")
+    assert (level, detail.split()[0]) == ("warn", "4")
 
 
 def test_doctor_reads_only(queue, cli_env):

@@ -121,6 +121,8 @@ def test_kill_mid_batch_reruns_only_the_job_whose_handler_was_running(queue, cli
     assert (counts["start slow"], counts["done slow"], counts["after"]) == (2, 1, 1)
     assert Job.select().where(Job.status == Status.SUCCESS).count() == 22
     assert queue.show(slow)["status"] == "success"
+    # Nothing of the dead run is left in the journal: no outcomes, no batch order.
+    assert queue.index.client.hgetall("{delay_queue_job}:journal") == {}
 
 
 def test_a_job_that_kills_its_process_fails_as_poison_after_three_deaths(queue, cli_env, log):

@@ -63,6 +63,7 @@ def doctor() -> None:
 def _diagnose() -> list[Check]:
     """Every check, in order; stops early only when there is nothing left to check against."""
     from ..config import load_settings
+    from ..ops.consistency import consistency_checks
     from ..ops.doctor import (
         FAIL,
         Check,
@@ -83,10 +84,10 @@ def _diagnose() -> list[Check]:
     except DelayqError as exc:
         return [*checks, Check(FAIL, "connect", str(exc))]
     try:
-        return [
-            *checks,
-            *database_checks(queue.db, settings.database_url),
-            *redis_checks(queue.index, queue.settings),
-        ]
+        checks += database_checks(queue.db, settings.database_url)
+        checks += redis_checks(queue.index, queue.settings)
+        if all(check.level != FAIL for check in checks):
+            checks += consistency_checks(queue.table, queue.index)
+        return checks
     finally:
         queue.close()

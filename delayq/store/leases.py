@@ -197,6 +197,19 @@ class Lapsed(NamedTuple):
     lost_leases: int
 
 
+def tokens_holding(table: Table, queue: str, tokens: set[str]) -> set[str]:
+    """Those of these run tokens that still hold a RUNNING row of `queue`."""
+    if not tokens:
+        return set()
+    Job = table.model
+    query = (
+        Job.select(Job.lease_token)
+        .where(Job.status == Status.RUNNING, Job.queue == queue, Job.lease_token.in_(tokens))
+        .distinct()
+    )
+    return {token for (token,) in tuples(query)}
+
+
 def expired_leases(table: Table, queue: str, now: float, limit: int) -> list[Lapsed]:
     """RUNNING rows of `queue` whose lease has lapsed: the run holding them died."""
     Job = table.model

@@ -70,12 +70,15 @@ def recover_leases(table: Table, index: ScheduleIndex, queue: str, now: float) -
     for token, items in _by_token(unsettled).items():
         if token is not None:
             index.settle(queue, [], [], (token, sorted(items)))  # their start notes
+    dead_runs = {item.token for item in lapsed if item.token is not None}
     for token, settled_outcomes in outcomes.items():
         settled = write_outcomes(table, settled_outcomes, token)
         ids = [outcome.job.id for outcome in settled_outcomes]
         index.settle(queue, ids, settled.scheduled, None if token is None else (token, ids))
         result.journaled += settled.succeeded + settled.failed
         logger.warning("recorded %d journaled outcomes of a run that died", len(settled_outcomes))
+    for token in dead_runs - leases.tokens_holding(table, queue, dead_runs):
+        index.journal.forget_order(queue, token)  # its batch order and start mark
     return result
 
 

@@ -1,0 +1,85 @@
+"""Doctor's look at how the table and the index agree: pending rows the schedule lost (an
+index write that failed after its INSERT, a Redis that lost data) and journal fields no run
+will read again. Both are repaired by runs; doctor only counts them, reading, never writing.
+"""
+
+from __future__ import annotations
+
+import peewee
+import redis
+
+from ..store.failures import one_line
+from ..store.index import ScheduleIndex
+from ..store.keys import queue_key
+from ..store.queries import overdue_pending
+from ..store.table import Status, Table, tuples
+from ..worker.recovery import ORPHAN_GRACE, SWEEP_LIMIT
+from ..worker.run import known_queues
+from .doctor import FAIL, OK, WARN, Check
+
+
+def consistency_checks(table: Table, index: ScheduleIndex) -> list[Check]:
+    """An ok or warn line for rows missing from the schedule and for stale journal fields."""
+    try:
+        now = index.now()
+        queues = known_queues(index)
+        unscheduled = sum(_unscheduled(table, index, queue, now) for queue in queues)
+        stale = sum(_stale_journal_fields(table, index, queue) for queue in queues)
+    except (peewee.PeeweeException, redis.RedisError) as exc:
+        detail = f"could not compare table and schedule: {one_line(exc)}"
+        return [Check(FAIL, "consistency", detail)]
+    return [_unscheduled_check(unscheduled), _journal_check(stale)]
+
+
+def _unscheduled(table: Table, index: ScheduleIndex, queue: str, now: float) -> int:
+    overdue = overdue_pending(table, queue, now - ORPHAN_GRACE, SWEEP_LIMIT)
+    return len(index.missing(queue, [job_id for job_id, _ in overdue]))
+
+
+def _stale_journal_fields(table: Table, index: ScheduleIndex, queue: str) -> int:
+    """Fields of the queue's journal whose job or run holds no RUNNING row: an outcome
+    already in the table, or the batch order and start notes of a run that is gone."""
+    keys = index.client.hkeys(queue_key(queue, "journal"))
+    fields = [key.decode() if isinstance(key, bytes) else key for key in keys]
+    Job = table.model
+    running = Job.select(Job.id, Job.lease_token).where(
+        Job.status == Status.RUNNING, Job.queue == queue
+    )
+    held = tuples(running)
+    ids = {str(job_id) for job_id, _ in held}
+    tokens = {token for _, token in held if token}
+    return sum(1 for field in fields if not _is_live(field, ids, tokens))
+
+
+def _is_live(field: str, running_ids: set[str], running_tokens: set[str]) -> bool:
+    if field.isdigit():
+        return field in running_ids
+    kind, _, rest = field.partition(":")
+    if kind in ("order", "starts"):
+        return rest in running_tokens
+    if kind == "start":
+        return rest.rpartition(":")[0] in running_tokens
+    return True  # not ours to judge
+
+
+def _unscheduled_check(count: int) -> Check:
+    if not count:
+        return Check(OK, "orphans", "every overdue pending row is on the schedule")
+    more = "+" if count >= SWEEP_LIMIT else ""
+    return Check(
+        WARN,
+        "orphans",
+        f"{count}{more} pending rows overdue by {ORPHAN_GRACE:g}s are not on the schedule; "
+        "the next run's sweep puts them back",
+    )
+
+
+def _journal_check(count: int) -> Check:
+    if not count:
+        return Check(OK, "journal", "no journal fields left by runs that are gone")
+    return Check(
+        WARN,
+        "journal",
+        f"{count} journal fields belong to no running job; recovery of the runs that left "
+        "them clears them, or they expire with the journal",
+    )
