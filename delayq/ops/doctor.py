@@ -14,11 +14,11 @@ import redis
 
 from ..config import Settings, redact_url
 from ..durations import format_delta
-from ..errors import BadInput
+from ..errors import BadInput, ConfigError
 from ..store.index import ScheduleIndex
 from ..store.keys import INDEXED_KEY
 from ..store.table import Job, is_mysql
-from ..worker.handlers import import_prefix
+from ..worker.handlers import check_allowlist, import_prefix
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
 MIN_REDIS = (6, 2)  # ZMSCORE, which the runner's orphan sweep uses
@@ -43,16 +43,12 @@ def settings_check(settings: Settings) -> Check:
 
 
 def handler_checks(prefixes: tuple[str, ...]) -> list[Check]:
-    """One line per DELAYQ_HANDLERS entry: does it import here?"""
-    if not prefixes:
-        return [
-            Check(
-                WARN,
-                "handlers",
-                "DELAYQ_HANDLERS is empty, so no job may run; set it to your "
-                "handler modules' prefixes, e.g. DELAYQ_HANDLERS=billing.jobs",
-            )
-        ]
+    """One line per DELAYQ_HANDLERS entry: does it import here? An allowlist `run` refuses
+    is one FAIL line."""
+    try:
+        check_allowlist(prefixes)
+    except ConfigError as exc:
+        return [Check(FAIL, "handlers", str(exc))]
     checks = []
     for prefix in prefixes:
         try:

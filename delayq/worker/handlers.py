@@ -13,9 +13,23 @@ import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..errors import BadInput, HandlerNotAllowed
+from ..errors import BadInput, ConfigError, HandlerNotAllowed
 
 Handler = Callable[[Any], Any]
+EMPTY_ALLOWLIST = (
+    "DELAYQ_HANDLERS is empty, so no handler may run; set it (or `handlers` in delayq.toml) "
+    "to your handler modules' prefixes, e.g. DELAYQ_HANDLERS=billing.jobs"
+)
+
+
+def check_allowlist(allowed: Sequence[str]) -> None:
+    """Refuse, with ConfigError, an allowlist no job could run under.
+
+    A run checks this before it claims anything: with an empty allowlist every due job would
+    fail for good, one by one, while the run itself reported success.
+    """
+    if not allowed:
+        raise ConfigError(EMPTY_ALLOWLIST)
 
 
 def resolve(class_path: str, method: str, allowed: Sequence[str]) -> Handler:
@@ -63,10 +77,7 @@ def check_allowed(class_path: str, method: str, allowed: Sequence[str]) -> None:
             "(no dots at the ends, no leading underscores)"
         )
     if not allowed:
-        raise HandlerNotAllowed(
-            "DELAYQ_HANDLERS is empty, so no handler may run; set it to your handler "
-            "modules' prefixes, e.g. DELAYQ_HANDLERS=billing.jobs"
-        )
+        raise HandlerNotAllowed(EMPTY_ALLOWLIST)
     if not any(class_path == prefix or class_path.startswith(prefix + ".") for prefix in allowed):
         raise HandlerNotAllowed(
             f"DELAYQ_HANDLERS ({','.join(allowed)}) does not allow {class_path!r}; add its prefix"
