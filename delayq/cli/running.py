@@ -15,7 +15,7 @@ from ..config import load_settings
 from ..durations import parse_duration
 from ..errors import BadInput
 from ..ops.logs import setup_logging
-from ..worker.handlers import check_allowlist
+from ..worker.allowlist import check_allowlist
 from ..worker.interrupts import graceful_stop
 from .app import app, duration_or_none, open_queue, reporting_errors
 

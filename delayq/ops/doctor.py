@@ -18,7 +18,8 @@ from ..errors import BadInput, ConfigError
 from ..store.index import ScheduleIndex
 from ..store.keys import INDEXED_KEY
 from ..store.table import Job, is_mysql
-from ..worker.handlers import check_allowlist, import_prefix
+from ..worker.allowlist import EMPTY_ALLOWLIST, check_entry
+from ..worker.handlers import import_prefix
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
 MIN_REDIS = (6, 2)  # ZMSCORE, which the runner's orphan sweep uses
@@ -43,14 +44,17 @@ def settings_check(settings: Settings) -> Check:
 
 
 def handler_checks(prefixes: tuple[str, ...]) -> list[Check]:
-    """One line per DELAYQ_HANDLERS entry: does it import here? An allowlist `run` refuses
-    is one FAIL line."""
-    try:
-        check_allowlist(prefixes)
-    except ConfigError as exc:
-        return [Check(FAIL, "handlers", str(exc))]
+    """One line per DELAYQ_HANDLERS entry: may it be one, and does it import here? An empty
+    allowlist, which `run` refuses, is one FAIL line."""
+    if not prefixes:
+        return [Check(FAIL, "handlers", EMPTY_ALLOWLIST)]
     checks = []
     for prefix in prefixes:
+        try:
+            check_entry(prefix)  # before importing: a refused entry runs none of its code
+        except ConfigError as exc:
+            checks.append(Check(FAIL, "handlers", str(exc)))
+            continue
         try:
             import_prefix(prefix)
         except BadInput as exc:

@@ -10,8 +10,8 @@ from ..config import MAX_CONCURRENCY, Settings, validate_queue_name
 from ..errors import BadInput
 from ..store.index import ScheduleIndex
 from ..store.table import Table
+from .allowlist import check_allowlist
 from .concurrent import ConcurrentRun
-from .handlers import check_allowlist
 from .interrupts import GracefulStop
 from .report import OutcomeCallback, RunReport
 from .run import Run, RunLimits
