@@ -355,7 +355,7 @@ def connect(settings: Settings | None = None, **overrides: Any) -> Queue:
     """A Queue from `settings` (default: the environment and config file) plus overrides,
     e.g. connect(database_url=..., redis_url=..., handlers=[...])."""
     settings = (settings or load_settings()).with_overrides(**overrides)
-    database_url = settings.database_url or sqlite_url(embedded.database_path(settings.home))
+    database_url = settings.database_url or sqlite_url(embedded.database_file(settings.home))
     redis_url = settings.redis_url or embedded.redis_url(settings.home)
     db = open_database(database_url)
     client = redis.Redis.from_url(redis_url, socket_connect_timeout=5, socket_timeout=30)
