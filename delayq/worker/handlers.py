@@ -137,6 +137,10 @@ def _check_defined_under(
             f"handler {class_path}.{method} is defined in {module_name or 'an unknown module'!r},"
             f" outside DELAYQ_HANDLERS ({','.join(allowed)})"
         )
+    if inspect.isclass(owner) and not _is_under(owner.__module__, allowed):
+        raise HandlerNotAllowed(
+            f"handler class {class_path!r} is defined outside DELAYQ_HANDLERS ({','.join(allowed)})"
+        )
     if inspect.isclass(owner):
         _check_special(owner, method, allowed, f"handler {class_path}.{method}")
         if inspect.isfunction(found):
