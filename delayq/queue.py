@@ -22,11 +22,11 @@ from .config import (
 )
 from .errors import BadInput, JobNotFound
 from .jobspec import JobSpec, check_ext, decode_params, job_view, row_view, run_at_of, to_row
-from .store import embedded, inserts, queries
+from .store import chains, embedded, inserts, queries
 from .store.database import open_database, sqlite_url
 from .store.failures import backend_errors, one_line
 from .store.index import ScheduleIndex
-from .store.table import Job, Status, Table, create_tables, status_word, utc_stamp
+from .store.table import Job, Status, Table, create_tables, utc_stamp
 from .worker.handlers import locate
 from .worker.interrupts import GracefulStop
 from .worker.looping import run_loop
@@ -163,29 +163,23 @@ class Queue:
 
     @backend_errors
     def retry(self, job_id: int, *, delay: float = 0.0, now: float | None = None) -> int:
-        """A new pending attempt of a finished job, due after `delay` seconds."""
+        """Run the job's chain again, due after `delay` seconds; the id of its pending attempt.
+
+        A chain with a pending attempt has that attempt moved ("retry now"); a finished chain
+        gets a new attempt. Refused while an attempt runs. Concurrent retries of one chain
+        take its lock in turn, so they leave one pending attempt between them.
+        """
         now = self.index.now() if now is None else now
         run_at = run_at_of(delay, None, now)
         job = self._get(job_id)
-        if job.status in (Status.PENDING, Status.RUNNING):
-            raise BadInput(f"job {job_id} is still {Status(job.status).word}; nothing to retry")
-        open_attempts = [
-            row
-            for row in queries.chain_of(self.table, job)
-            if row.status in (Status.PENDING, Status.RUNNING)
-        ]
-        if open_attempts:
-            # Its automatic retry is still to come; a second one would run the job twice.
-            later = open_attempts[0]
-            raise BadInput(
-                f"job {job_id} already has attempt {later.id} {status_word(later.status)};"
-                " retry that one later, or cancel it first"
-            )
         payload = decode_params(job.params)
         locate(payload["class"], payload["method"], self.settings.handlers)
-        new_id = queries.insert_retry(self.table, job, run_at, now)
-        self.index.add(job.queue, new_id, run_at)
-        return new_id
+        with chains.chain_locked(self.table, job):
+            attempt_id, queue = chains.retry_chain(self.table, job, run_at, now)
+            # Inside the lock: two retries of one chain reach the index in the order they
+            # reached the table, so its score is the row's run_at.
+            self.index.add(queue, attempt_id, run_at)
+        return attempt_id
 
     @backend_errors
     def show(self, job_id: int) -> dict[str, Any]:
@@ -361,7 +355,7 @@ def connect(settings: Settings | None = None, **overrides: Any) -> Queue:
     """A Queue from `settings` (default: the environment and config file) plus overrides,
     e.g. connect(database_url=..., redis_url=..., handlers=[...])."""
     settings = (settings or load_settings()).with_overrides(**overrides)
-    database_url = settings.database_url or sqlite_url(embedded.database_path(settings.home))
+    database_url = settings.database_url or sqlite_url(embedded.database_file(settings.home))
     redis_url = settings.redis_url or embedded.redis_url(settings.home)
     db = open_database(database_url)
     client = redis.Redis.from_url(redis_url, socket_connect_timeout=5, socket_timeout=30)

@@ -255,12 +255,13 @@ def test_cancel_by_ext_prints_the_count_and_empties_the_schedule(delayq, stored)
     assert stored()[:2] == (2, 0)
 
 
-def test_retry_of_a_pending_job_exits_2_and_adds_no_attempt(delayq, stored):
+def test_retry_of_a_pending_job_moves_it_to_now_and_prints_its_id(delayq, stored):
     job_id = add(delayq, H, "echo", "--delay", "1h")
 
     result = delayq("retry", str(job_id))
 
-    assert_one_error_line(result, 2, f"job {job_id} is still pending")
+    assert (result.exit_code, result.stdout, result.stderr) == (0, f"{job_id}\n", "")
+    assert json.loads(delayq("show", str(job_id), "--json").stdout)["run_at"] < time.time() + 5
     assert stored() == (1, 1, [DEFAULT_QUEUE_KEY])
 
 

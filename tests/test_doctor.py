@@ -106,13 +106,13 @@ def test_a_class_inside_a_module_is_a_valid_prefix(queue, cli_env):
     assert invoke(env, "doctor").exit_code == 0
 
 
-def test_empty_allowlist_is_a_warning(queue, cli_env):
+def test_empty_allowlist_fails(queue, cli_env):
     env = dict(cli_env, DELAYQ_HANDLERS="")
 
     result = invoke(env, "doctor")
 
-    assert result.exit_code == 0
-    assert line(result, "handlers")[0] == "warn"
+    assert result.exit_code == 1
+    assert line(result, "handlers")[0] == "FAIL"
 
 
 def test_missing_index_marker_is_a_warning(queue, cli_env):

@@ -9,9 +9,12 @@ fail, by SIGTERM to the pid of the server on that test's own socket.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -22,6 +25,7 @@ import redis
 
 import delayq
 from delayq.config import Settings
+from delayq.errors import ConfigError
 from delayq.store import embedded
 from delayq.store.keys import schedule_key
 from tests.sample_handlers.jobs import read_log
@@ -90,6 +94,8 @@ def home(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
                 os.kill(pid, signal.SIGTERM)
                 wait_until_gone(pid)
         assert server_pids(sock) == []
+        if sock.parent != path.resolve() and sock.parent.is_dir() and not sock.parent.is_symlink():
+            shutil.rmtree(sock.parent)  # the private socket directory of a deep home
 
 
 def embedded_queue(home: Path) -> delayq.Queue:
@@ -158,6 +164,13 @@ def test_home_too_deep_for_a_socket_path_gets_a_short_socket_and_still_works(hom
 
     with embedded_queue(path) as queue:
         assert len(str(sock)) <= embedded.MAX_SOCKET_PATH
+        # A directory of this user's alone, not a guessable name in the shared /tmp.
+        assert sock.parent != Path(tempfile.gettempdir())
+        assert sock.parent.parent == Path(tempfile.gettempdir())
+        found = os.lstat(sock.parent)
+        assert stat.S_ISDIR(found.st_mode)
+        assert (found.st_uid, stat.S_IMODE(found.st_mode)) == (os.geteuid(), 0o700)
+        assert sock.is_socket()
         assert queue.index.client.connection_pool.connection_kwargs["path"] == str(sock)
         assert server_pids(sock) == [pid_of(path)]
         job_id = queue.add(H, "echo", "deep", now=NOW)
@@ -235,3 +248,119 @@ def assert_one_working_server(path: Path) -> None:
         job_id = queue.add(H, "echo", "once", now=NOW)
         assert queue.run(now=NOW).succeeded == 1
         assert queue.show(job_id)["status"] == "success"
+
+
+DEEP = "d" * 60 + "/" + "e" * 60
+
+
+@pytest.fixture
+def planted(home: Callable[[str], Path]) -> Iterator[tuple[Path, Path]]:
+    """A deep home and the private socket directory it would use, which the test plants
+    before delayq gets there; removed afterwards."""
+    path = home(DEEP)
+    directory = embedded.socket_path(path).parent
+    # Never plant in the shared temporary directory itself (the old, predictable layout).
+    assert directory.parent == Path(tempfile.gettempdir())
+    assert directory.name.startswith(f"delayq-{os.geteuid()}-")
+    yield path, directory
+    if directory.is_symlink() or directory.is_file():
+        directory.unlink()
+    elif directory.exists():
+        shutil.rmtree(directory)
+
+
+def assert_refused(path: Path, directory: Path, problem: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        embedded_queue(path)
+    message = str(caught.value)
+    assert f"socket directory {directory} {problem}" in message
+    assert "\n" not in message
+    assert not (path / "redis.pid").exists()  # no server was started for this home
+
+
+def test_a_socket_directory_owned_by_another_user_is_refused(planted):
+    path, directory = planted
+    directory.mkdir(mode=0o700)
+    os.chown(directory, 65534, 65534)
+
+    assert_refused(path, directory, "belongs to uid 65534")
+    with pytest.raises(ConfigError, match="belongs to uid 65534"):
+        embedded.stop(path)
+    env = {key: value for key, value in os.environ.items() if not key.startswith("DELAYQ_")}
+    completed = subprocess.run(
+        [sys.executable, "-m", "delayq", "init"],
+        env=dict(env, DELAYQ_HOME=str(path), DELAYQ_HANDLERS=",".join(HANDLERS)),
+        cwd=path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (completed.returncode, completed.stdout) == (2, "")
+    (line,) = completed.stderr.splitlines()
+    assert line.startswith("delayq: error: the embedded Redis socket directory ")
+
+
+def test_a_socket_directory_that_is_a_symlink_is_refused(planted, tmp_path):
+    path, directory = planted
+    target = tmp_path / "elsewhere"
+    target.mkdir(mode=0o700)
+    directory.symlink_to(target)
+
+    assert_refused(path, directory, "is not a directory")
+
+
+def test_a_server_planted_in_a_socket_directory_with_loose_mode_is_not_used(planted, tmp_path):
+    path, directory = planted
+    directory.mkdir()
+    directory.chmod(0o777)
+    sock = directory / embedded.SOCKET_NAME
+    impostor = subprocess.Popen(
+        [
+            str(embedded.server_binary()),
+            "--port",
+            "0",
+            "--unixsocket",
+            str(sock),
+            "--unixsocketperm",
+            "777",
+            "--dir",
+            str(tmp_path),
+            "--save",
+            "",
+        ],
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        client = redis.Redis(unix_socket_path=str(sock))
+        deadline = time.monotonic() + 10
+        while not sock.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert client.ping()
+
+        assert_refused(path, directory, "has mode 0777, not 0700")
+
+        assert client.dbsize() == 0
+        assert client.info("clients")["connected_clients"] == 1  # ours alone
+    finally:
+        impostor.terminate()
+        impostor.wait(timeout=10)
+
+
+def test_the_database_and_the_servers_files_are_the_users_alone(home):
+    path = home("home")
+    previous = os.umask(0o022)  # a usual umask: without care, files come out 0644
+    try:
+        with embedded_queue(path) as queue:
+            queue.add(H, "echo", 1, now=NOW)
+    finally:
+        os.umask(previous)
+
+    modes = {
+        str(item.relative_to(path)): stat.S_IMODE(item.stat().st_mode)
+        for item in [path, *path.rglob("*")]
+        if not item.is_socket()
+    }
+    assert modes[str(Path("."))] == 0o700
+    for name in ("delayq.db", "redis.pid", "redis.log", "redis.lock", "appendonly.aof"):
+        assert modes[name] == 0o600, modes
+    assert all(mode & 0o077 == 0 for mode in modes.values()), modes

@@ -11,9 +11,10 @@ import sys
 
 import pytest
 
-from delayq.errors import BadInput, HandlerNotAllowed
+from delayq.errors import BadInput, ConfigError, HandlerNotAllowed
+from delayq.worker.allowlist import check_allowlist
 from delayq.worker.handlers import check_allowed, locate, resolve
-from tests.sample_handlers import jobs, shapes
+from tests.sample_handlers import foreign_base, jobs, shapes
 
 ALLOWED = ("tests.sample_handlers",)
 SHAPES = "tests.sample_handlers.shapes"
@@ -251,3 +252,84 @@ def test_missing_dependency_whose_name_prefixes_the_module_name_is_still_the_mod
 
     assert "failed to import" in str(caught.value)
     assert "tests.sample_handlers.orders'" in str(caught.value)
+
+
+FOREIGN = "tests.sample_handlers.foreign"
+
+
+@pytest.fixture
+def noted(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """What foreign_base's code noted running during the test, starting empty."""
+    calls: list[str] = []
+    monkeypatch.setattr(foreign_base, "CALLS", calls)
+    return calls
+
+
+@pytest.mark.parametrize(
+    ("class_path", "method", "runs"),
+    [
+        (FOREIGN, "Spawner", "__init__ of subprocess.Popen"),
+        (f"{FOREIGN}.WrappedPopen", "run", "__init__ of subprocess.Popen"),
+        (f"{FOREIGN}.InheritsInit", "run", "__init__ of tests.sample_handlers.foreign_base"),
+        (f"{FOREIGN}.InheritsNew", "run", "__new__ of tests.sample_handlers.foreign_base"),
+        (f"{FOREIGN}.Metered", "run", "__call__ of tests.sample_handlers.foreign_base"),
+        (FOREIGN, "InheritsInit", "__init__ of tests.sample_handlers.foreign_base"),
+        (FOREIGN, "caller", "__call__ of tests.sample_handlers.foreign_base"),
+    ],
+)
+def test_an_allowed_class_never_runs_a_constructor_or_call_from_outside_the_allowlist(
+    class_path, method, runs, noted, tmp_path
+):
+    with pytest.raises(HandlerNotAllowed, match=f"would run {runs}") as caught:
+        handler = resolve(class_path, method, (FOREIGN,))
+        handler(["touch", str(tmp_path / "spawned")])  # reached only on the old code
+
+    assert "outside DELAYQ_HANDLERS" in str(caught.value)
+    assert noted == []
+    assert not (tmp_path / "spawned").exists()
+
+
+def test_a_method_inherited_from_a_class_outside_the_allowlist_is_refused(noted):
+    with pytest.raises(HandlerNotAllowed, match="outside DELAYQ_HANDLERS"):
+        resolve(f"{FOREIGN}.Borrows", "describe", (FOREIGN,))
+
+    assert noted == []
+
+
+def test_a_class_replacing_the_foreign_constructor_with_its_own_runs_only_its_own(noted):
+    handler = resolve(f"{FOREIGN}.OwnInit", "run", (FOREIGN,))
+
+    assert handler(None) == "ran"
+    assert noted == []
+
+
+@pytest.mark.parametrize(
+    ("entry", "names"),
+    [
+        ("os", "a standard library module"),
+        ("subprocess", "a standard library module"),
+        ("builtins", "a standard library module"),
+        ("importlib.util", "a standard library module"),
+        ("email.mime", "a standard library module"),
+        ("redis", "a package delayq runs on"),
+        ("peewee", "a package delayq runs on"),
+        ("pymysql", "a package delayq runs on"),
+        ("pip", "a package delayq runs on"),
+        ("delayq", "delayq itself"),
+        ("delayq.worker", "delayq itself"),
+    ],
+)
+def test_allowlist_entries_naming_code_that_is_not_the_applications_are_refused(entry, names):
+    with pytest.raises(ConfigError, match=f"names {names}"):
+        check_allowlist(("tests.sample_handlers", entry))
+    with pytest.raises(ConfigError, match=f"DELAYQ_HANDLERS entry {entry!r}"):
+        resolve("tests.sample_handlers.jobs", "echo", ("tests.sample_handlers", entry))
+
+
+def test_an_installed_package_delayq_does_not_run_on_is_accepted():
+    # An application pip-installed into the environment lives in site-packages too.
+    check_allowlist(("croniter",))
+
+
+def test_an_entry_that_is_the_applications_own_code_is_accepted():
+    check_allowlist(("tests.sample_handlers", "tests.sample_handlers.foreign"))

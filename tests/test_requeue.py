@@ -44,19 +44,29 @@ def test_each_failed_chain_gets_one_new_pending_attempt_like_retry(queue, log):
     assert read_log(log) == ["fail_for_good 0", "fail_for_good 0"]
 
 
-def test_requeue_twice_does_not_duplicate(queue, log):
+def test_requeue_twice_does_not_duplicate_but_moves_the_attempt_to_now(queue, log):
     failed_job(queue, log)
 
-    assert len(queue.requeue(FAILED, now=NOW).ids) == 1
-    assert queue.requeue(FAILED, now=NOW).ids == []
-    assert Job.select().where(Job.status == Status.PENDING).count() == 1
+    (new_id,) = queue.requeue(FAILED, now=NOW).ids
+    assert queue.requeue(FAILED, now=NOW + 5).ids == [new_id]
+
+    assert [row.id for row in Job.select().where(Job.status == Status.PENDING)] == [new_id]
+    assert Job.get_by_id(new_id).run_at == pytest.approx(NOW + 5)
+    assert queue.index.client.zscore(schedule_key("default"), str(new_id)) == pytest.approx(NOW + 5)
 
 
-def test_a_failure_already_retried_by_the_ladder_is_skipped(queue, log):
-    queue.add(H, "fail", {"log": log}, now=NOW)
+def test_a_failure_whose_ladder_retry_is_pending_has_that_retry_pulled_forward(queue, log):
+    job_id = queue.add(H, "fail", {"log": log}, now=NOW)
     queue.run(now=NOW)
+    (_, ladder_id) = [step["id"] for step in queue.history(job_id)]
+    assert Job.get_by_id(ladder_id).run_at > NOW + 1
 
-    assert queue.requeue(FAILED, now=NOW).ids == []
+    assert queue.requeue(FAILED, now=NOW + 1).ids == [ladder_id]
+
+    assert [step["id"] for step in queue.history(job_id)] == [job_id, ladder_id]
+    assert Job.get_by_id(ladder_id).run_at == pytest.approx(NOW + 1)
+    queue.run(now=NOW + 1)
+    assert read_log(log) == ["fail ", "fail "]
 
 
 def test_only_the_latest_failed_attempt_of_a_chain_is_repeated(queue, log):
@@ -139,7 +149,8 @@ def test_requeue_command_prints_the_count_and_skips_on_stderr(queue, cli_env, lo
     assert (dry.exit_code, dry.stdout) == (0, "1\n")
     assert dry.stderr.startswith(f"delayq: skipped job {bad.id}: DELAYQ_HANDLERS")
     assert (real.exit_code, real.stdout, real.stderr) == (0, "1\n", "")
-    assert (again.exit_code, again.stdout) == (0, "0\n")
+    assert (again.exit_code, again.stdout) == (0, "1\n")
+    assert Job.select().where(Job.status == Status.PENDING).count() == 1
 
 
 def test_requeue_command_refuses_pending_with_exit_2(queue, cli_env):
@@ -168,6 +179,7 @@ def test_two_requeues_at_once_add_one_attempt_per_chain(queue, cli_env, log):
     outputs = [run.communicate(timeout=120) for run in runs]
 
     assert [run.returncode for run in runs] == [0, 0, 0], outputs
-    assert sum(int(out) for out, _ in outputs) == 200
+    # Each sees every chain: failed, or with the pending attempt another one made, moved.
+    assert [out for out, _ in outputs] == ["200\n"] * 3
     assert Job.select().where(Job.status == Status.PENDING).count() == 200
     assert queue.index.size("default") == 200

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from delayq import BadInput, Status
+from delayq import Status
 from delayq.store.keys import LAST_RUN_KEY, schedule_key
 from delayq.store.table import Job
 from delayq.worker.retry import LADDER, MAX_RETRIES
@@ -162,13 +162,18 @@ def test_manual_retry_copies_the_job_as_the_next_attempt(queue, log):
     assert queue.show(new_id)["status"] == "failed"
 
 
-def test_manual_retry_is_refused_while_the_chain_has_a_pending_attempt(queue, log):
+def test_manual_retry_of_a_chain_with_a_pending_attempt_moves_that_attempt_to_now(queue, log):
     job_id = queue.add(H, "fail", {"log": log}, now=NOW)
     queue.run(now=NOW)
+    (_, ladder_id) = [step["id"] for step in queue.history(job_id)]
 
-    with pytest.raises(BadInput, match="already has attempt"):
-        queue.retry(job_id, now=NOW)
-    assert len(queue.history(job_id)) == 2
+    assert queue.retry(job_id, now=NOW + 1) == ladder_id
+    assert queue.retry(ladder_id, now=NOW + 2) == ladder_id
+
+    assert [step["id"] for step in queue.history(job_id)] == [job_id, ladder_id]
+    assert queue.show(ladder_id)["run_at"] == pytest.approx(NOW + 2)
+    queue.run(now=NOW + 2)
+    assert read_log(log) == ["fail ", "fail "]
 
 
 def test_a_run_records_itself_for_status(queue, log):

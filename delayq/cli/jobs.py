@@ -79,7 +79,8 @@ def retry(
     job_id: Annotated[int, typer.Argument(metavar="ID", help="Job id.")],
     delay: DelayOption = None,
 ) -> None:
-    """Run a finished job again as a new attempt; prints the new id."""
+    """Run a job again now (or after --delay): its chain's pending attempt is moved, or a
+    finished chain gets a new attempt; prints that attempt's id."""
     with reporting_errors():
         delay_seconds = parse_duration(delay, "--delay") if delay is not None else 0.0
         typer.echo(open_queue().retry(job_id, delay=delay_seconds))

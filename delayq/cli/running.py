@@ -11,9 +11,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from ..config import load_settings
 from ..durations import parse_duration
 from ..errors import BadInput
 from ..ops.logs import setup_logging
+from ..worker.allowlist import check_allowlist
 from ..worker.interrupts import graceful_stop
 from .app import app, duration_or_none, open_queue, reporting_errors
 
@@ -121,6 +123,8 @@ def _supervise(processes: int, params: dict[str, Any]) -> None:
     with reporting_errors():
         if not 1 <= processes <= MAX_PROCESSES:
             raise BadInput(f"--processes must be between 1 and {MAX_PROCESSES}")
+        # Refused once here, rather than by every child on its own line.
+        check_allowlist(load_settings().handlers)
     from ..worker.processes import Supervisor
 
     child = [sys.executable, "-m", "delayq", "run", *_child_options(params)]

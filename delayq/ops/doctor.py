@@ -14,10 +14,11 @@ import redis
 
 from ..config import Settings, redact_url
 from ..durations import format_delta
-from ..errors import BadInput
+from ..errors import BadInput, ConfigError
 from ..store.index import ScheduleIndex
 from ..store.keys import INDEXED_KEY
 from ..store.table import Job, is_mysql
+from ..worker.allowlist import EMPTY_ALLOWLIST, check_entry
 from ..worker.handlers import import_prefix
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
@@ -43,18 +44,17 @@ def settings_check(settings: Settings) -> Check:
 
 
 def handler_checks(prefixes: tuple[str, ...]) -> list[Check]:
-    """One line per DELAYQ_HANDLERS entry: does it import here?"""
+    """One line per DELAYQ_HANDLERS entry: may it be one, and does it import here? An empty
+    allowlist, which `run` refuses, is one FAIL line."""
     if not prefixes:
-        return [
-            Check(
-                WARN,
-                "handlers",
-                "DELAYQ_HANDLERS is empty, so no job may run; set it to your "
-                "handler modules' prefixes, e.g. DELAYQ_HANDLERS=billing.jobs",
-            )
-        ]
+        return [Check(FAIL, "handlers", EMPTY_ALLOWLIST)]
     checks = []
     for prefix in prefixes:
+        try:
+            check_entry(prefix)  # before importing: a refused entry runs none of its code
+        except ConfigError as exc:
+            checks.append(Check(FAIL, "handlers", str(exc)))
+            continue
         try:
             import_prefix(prefix)
         except BadInput as exc:

@@ -2,7 +2,8 @@
 
 Both walk the table in primary-key batches so no statement holds locks for long, and both
 respect retry chains: purge never leaves a chain whose surviving rows end in an earlier
-attempt, and requeue only repeats a chain's latest attempt, so running either twice is safe.
+attempt, and requeue only repeats a chain's latest finished attempt, or moves the pending
+attempt that follows it to now, so running either twice is safe.
 """
 
 from __future__ import annotations
@@ -10,14 +11,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any
 
 from peewee import SQL, fn
 
 from ..errors import BadInput
-from ..store import queries
+from ..store import chains
 from ..store.index import ScheduleIndex
 from ..store.table import Job, Status, Table, utc_stamp
 from ..worker.handlers import locate
@@ -102,11 +101,14 @@ class RequeueResult:
 def latest_attempts(
     table: Table, filters: JobFilter, now: float, batch: int = BATCH
 ) -> Iterator[list[Job]]:
-    """Rows matching `filters` that are the latest attempt of their chain, by ascending id."""
+    """Rows matching `filters` that are the latest finished attempt of their chain (perhaps
+    followed by a pending one), by ascending id."""
     Job = table.model
     later = Job.alias()
     has_later = later.select(SQL("1")).where(
-        later.chain_id == fn.COALESCE(Job.chain_id, Job.id), later.id > Job.id
+        later.chain_id == fn.COALESCE(Job.chain_id, Job.id),
+        later.id > Job.id,
+        later.status != Status.PENDING,
     )
     query = filters.query(table, now).where(~fn.EXISTS(has_later))
     last_id = 0
@@ -126,7 +128,8 @@ def requeue(
     now: float,
     dry_run: bool = False,
 ) -> RequeueResult:
-    """A new pending attempt, due now, of every chain whose latest attempt matches `filters`.
+    """Every chain whose latest finished attempt matches `filters` gets a pending attempt
+    due now: the one it has, moved to now, or a new one.
 
     The same as `Queue.retry` for each: retry_times + 1, linked by chain_id, indexed.
     """
@@ -139,7 +142,9 @@ def requeue(
         if dry_run:
             result.ids += [row.id for row in runnable]
             continue
-        entries = [(row.queue, new_id) for row in runnable if (new_id := _repeat(table, row, now))]
+        entries = [
+            (row.queue, new_id) for row in runnable if (new_id := _repeat(table, row, now, result))
+        ]
         result.ids += [new_id for _, new_id in entries]
         for queue in {queue for queue, _ in entries}:
             index.add_many(queue, [(new_id, now) for name, new_id in entries if name == queue])
@@ -160,21 +165,13 @@ def _is_allowed(row: Job, allowed: Sequence[str], result: RequeueResult) -> bool
     return True
 
 
-def _repeat(table: Table, row: Job, now: float) -> int | None:
-    """Insert the next attempt of `row` unless one appeared meanwhile (another requeue)."""
-    Job = table.model
-    with _write_transaction(table):
-        if table.mysql:
-            # Lock the row so a concurrent requeue of it waits, then sees our attempt.
-            Job.select(Job.id).where(Job.id == row.id).for_update().execute()
-        root = row.chain_id or row.id
-        newer = Job.select(Job.id).where(Job.chain_id == root, Job.id > row.id)
-        if (newer.for_update() if table.mysql else newer).exists():
-            logger.info("job %d already has a later attempt; not requeued", row.id)
+def _repeat(table: Table, row: Job, now: float, result: RequeueResult) -> int | None:
+    """The chain's pending attempt, due now, unless it runs or a later attempt of it has
+    finished meanwhile (another requeue, and a run): then None, and why in `result`."""
+    with chains.chain_locked(table, row):
+        try:
+            return chains.retry_chain(table, row, now, now, repeating=row.id)[0]
+        except BadInput as exc:
+            logger.info("%s", exc)
+            result.skipped.append((row.id, str(exc)))
             return None
-        return queries.insert_retry(table, row, now, now)
-
-
-def _write_transaction(table: Table) -> AbstractContextManager[Any]:
-    # SQLite: take the write lock at BEGIN, so two requeues cannot both pass the check.
-    return table.db.atomic() if table.mysql else table.db.atomic("IMMEDIATE")

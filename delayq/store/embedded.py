@@ -3,6 +3,8 @@ daemon on a Unix socket under DELAYQ_HOME with an append-only file, beside a SQL
 
 The server outlives the command that started it, so cron runs share it and it keeps its data
 across runs, like the production Redis it stands in for; `delayq embedded-stop` ends it.
+Its files and the SQLite file are the user's alone (0600), and a socket outside the home is
+only trusted in a directory that is too (0700, owned by the user).
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import contextlib
 import fcntl
 import hashlib
 import importlib.util
+import os
+import stat
 import subprocess
 import tempfile
 import time
@@ -21,31 +25,49 @@ import redis
 from ..errors import BackendUnavailable, ConfigError
 
 SOCKET_NAME = "redis.sock"
-# AF_UNIX paths are limited to 107 bytes; deep homes get a short socket path in /tmp.
+# AF_UNIX paths are limited to 107 bytes; deep homes get a short socket path in a private
+# directory under the temporary directory instead.
 MAX_SOCKET_PATH = 100
+PRIVATE = 0o077  # no bit for group or others: files 0600, directories 0700
 
 
 def database_path(home: Path) -> Path:
     return home / "delayq.db"
 
 
+def database_file(home: Path) -> Path:
+    """The SQLite file, created 0600 (with home, 0700) if missing; SQLite gives its journal
+    and WAL files the mode of the database file."""
+    _make_home(home)
+    path = database_path(home)
+    os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+    return path
+
+
 def socket_path(home: Path) -> Path:
     path = home.resolve() / SOCKET_NAME
     if len(str(path)) <= MAX_SOCKET_PATH:
         return path
-    digest = hashlib.sha1(str(path).encode()).hexdigest()[:16]
-    return Path(tempfile.gettempdir()) / f"delayq-{digest}.sock"
+    return private_directory(home) / SOCKET_NAME
+
+
+def private_directory(home: Path) -> Path:
+    """Where the socket of a home too deep for one goes: a directory per user and home."""
+    digest = hashlib.sha256(str(home.resolve()).encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"delayq-{os.geteuid()}-{digest}"
 
 
 def redis_url(home: Path) -> str:
     """The URL of the embedded server, starting it first if it is not running."""
-    home.mkdir(parents=True, exist_ok=True)
+    _make_home(home)
     sock = socket_path(home)
+    _make_socket_directory(home, sock)
     url = f"unix://{sock}"
     if _answers(url):
         return url
     # One starter at a time: concurrent cron runs must not start two servers on one socket.
-    with open(home / "redis.lock", "w") as lock:
+    lock_fd = os.open(home / "redis.lock", os.O_CREAT | os.O_WRONLY, 0o600)
+    with open(lock_fd, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not _answers(url):
             _start(home.resolve(), sock)
@@ -55,13 +77,50 @@ def redis_url(home: Path) -> str:
 
 def stop(home: Path) -> bool:
     """Shut the embedded server down (its data is on disk); False if it was not running."""
-    url = f"unix://{socket_path(home)}"
+    sock = socket_path(home)
+    if sock.parent != home.resolve():
+        if not os.path.lexists(sock.parent):
+            return False
+        _check_private(sock.parent)
+    url = f"unix://{sock}"
     if not _answers(url):
         return False
     client = redis.Redis.from_url(url)
     with contextlib.suppress(redis.ConnectionError):
         client.shutdown(save=False)
     return True
+
+
+def _make_home(home: Path) -> None:
+    with contextlib.suppress(FileExistsError):
+        home.mkdir(mode=0o700, parents=True)
+
+
+def _make_socket_directory(home: Path, sock: Path) -> None:
+    """Create the private socket directory, or make sure the one found is ours alone: a
+    server listening in a directory someone else controls could be theirs."""
+    directory = sock.parent
+    if directory == home.resolve():
+        return
+    with contextlib.suppress(FileExistsError):
+        directory.mkdir(mode=0o700)
+    _check_private(directory)
+
+
+def _check_private(directory: Path) -> None:
+    found = os.lstat(directory)
+    problem = ""
+    if not stat.S_ISDIR(found.st_mode):
+        problem = "is not a directory"
+    elif found.st_uid != os.geteuid():
+        problem = f"belongs to uid {found.st_uid}, not to uid {os.geteuid()}"
+    elif found.st_mode & PRIVATE:
+        problem = f"has mode {stat.S_IMODE(found.st_mode):04o}, not 0700"
+    if problem:
+        raise ConfigError(
+            f"the embedded Redis socket directory {directory} {problem}, so a server there "
+            "is not trusted; remove it, or set a shorter DELAYQ_HOME or DELAYQ_REDIS_URL"
+        )
 
 
 def server_binary() -> Path:
@@ -103,7 +162,8 @@ def _start(home: Path, sock: Path) -> None:
         "--maxmemory-policy",
         "noeviction",
     ]
-    completed = subprocess.run(args, capture_output=True, text=True, check=False)
+    # The daemon inherits the umask: its append-only file, pid file and log are 0600.
+    completed = subprocess.run(args, capture_output=True, text=True, check=False, umask=PRIVATE)
     if completed.returncode != 0:
         raise BackendUnavailable(
             f"embedded Redis did not start: {completed.stderr.strip() or completed.stdout.strip()}"

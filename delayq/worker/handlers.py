@@ -1,8 +1,11 @@
 """Turning a job's (class, method) into a callable — the only place that imports user code.
 
-Nothing is imported unless its dotted path lies under a DELAYQ_HANDLERS prefix, and the
-callable found must itself be defined under one: a path that walks through a module attribute
-(`allowed.os.system`) or reaches a re-exported foreign function is refused.
+Nothing is imported unless its dotted path lies under a DELAYQ_HANDLERS prefix, and only code
+defined under one runs: the callable found, the class in whose body a method is defined
+(walking the MRO), and any constructor or metaclass `__call__` that creating the handler
+runs. A path that walks through a module attribute (`allowed.os.system`), reaches a
+re-exported foreign function, or instantiates a class with a foreign constructor (a
+subclass of `subprocess.Popen`) is refused.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import BadInput, HandlerNotAllowed
+from .allowlist import EMPTY_ALLOWLIST, check_entry
 
 Handler = Callable[[Any], Any]
 
@@ -22,13 +26,17 @@ def resolve(class_path: str, method: str, allowed: Sequence[str]) -> Handler:
     """The callable for `class_path.method`, or HandlerNotAllowed / BadInput saying why not.
 
     A plain function on a class is an instance method: the class is created with no
-    arguments first, once per call of resolve (the runner caches what it resolves).
+    arguments first, once per call of resolve (the runner caches what it resolves). The
+    attribute found is bound here, not looked up again, so no `__getattr__` or
+    `__getattribute__` of a foreign base class runs.
     """
     owner, found = locate(class_path, method, allowed)
     if inspect.isclass(owner) and inspect.isfunction(found):
-        target = getattr(_instantiate(owner, class_path), method)
+        target = found.__get__(_instantiate(owner, class_path), owner)
+    elif inspect.isclass(owner) and isinstance(found, staticmethod | classmethod):
+        target = found.__get__(None, owner)
     else:
-        target = getattr(owner, method)
+        target = found
     if not callable(target):
         raise BadInput(f"handler {class_path}.{method} is not callable")
     return target
@@ -63,10 +71,9 @@ def check_allowed(class_path: str, method: str, allowed: Sequence[str]) -> None:
             "(no dots at the ends, no leading underscores)"
         )
     if not allowed:
-        raise HandlerNotAllowed(
-            "DELAYQ_HANDLERS is empty, so no handler may run; set it to your handler "
-            "modules' prefixes, e.g. DELAYQ_HANDLERS=billing.jobs"
-        )
+        raise HandlerNotAllowed(EMPTY_ALLOWLIST)
+    for prefix in allowed:
+        check_entry(prefix)
     if not any(class_path == prefix or class_path.startswith(prefix + ".") for prefix in allowed):
         raise HandlerNotAllowed(
             f"DELAYQ_HANDLERS ({','.join(allowed)}) does not allow {class_path!r}; add its prefix"
@@ -122,6 +129,7 @@ def _is_under(module_name: object, allowed: Sequence[str]) -> bool:
 def _check_defined_under(
     found: Any, owner: Any, class_path: str, method: str, allowed: Sequence[str]
 ) -> None:
+    """Refuse a handler whose call would run code defined outside the allowlist."""
     function = found.__func__ if isinstance(found, staticmethod | classmethod) else found
     module_name = getattr(function, "__module__", None)
     if inspect.ismodule(function) or not _is_under(module_name, allowed):
@@ -133,6 +141,42 @@ def _check_defined_under(
         raise HandlerNotAllowed(
             f"handler class {class_path!r} is defined outside DELAYQ_HANDLERS ({','.join(allowed)})"
         )
+    if inspect.isclass(owner):
+        _check_special(owner, method, allowed, f"handler {class_path}.{method}")
+        if inspect.isfunction(found):
+            _check_creation(owner, allowed, f"handler class {class_path!r}")
+    if inspect.isclass(function):
+        _check_creation(function, allowed, f"handler {class_path}.{method}")
+    elif not (inspect.isfunction(function) or inspect.ismethod(function)):
+        _check_special(type(function), "__call__", allowed, f"handler {class_path}.{method}")
+
+
+def _check_creation(cls: type, allowed: Sequence[str], what: str) -> None:
+    """Creating `cls` runs its metaclass's `__call__`, then `__new__` and `__init__` as its
+    MRO finds them: each must be the builtin default or defined under the allowlist."""
+    if _definer(type(cls), "__call__") is not type:
+        _check_special(type(cls), "__call__", allowed, f"{what} (its metaclass)")
+    for name in ("__new__", "__init__"):
+        if _definer(cls, name) is not object:
+            _check_special(cls, name, allowed, what)
+
+
+def _check_special(cls: type, name: str, allowed: Sequence[str], what: str) -> None:
+    """Refuse unless the class in `cls`'s MRO that defines `name` lives under the allowlist."""
+    definer = _definer(cls, name)
+    if definer is None or not _is_under(definer.__module__, allowed):
+        where = f"{definer.__module__}.{definer.__qualname__}" if definer else "no class"
+        raise HandlerNotAllowed(
+            f"{what} would run {name} of {where}, outside DELAYQ_HANDLERS ({','.join(allowed)})"
+        )
+
+
+def _definer(cls: type, name: str) -> type | None:
+    """The class in `cls`'s MRO whose own body defines `name`, as attribute lookup finds it."""
+    for klass in inspect.getmro(cls):
+        if name in vars(klass):
+            return klass
+    return None
 
 
 def _instantiate(owner: type, class_path: str) -> Any:

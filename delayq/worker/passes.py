@@ -10,6 +10,7 @@ from ..config import MAX_CONCURRENCY, Settings, validate_queue_name
 from ..errors import BadInput
 from ..store.index import ScheduleIndex
 from ..store.table import Table
+from .allowlist import check_allowlist
 from .concurrent import ConcurrentRun
 from .interrupts import GracefulStop
 from .report import OutcomeCallback, RunReport
@@ -31,7 +32,8 @@ class RunOptions:
     grace: float | None = None
 
     def plan(self, settings: Settings) -> tuple[Settings, RunLimits]:
-        """The settings and limits of the run, or BadInput naming what is wrong."""
+        """The settings and limits of the run, or BadInput / ConfigError naming what is wrong."""
+        check_allowlist(settings.handlers)
         if self.limit is not None and (_not_whole(self.limit) or self.limit < 1):
             raise BadInput("--limit must be at least 1")
         for name in [*(self.queues or ()), *(self.weights or {})]:
