@@ -125,6 +125,15 @@ def test_a_loop_waits_out_a_redis_restart_and_goes_on(
     queue.close()
 
 
+def test_a_loop_that_cannot_reach_redis_at_start_exits_1_with_one_line(cli_env, tmp_path):
+    env = {**cli_env, "DELAYQ_REDIS_URL": f"redis://127.0.0.1:{_free_port()}/0"}
+    runner = start(env, "run", "--loop")
+    _, stderr = runner.communicate(timeout=60)
+    assert runner.returncode == 1
+    (line,) = stderr.decode().splitlines()
+    assert line.startswith("delayq: error: ")
+
+
 def test_a_loop_pauses_while_redis_is_down_and_backs_off(
     backend, private_redis, cli_env, log, tmp_path
 ):
@@ -139,7 +148,8 @@ def test_a_loop_pauses_while_redis_is_down_and_backs_off(
     queue.init()
     log_file = tmp_path / "run.log"
     runner = start(env, "run", "--loop", "--log-file", str(log_file))
-    wait_for(lambda: runner.poll() is None and _answers(queue.index.client), 10, "the loop up")
+    queue.add(H, "record", {"log": log, "n": "first"})
+    wait_for(lambda: read_log(log) == ["first"], 30, "a first pass that worked")
     private_redis.kill()
 
     away = lambda: [x for x in read_log(log_file) if "a server is away" in x]  # noqa: E731
@@ -150,7 +160,7 @@ def test_a_loop_pauses_while_redis_is_down_and_backs_off(
 
     private_redis.start()
     job_id = queue.add(H, "record", {"log": log, "n": "back"})
-    wait_for(lambda: read_log(log) == ["back"], 60, "the job added once Redis is back")
+    wait_for(lambda: read_log(log) == ["first", "back"], 60, "the job added once Redis is back")
     wait_for(lambda: any("servers are back" in x for x in read_log(log_file)), 10, "back line")
     runner.send_signal(signal.SIGTERM)
     _, stderr = runner.communicate(timeout=30)

@@ -77,15 +77,19 @@ def run_loop(
 class Outage:
     """The loop's patience while Redis or the database is away: each failed pass is
     followed by a pause, doubled each time, and one log line; a pass that works ends it.
-    What the failed pass held comes back by lease recovery on a later sweep."""
+    What the failed pass held comes back by lease recovery on a later sweep. Before its
+    first pass has worked, a loop has no patience: a server it cannot reach at all is more
+    likely a wrong URL than a restart, and is said at once (exit 1), as a one-shot run does.
+    """
 
     def __init__(self, stop: GracefulStop | None) -> None:
         self.stop = stop
         self.pause = OUTAGE_PAUSE_FIRST
         self.failed = 0
+        self.has_worked = False
 
     def wait_out(self, exc: Exception, remaining: float) -> None:
-        if not is_outage(exc):
+        if not (self.has_worked and is_outage(exc)):
             raise exc
         self.failed += 1
         logger.warning("a server is away (%s); next try in %gs", one_line(exc), self.pause)
@@ -95,6 +99,7 @@ class Outage:
         self.pause = min(self.pause * 2, OUTAGE_PAUSE_MAX)
 
     def end(self) -> None:
+        self.has_worked = True
         if self.failed:
             logger.warning("servers are back after %d failed tries; running again", self.failed)
         self.pause, self.failed = OUTAGE_PAUSE_FIRST, 0
