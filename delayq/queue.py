@@ -27,6 +27,7 @@ from .store.database import open_database, sqlite_url
 from .store.failures import backend_errors, one_line
 from .store.index import ScheduleIndex
 from .store.table import Job, Status, Table, create_tables, status_word, utc_stamp
+from .store.upgrade import upgrade_table
 from .worker.handlers import locate
 from .worker.interrupts import GracefulStop
 from .worker.looping import run_loop
@@ -52,14 +53,22 @@ class Queue:
         self.index = index
 
     @backend_errors
-    def init(self) -> list[str]:
-        """Create the table (or add the columns and indexes an older one lacks) and make
-        sure the index holds every pending job; returns what it added to an existing table."""
-        added = create_tables(self.table)
+    def init(self, *, schedule_lost: bool = False, now: float | None = None) -> list[str]:
+        """Create the table (or bring an existing one up to date: the seed's, an older
+        version's) and make sure the index holds every pending job; returns one line per
+        change made to an existing table.
+
+        `schedule_lost`: upgrade the seed's table even though Redis holds none of its due
+        times; its waiting jobs become missed.
+        """
+        changes = []
+        if not create_tables(self.table):
+            now = self.index.now() if now is None else now
+            changes = upgrade_table(self.table, self.index, now, schedule_lost)
         if not self.index.is_complete():
             self.index.register(queries.pending_queues(self.table))
             self.index.rebuild_from(queries.iter_pending(self.table))
-        return added
+        return changes
 
     def add(
         self,
