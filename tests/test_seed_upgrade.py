@@ -276,3 +276,34 @@ def test_delayq_init_prints_each_change_and_refuses_without_the_schedule(seed, c
     )
     assert lines[-1].startswith("initialised database ")
     assert seed.sql("SELECT run_at FROM delay_queue") == [(NOW + 60,)]
+
+
+def doctor_levels(cli_env: dict[str, str]) -> tuple[int, dict[str, str]]:
+    result = invoke(cli_env, "doctor")
+    found = {}
+    for text in result.stdout.splitlines():
+        level, name, detail = text.split(None, 2)
+        found[name] = f"{level} {detail}" if level != "ok" else "ok"
+    return result.exit_code, found
+
+
+def test_doctor_fails_on_columns_that_break_adds_and_passes_after_init(seed, seeded, cli_env):
+    seeded()
+    seed.queue.init(now=NOW)
+    code, checks = doctor_levels(cli_env)
+    assert (code, checks["columns"], checks["schedule"]) == (0, "ok", "ok")
+    if not seed.mysql:
+        return
+    seed.sql("ALTER TABLE delay_queue MODIFY `queue` varchar(64) NOT NULL")
+    seed.sql("ALTER TABLE delay_queue MODIFY `params` varchar(512) NOT NULL")
+    seed.sql("ALTER TABLE delay_queue CONVERT TO CHARACTER SET utf8")
+
+    code, checks = doctor_levels(cli_env)
+
+    assert code == 1
+    assert checks["columns"].startswith("FAIL delay_queue: params is varchar, too short")
+    assert "queue has no DEFAULT, so an INSERT that leaves it out fails" in checks["columns"]
+    assert "which refuses 4-byte UTF-8 such as emoji" in checks["columns"]
+    assert checks["columns"].endswith("run `delayq init`")
+    seed.queue.init(now=NOW)
+    assert doctor_levels(cli_env)[1]["columns"] == "ok"

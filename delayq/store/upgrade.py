@@ -131,29 +131,58 @@ def _alter_columns(table: Table) -> list[str]:
     return changes
 
 
-def _convert_charset(table: Table) -> list[str]:
-    """utf8mb4 on MySQL: the seed's 3-byte utf8 refuses text delayq accepts (emoji)."""
+def column_problems(table: Table) -> list[str]:
+    """What makes delayq's writes fail on the existing columns, one phrase each: what
+    `upgrade_table` would fix. Empty when they are as the model defines them."""
+    columns = {column.name: column for column in table.db.get_columns(TABLE_NAME)}
+    problems = []
+    for field in table.model._meta.sorted_fields:
+        column = columns.get(field.column_name)
+        problem = _problem(field, column) if column is not None and table.mysql else None
+        if problem:
+            problems.append(f"{field.column_name} {problem}")
+    collation = _collation(table)
+    if collation is not None and not collation.startswith("utf8mb4"):
+        problems.append(f"the table is {collation}, which refuses 4-byte UTF-8 such as emoji")
+    return problems
+
+
+def _collation(table: Table) -> str | None:
+    """The table's collation on MySQL (its charset is the part before `_`)."""
     if not table.mysql:
-        return []
+        return None
     (collation,) = table.db.execute_sql(
         "SELECT TABLE_COLLATION FROM information_schema.TABLES "
         "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s",
         (TABLE_NAME,),
     ).fetchone()
-    if str(collation).startswith("utf8mb4"):
+    return str(collation)
+
+
+def _convert_charset(table: Table) -> list[str]:
+    """utf8mb4 on MySQL: the seed's 3-byte utf8 refuses text delayq accepts (emoji)."""
+    collation = _collation(table)
+    if collation is None or collation.startswith("utf8mb4"):
         return []
     table.db.execute_sql(f"ALTER TABLE `{TABLE_NAME}` CONVERT TO CHARACTER SET utf8mb4")
     return [f"converted the table from {collation} to utf8mb4"]
 
 
 def _needs_fixing(field: Field, column: Any) -> bool:
+    return _problem(field, column) is not None
+
+
+def _problem(field: Field, column: Any) -> str | None:
+    """Why delayq's writes would fail on this existing column, or None."""
     if field.column_name in NULLABLE_AS_FOUND or field.primary_key:
-        return False
+        return None
     if field.column_name in TEXT_COLUMNS and column.data_type.lower() not in TEXT_TYPES:
-        return True
+        return f"is {column.data_type}, too short for what delayq writes"
     if field.null:
-        return False
-    return column.null or (column.default is None and _default_of(field) is not None)
+        return None
+    if column.default is None and _default_of(field) is not None:
+        return "has no DEFAULT, so an INSERT that leaves it out fails"
+    return "allows NULL, which delayq cannot read" if column.null else None
 
 
 def _default_of(field: Field) -> Any:
