@@ -21,11 +21,12 @@ from .config import (
     validate_queue_name,
 )
 from .errors import BadInput, JobNotFound
-from .jobspec import JobSpec, check_ext, decode_params, job_view, row_view, run_at_of, to_row
+from .jobspec import JobSpec, check_ext, job_view, row_view, run_at_of, to_row
 from .store import embedded, inserts, queries
 from .store.database import open_database, sqlite_url
 from .store.failures import backend_errors, one_line
 from .store.index import ScheduleIndex
+from .store.params import read_call
 from .store.table import Job, Status, Table, create_tables, status_word, utc_stamp
 from .store.upgrade import upgrade_table
 from .worker.handlers import locate
@@ -190,8 +191,8 @@ class Queue:
                 f"job {job_id} already has attempt {later.id} {status_word(later.status)};"
                 " retry that one later, or cancel it first"
             )
-        payload = decode_params(job.params)
-        locate(payload["class"], payload["method"], self.settings.handlers)
+        call = read_call(job.params, dict(self.settings.php_classes))
+        locate(call.class_path, call.method, self.settings.handlers)
         new_id = queries.insert_retry(self.table, job, run_at, now)
         self.index.add(job.queue, new_id, run_at)
         return new_id
@@ -338,7 +339,13 @@ class Queue:
         from .ops import maintenance
 
         return maintenance.requeue(
-            self.table, filters, self.settings.handlers, self.index, now, dry_run
+            self.table,
+            filters,
+            self.settings.handlers,
+            self.index,
+            now,
+            dry_run,
+            php_classes=dict(self.settings.php_classes),
         )
 
     def _get(self, job_id: int) -> Job:

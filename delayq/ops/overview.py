@@ -21,6 +21,7 @@ from ..durations import format_delta
 from ..store import queries
 from ..store.index import ScheduleIndex
 from ..store.keys import LAST_RUN_KEY, schedule_key
+from ..store.params import payload_or_empty
 from ..store.table import Job, Status, Table, due_column, stamp_epoch, tuples, utc_stamp
 
 FAILED_WINDOW = 3600.0  # `failed_last_hour` counts failures this recent
@@ -300,12 +301,9 @@ def rows_by_id(table: Table, ids: Sequence[int]) -> dict[int, Job]:
 
 
 def params_of(params: str) -> dict[str, Any]:
-    """The decoded params object of a row, or {} when they are not a JSON object."""
-    try:
-        payload = json.loads(params)
-    except (TypeError, ValueError):
-        return {}
-    return payload if isinstance(payload, dict) else {}
+    """The decoded params object of a row (JSON or a PHP producer's), or {} when they cannot
+    be read."""
+    return payload_or_empty(params)
 
 
 def epoch_of(value: datetime | str | None) -> float | None:
