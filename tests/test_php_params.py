@@ -12,6 +12,7 @@ import pytest
 
 from delayq.config import load_settings
 from delayq.errors import BadInput, ConfigError
+from delayq.ops.overview import JobFilter
 from delayq.store.params import read_call
 from delayq.store.table import Job, Status
 from tests.sample_handlers.jobs import read_log
@@ -159,3 +160,17 @@ def test_a_failed_php_job_is_retried_on_the_ladder_and_by_retry(make_queue, log)
     queue.run(now=NOW + 100)
     assert queue.show(retried)["status"] == "failed"
     assert read_log(log) == ["fail 7", "fail 7", "fail 7"]
+
+
+def test_list_finds_php_jobs_by_the_class_php_wrote(make_queue, log):
+    queue = make_queue(php_classes=CLASSES)
+    php_id = plant(queue, php_params("App\\Jobs\\Refund", "run", php_order(log, 1)))
+    plant(queue, php_params("App\\Jobs\\RefundLater", "run", php_order(log, 2)))
+    json_id = queue.add(REFUND, "run", {"log": log, "order": 3}, now=NOW)
+
+    def listed(**fields) -> list[int]:
+        return [row["id"] for row in queue.list_jobs(JobFilter(**fields), now=NOW)]
+
+    assert listed(class_path="App\\Jobs\\Refund") == [php_id]
+    assert listed(class_path=REFUND) == [json_id]
+    assert listed(class_path="App\\Jobs\\Refund", statuses=(Status.SUCCESS,)) == []

@@ -225,13 +225,19 @@ class JobFilter:
         return self.class_path is None or params_of(row.params).get("class") == self.class_path
 
 
-def _params_mention(table: Table, class_path: str) -> NodeList:
-    # params is JSON text, and json_extract differs between SQLite and MariaDB (and fails on
-    # rows that are not JSON), so SQL narrows with LIKE and Python checks the exact class.
+def _params_mention(table: Table, class_path: str) -> Any:
+    # params is JSON text (or a PHP producer's serialize() text), and json_extract differs
+    # between SQLite and MariaDB (and fails on rows that are not JSON), so SQL narrows with
+    # LIKE on how either writes the class, and Python checks the exact class.
     Job = table.model
-    quoted = json.dumps(class_path, ensure_ascii=False)
-    escaped = quoted.replace("!", "!!").replace("%", "!%").replace("_", "!_")
-    return NodeList((Job.params, SQL("LIKE"), Value(f"%{escaped}%"), SQL("ESCAPE '!'")))
+    as_json = json.dumps(class_path, ensure_ascii=False)
+    as_php = f'"{class_path}";'
+    return _like(Job.params, as_json) | _like(Job.params, as_php)
+
+
+def _like(column: Any, text: str) -> NodeList:
+    escaped = text.replace("!", "!!").replace("%", "!%").replace("_", "!_")
+    return NodeList((column, SQL("LIKE"), Value(f"%{escaped}%"), SQL("ESCAPE '!'")))
 
 
 def list_jobs(

@@ -9,7 +9,7 @@ repeat, so `delayq init` after a crash (or twice) finishes the job and then chan
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from peewee import Case, Field
@@ -45,25 +45,14 @@ def upgrade_table(
     """
     changes: list[str] = []
     if not _has_column(table, "run_at"):
-        scores = seed_schedule(index)
-        if not scores and not schedule_lost:
+        if not index.size(DEFAULT_QUEUE) and not schedule_lost:
             _refuse_without_schedule(table)
-        changes += _miss_unscheduled(table, scores, now)
+        changes += _miss_unscheduled(table, index, now)
     changes += _alter_columns(table)
     changes += _add_indexes(table)
     changes += _adopt_due_times(table, index)
     changes += _recover_stranded(table, index, now)
     return changes
-
-
-def seed_schedule(index: ScheduleIndex) -> dict[int, float]:
-    """{id: due} of the default queue's schedule, where the seed keeps every job's due time."""
-    return {
-        int(member): score
-        for chunk in index.members(DEFAULT_QUEUE)
-        for member, score in chunk
-        if member.isdigit()
-    }
 
 
 def _has_column(table: Table, name: str) -> bool:
@@ -81,10 +70,13 @@ def _refuse_without_schedule(table: Table) -> None:
         )
 
 
-def _miss_unscheduled(table: Table, scores: Mapping[int, float], now: float) -> list[str]:
+def _miss_unscheduled(table: Table, index: ScheduleIndex, now: float) -> list[str]:
+    """Waiting rows whose id is not on the seed's schedule (its one sorted set, the default
+    queue's) become missed; asked a batch at a time, as the seed never prunes that set."""
     Job = table.model
     missed = 0
     for ids in _batches(table, Job.status == Status.PENDING):
+        scores = index.scores(DEFAULT_QUEUE, ids)
         absent = [job_id for job_id in ids if job_id not in scores]
         if absent:
             missed += (
