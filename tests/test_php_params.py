@@ -6,6 +6,7 @@ with a reason while the run goes on. The real PHP producer is in test_php_produc
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -174,3 +175,23 @@ def test_list_finds_php_jobs_by_the_class_php_wrote(make_queue, log):
     assert listed(class_path="App\\Jobs\\Refund") == [php_id]
     assert listed(class_path=REFUND) == [json_id]
     assert listed(class_path="App\\Jobs\\Refund", statuses=(Status.SUCCESS,)) == []
+
+
+def test_a_run_gives_a_php_producers_future_job_its_due_time_so_status_is_right(make_queue, log):
+    queue = make_queue(php_classes=CLASSES)
+    later = Job.create(
+        params=php_params("App\\Jobs\\Refund", "run", php_order(log, 9)),
+        status=Status.PENDING,
+        created=datetime.fromtimestamp(NOW - 600, UTC).replace(tzinfo=None),
+    )
+    queue.index.client.zadd("delay_queue_job", {str(later.id): NOW + 3600})
+    assert queue.status(now=NOW).queues["default"].pending_due == 1  # due at `created`
+
+    queue.run(now=NOW)
+
+    assert Job.get_by_id(later.id).run_at == NOW + 3600
+    stats = queue.status(now=NOW).queues["default"]
+    assert (stats.pending_due, stats.oldest_due_id) == (0, None)
+    assert read_log(log) == []
+    queue.run(now=NOW + 3600)
+    assert len(read_log(log)) == 1

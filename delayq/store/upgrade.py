@@ -12,10 +12,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from peewee import Case, Field
+from peewee import Field
 
 from ..config import DEFAULT_QUEUE
 from ..errors import ConfigError
+from . import queries
 from .index import ScheduleIndex
 from .keys import schedule_key
 from .table import TABLE_NAME, Status, Table, tuples, utc_stamp
@@ -215,18 +216,12 @@ def _add_indexes(table: Table) -> list[str]:
 def _adopt_due_times(table: Table, index: ScheduleIndex) -> list[str]:
     """Pending rows written without run_at but on a schedule take its score as run_at: the
     seed's rows, and those of producers that only ZADD the due time."""
-    Job = table.model
     adopted = 0
-    for ids in _batches(table, (Job.status == Status.PENDING) & Job.run_at.is_null()):
-        for queue, queue_ids in _by_queue(table, ids).items():
-            scores = index.scores(queue, queue_ids)
-            if scores:
-                due = Case(Job.id, list(scores.items()))
-                adopted += (
-                    Job.update(run_at=due)
-                    .where(Job.id.in_(list(scores)), Job.run_at.is_null())
-                    .execute()
-                )
+    for queue in queries.pending_queues(table):
+        after_id = 0
+        while ids := queries.pending_without_run_at(table, queue, BATCH, after_id):
+            adopted += queries.adopt_run_at(table, index.scores(queue, ids))
+            after_id = ids[-1]
     return [f"took the due times of {adopted} jobs from the schedule"] if adopted else []
 
 
