@@ -195,3 +195,21 @@ def test_a_run_gives_a_php_producers_future_job_its_due_time_so_status_is_right(
     assert read_log(log) == []
     queue.run(now=NOW + 3600)
     assert len(read_log(log)) == 1
+
+
+def test_requeue_retries_failed_php_jobs_and_names_the_unmapped_ones(make_queue, log):
+    queue = make_queue(php_classes=CLASSES)
+    failed = Job.create(
+        params=php_params("App\\Jobs\\Refund", "run", php_order(log, 1)), status=Status.FAILED
+    )
+    unmapped = Job.create(
+        params=php_params("App\\Jobs\\Sms", "run", php_order(log, 2)), status=Status.FAILED
+    )
+
+    result = queue.requeue(JobFilter(statuses=(Status.FAILED,)), now=NOW)
+    queue.run(now=NOW)
+
+    assert [job_id for job_id, _ in result.skipped] == [unmapped.id]
+    assert "map it in DELAYQ_PHP_CLASSES" in result.skipped[0][1]
+    assert [row["status"] for row in queue.history(failed.id)] == ["failed", "success"]
+    assert read_log(log) == ["refund " + json.dumps({"log": log, "order": 1}, sort_keys=True)]
