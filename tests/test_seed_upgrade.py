@@ -307,3 +307,14 @@ def test_doctor_fails_on_columns_that_break_adds_and_passes_after_init(seed, see
     assert checks["columns"].endswith("run `delayq init`")
     seed.queue.init(now=NOW)
     assert doctor_levels(cli_env)[1]["columns"] == "ok"
+
+
+def test_delayq_init_schedule_lost_upgrades_and_marks_the_waiting_jobs_missed(seed, cli_env):
+    job_id = seed.add("lost", None)
+
+    done = invoke(cli_env, "init", "--schedule-lost")
+
+    assert done.exit_code == 0, done.stderr
+    assert "marked 1 waiting jobs missed: not on the schedule" in done.stdout.splitlines()
+    assert seed.status(job_id) == "missed"
+    assert invoke(cli_env, "init").stdout.splitlines()[:-1] == []
