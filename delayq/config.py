@@ -28,11 +28,13 @@ DEFAULTS: dict[str, Any] = {
     "timeout": 300.0,  # a handler running longer than this fails with JobTimeout
     "concurrency": 1,  # jobs in flight in one run: 1 calls handlers on the main thread
     "grace": 25.0,  # on SIGTERM, how long jobs in flight may take to finish
+    "php_classes": (),  # (PHP class name, Python dotted path) pairs, for PHP producers' jobs
 }
 MAX_CONCURRENCY = 1000
 ENV_PREFIX = "DELAYQ_"
 CONFIG_FILE = "delayq.toml"
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+PHP_CLASS_NAME = re.compile(r"^\\?[A-Za-z_][A-Za-z0-9_]*(\\[A-Za-z_][A-Za-z0-9_]*)*$")
 DEFAULT_QUEUE = "default"
 
 
@@ -49,6 +51,7 @@ class Settings:
     timeout: float = 300.0
     concurrency: int = 1
     grace: float = 25.0
+    php_classes: tuple[tuple[str, str], ...] = ()
 
     def validate(self) -> Settings:
         """Return self, or raise ConfigError naming the variable that is wrong."""
@@ -128,6 +131,8 @@ def _coerce(values: dict[str, Any]) -> dict[str, Any]:
     out = dict(values)
     if "handlers" in out:
         out["handlers"] = _split_handlers(out["handlers"])
+    if "php_classes" in out:
+        out["php_classes"] = _php_classes(out["php_classes"])
     if "home" in out:
         out["home"] = Path(out["home"]).expanduser()
     for name in ("lease", "since", "max_seconds", "timeout", "grace"):
@@ -151,6 +156,28 @@ def _integer(name: str, value: Any) -> int:
 def _split_handlers(value: Any) -> tuple[str, ...]:
     items = value.split(",") if isinstance(value, str) else list(value)
     return tuple(item.strip() for item in items if item and item.strip())
+
+
+def _php_classes(value: Any) -> tuple[tuple[str, str], ...]:
+    """`App\\Jobs\\Refund=shop.jobs.Refund,...` (or a table in the file) as checked pairs."""
+    if isinstance(value, str):
+        items = [item.strip() for item in value.split(",") if item.strip()]
+        pairs = [tuple(part.strip() for part in item.partition("=")[::2]) for item in items]
+    elif isinstance(value, Mapping):
+        pairs = [(str(php), str(python)) for php, python in value.items()]
+    else:
+        pairs = [tuple(pair) for pair in value]
+    checked = []
+    for php, python in pairs:
+        if not PHP_CLASS_NAME.match(php) or not all(
+            part.isidentifier() for part in python.split(".")
+        ):
+            raise ConfigError(
+                f"DELAYQ_PHP_CLASSES entry {php}={python} must map a PHP class name to a "
+                "Python dotted path, e.g. App\\Jobs\\Refund=shop.jobs.Refund"
+            )
+        checked.append((php.lstrip("\\"), python))
+    return tuple(checked)
 
 
 def _number(name: str, value: Any) -> float:

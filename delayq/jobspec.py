@@ -17,6 +17,7 @@ from typing import Any
 from .config import DEFAULT_QUEUE, validate_queue_name
 from .errors import BadInput
 from .store import table
+from .store.params import payload_or_empty
 from .store.table import Job, Status
 from .worker.handlers import locate
 
@@ -67,13 +68,8 @@ def to_row(
 
 
 def job_view(job: Job) -> dict[str, Any]:
-    """The contract's JSON object for a job."""
-    try:
-        payload = json.loads(job.params)
-    except (TypeError, ValueError):
-        payload = {}
-    if not isinstance(payload, dict):
-        payload = {}
+    """The contract's JSON object for a job (a PHP producer's class as it wrote it)."""
+    payload = payload_or_empty(job.params)
     return {
         "id": job.id,
         "status": table.status_word(job.status),
@@ -117,18 +113,6 @@ def encode_params(class_path: str, method: str, data: Any) -> str:
     if size > PARAMS_MAX_BYTES:
         raise BadInput(f"job payload is {size} bytes; the limit is {PARAMS_MAX_BYTES}")
     return text
-
-
-def decode_params(params: str) -> dict[str, Any]:
-    try:
-        payload = json.loads(params)
-    except (TypeError, ValueError):
-        payload = None
-    if not isinstance(payload, dict) or not all(
-        isinstance(payload.get(key), str) for key in ("class", "method")
-    ):
-        raise BadInput("the job's params are not a JSON object with class and method")
-    return payload
 
 
 def check_ext(ext: str) -> str:

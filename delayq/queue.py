@@ -21,12 +21,14 @@ from .config import (
     validate_queue_name,
 )
 from .errors import BadInput, JobNotFound
-from .jobspec import JobSpec, check_ext, decode_params, job_view, row_view, run_at_of, to_row
+from .jobspec import JobSpec, check_ext, job_view, row_view, run_at_of, to_row
 from .store import chains, embedded, inserts, queries
 from .store.database import open_database, sqlite_url
 from .store.failures import backend_errors, one_line
 from .store.index import ScheduleIndex
+from .store.params import read_call
 from .store.table import Job, Status, Table, create_tables, utc_stamp
+from .store.upgrade import upgrade_table
 from .worker.handlers import locate
 from .worker.interrupts import GracefulStop
 from .worker.looping import run_loop
@@ -52,14 +54,22 @@ class Queue:
         self.index = index
 
     @backend_errors
-    def init(self) -> list[str]:
-        """Create the table (or add the columns and indexes an older one lacks) and make
-        sure the index holds every pending job; returns what it added to an existing table."""
-        added = create_tables(self.table)
+    def init(self, *, schedule_lost: bool = False, now: float | None = None) -> list[str]:
+        """Create the table (or bring an existing one up to date: the seed's, an older
+        version's) and make sure the index holds every pending job; returns one line per
+        change made to an existing table.
+
+        `schedule_lost`: upgrade the seed's table even though Redis holds none of its due
+        times; its waiting jobs become missed.
+        """
+        changes = []
+        if not create_tables(self.table):
+            now = self.index.now() if now is None else now
+            changes = upgrade_table(self.table, self.index, now, schedule_lost)
         if not self.index.is_complete():
             self.index.register(queries.pending_queues(self.table))
             self.index.rebuild_from(queries.iter_pending(self.table))
-        return added
+        return changes
 
     def add(
         self,
@@ -172,8 +182,8 @@ class Queue:
         now = self.index.now() if now is None else now
         run_at = run_at_of(delay, None, now)
         job = self._get(job_id)
-        payload = decode_params(job.params)
-        locate(payload["class"], payload["method"], self.settings.handlers)
+        call = read_call(job.params, dict(self.settings.php_classes))
+        locate(call.class_path, call.method, self.settings.handlers)
         with chains.chain_locked(self.table, job):
             attempt_id, queue = chains.retry_chain(self.table, job, run_at, now)
             # Inside the lock: two retries of one chain reach the index in the order they
@@ -323,7 +333,13 @@ class Queue:
         from .ops import maintenance
 
         return maintenance.requeue(
-            self.table, filters, self.settings.handlers, self.index, now, dry_run
+            self.table,
+            filters,
+            self.settings.handlers,
+            self.index,
+            now,
+            dry_run,
+            php_classes=dict(self.settings.php_classes),
         )
 
     def _get(self, job_id: int) -> Job:

@@ -276,11 +276,13 @@ def test_init_upgrades_a_seed_table_and_its_rows_still_run(backend, tmp_path):
         else "INSERT INTO delay_queue (params, ext_string) VALUES (?, 'seed')",
         (json.dumps(params),),
     )
+    job_id = queue.db.execute_sql("SELECT MAX(id) FROM delay_queue").fetchone()[0]
+    queue.index.client.zadd("delay_queue_job", {str(job_id): queue.index.now()})  # as the seed
 
     added = queue.init()
 
-    assert "column run_at" in added and "column every" in added
-    assert "index (status, queue, run_at)" in added
+    assert "added column run_at" in added and "added column every" in added
+    assert "added index (status, queue, run_at)" in added
     assert queue.init() == []
     queue.run()
     assert read_log(log) == [""]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -14,12 +14,22 @@ if TYPE_CHECKING:
 
 
 @app.command()
-def init() -> None:
-    """Create the delay_queue table and the schedule index; safe to run again."""
+def init(
+    schedule_lost: Annotated[
+        bool,
+        typer.Option(
+            "--schedule-lost",
+            help="Upgrade the seed's table although Redis holds none of its due times; "
+            "its waiting jobs become missed.",
+        ),
+    ] = False,
+) -> None:
+    """Create the delay_queue table (or upgrade the one there) and the schedule index; safe
+    to run again."""
     with reporting_errors():
         queue = open_queue()
-        for change in queue.init():
-            typer.echo(f"added {change}")
+        for change in queue.init(schedule_lost=schedule_lost):
+            typer.echo(change)
         typer.echo(f"initialised {queue.describe()}")
 
 

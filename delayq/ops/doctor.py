@@ -17,7 +17,8 @@ from ..durations import format_delta
 from ..errors import BadInput, ConfigError
 from ..store.index import ScheduleIndex
 from ..store.keys import INDEXED_KEY
-from ..store.table import Job, is_mysql
+from ..store.table import Job, Table, is_mysql
+from ..store.upgrade import column_problems
 from ..worker.allowlist import EMPTY_ALLOWLIST, check_entry
 from ..worker.handlers import import_prefix
 
@@ -91,10 +92,13 @@ def _table_checks(db: peewee.Database) -> list[Check]:
     present = {column.name for column in db.get_columns(table)}
     expected = [field.column_name for field in Job._meta.sorted_fields]
     missing = [name for name in expected if name not in present]
+    problems = [] if missing else column_problems(Table(db))
     if missing:
         columns = Check(
             FAIL, "columns", f"{table} lacks {', '.join(missing)}; add them as schema.sql defines"
         )
+    elif problems:
+        columns = Check(FAIL, "columns", f"{table}: {'; '.join(problems)}; run `delayq init`")
     else:
         columns = Check(OK, "columns", f"all {len(expected)} columns of the model are present")
     return [columns, *_index_checks(db)]

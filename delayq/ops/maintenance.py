@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from peewee import SQL, fn
@@ -18,9 +18,10 @@ from peewee import SQL, fn
 from ..errors import BadInput
 from ..store import chains
 from ..store.index import ScheduleIndex
+from ..store.params import read_call
 from ..store.table import Job, Status, Table, utc_stamp
 from ..worker.handlers import locate
-from .overview import JobFilter, params_of
+from .overview import JobFilter
 
 logger = logging.getLogger(__name__)
 
@@ -127,6 +128,8 @@ def requeue(
     index: ScheduleIndex,
     now: float,
     dry_run: bool = False,
+    *,
+    php_classes: Mapping[str, str] | None = None,
 ) -> RequeueResult:
     """Every chain whose latest finished attempt matches `filters` gets a pending attempt
     due now: the one it has, moved to now, or a new one.
@@ -138,7 +141,7 @@ def requeue(
         raise BadInput(f"requeue needs --status from {words}")
     result = RequeueResult()
     for rows in latest_attempts(table, filters, now):
-        runnable = [row for row in rows if _is_allowed(row, allowed, result)]
+        runnable = [row for row in rows if _is_allowed(row, allowed, php_classes or {}, result)]
         if dry_run:
             result.ids += [row.id for row in runnable]
             continue
@@ -151,14 +154,16 @@ def requeue(
     return result
 
 
-def _is_allowed(row: Job, allowed: Sequence[str], result: RequeueResult) -> bool:
-    payload = params_of(row.params)
-    class_path, method = payload.get("class"), payload.get("method")
-    if not isinstance(class_path, str) or not isinstance(method, str):
-        result.skipped.append((row.id, "params are not a JSON object with class and method"))
+def _is_allowed(
+    row: Job, allowed: Sequence[str], php_classes: Mapping[str, str], result: RequeueResult
+) -> bool:
+    try:
+        call = read_call(row.params, php_classes)
+    except BadInput as exc:
+        result.skipped.append((row.id, str(exc)))
         return False
     try:
-        locate(class_path, method, allowed)
+        locate(call.class_path, call.method, allowed)
     except BadInput as exc:
         result.skipped.append((row.id, str(exc)))
         return False

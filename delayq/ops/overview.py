@@ -21,6 +21,7 @@ from ..durations import format_delta
 from ..store import queries
 from ..store.index import ScheduleIndex
 from ..store.keys import LAST_RUN_KEY, schedule_key
+from ..store.params import payload_or_empty
 from ..store.table import Job, Status, Table, due_column, stamp_epoch, tuples, utc_stamp
 
 FAILED_WINDOW = 3600.0  # `failed_last_hour` counts failures this recent
@@ -224,13 +225,19 @@ class JobFilter:
         return self.class_path is None or params_of(row.params).get("class") == self.class_path
 
 
-def _params_mention(table: Table, class_path: str) -> NodeList:
-    # params is JSON text, and json_extract differs between SQLite and MariaDB (and fails on
-    # rows that are not JSON), so SQL narrows with LIKE and Python checks the exact class.
+def _params_mention(table: Table, class_path: str) -> Any:
+    # params is JSON text (or a PHP producer's serialize() text), and json_extract differs
+    # between SQLite and MariaDB (and fails on rows that are not JSON), so SQL narrows with
+    # LIKE on how either writes the class, and Python checks the exact class.
     Job = table.model
-    quoted = json.dumps(class_path, ensure_ascii=False)
-    escaped = quoted.replace("!", "!!").replace("%", "!%").replace("_", "!_")
-    return NodeList((Job.params, SQL("LIKE"), Value(f"%{escaped}%"), SQL("ESCAPE '!'")))
+    as_json = json.dumps(class_path, ensure_ascii=False)
+    as_php = f'"{class_path}";'
+    return _like(Job.params, as_json) | _like(Job.params, as_php)
+
+
+def _like(column: Any, text: str) -> NodeList:
+    escaped = text.replace("!", "!!").replace("%", "!%").replace("_", "!_")
+    return NodeList((column, SQL("LIKE"), Value(f"%{escaped}%"), SQL("ESCAPE '!'")))
 
 
 def list_jobs(
@@ -300,12 +307,9 @@ def rows_by_id(table: Table, ids: Sequence[int]) -> dict[int, Job]:
 
 
 def params_of(params: str) -> dict[str, Any]:
-    """The decoded params object of a row, or {} when they are not a JSON object."""
-    try:
-        payload = json.loads(params)
-    except (TypeError, ValueError):
-        return {}
-    return payload if isinstance(payload, dict) else {}
+    """The decoded params object of a row (JSON or a PHP producer's), or {} when they cannot
+    be read."""
+    return payload_or_empty(params)
 
 
 def epoch_of(value: datetime | str | None) -> float | None:

@@ -158,6 +158,17 @@ class ScheduleIndex:
         scores = self.client.zmscore(schedule_key(queue), [str(job_id) for job_id in job_ids])
         return [job_id for job_id, score in zip(job_ids, scores, strict=True) if score is None]
 
+    def scores(self, queue: str, job_ids: Sequence[int]) -> dict[int, float]:
+        """{id: due} of those of `job_ids` on the queue's schedule."""
+        if not job_ids:
+            return {}
+        found = self.client.zmscore(schedule_key(queue), [str(job_id) for job_id in job_ids])
+        return {
+            job_id: float(score)
+            for job_id, score in zip(job_ids, found, strict=True)
+            if score is not None
+        }
+
     def due_count(self, queues: Sequence[str]) -> int:
         """Members due now across `queues`, in one round trip."""
         now = self.now()

@@ -7,11 +7,11 @@ The statements a run issues per batch live in leases.py; bulk inserts in inserts
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from peewee import OperationalError, fn
+from peewee import Case, OperationalError, fn
 
 from .table import ClaimedJob, Job, Status, Table, due_column, tuples, utc_stamp
 
@@ -136,6 +136,35 @@ def overdue_pending(table: Table, queue: str, before: float, limit: int) -> list
         .limit(limit)
     )
     return [(job_id, float(due)) for job_id, due in tuples(query)]
+
+
+def pending_without_run_at(table: Table, queue: str, limit: int, after_id: int = 0) -> list[int]:
+    """Ids of PENDING rows of `queue` written without run_at, in id order from `after_id`."""
+    Job = table.model
+    query = (
+        Job.select(Job.id)
+        .where(
+            Job.status == Status.PENDING,
+            Job.queue == queue,
+            Job.run_at.is_null(),
+            Job.id > after_id,
+        )
+        .order_by(Job.id)
+        .limit(limit)
+    )
+    return [job_id for (job_id,) in tuples(query)]
+
+
+def adopt_run_at(table: Table, due_by_id: Mapping[int, float]) -> int:
+    """PENDING rows still without run_at take the given due times; how many did."""
+    Job = table.model
+    if not due_by_id:
+        return 0
+    return (
+        Job.update(run_at=Case(Job.id, list(due_by_id.items())))
+        .where(Job.id.in_(list(due_by_id)), Job.status == Status.PENDING, Job.run_at.is_null())
+        .execute()
+    )
 
 
 def still_pending(table: Table, ids: Sequence[int]) -> list[int]:

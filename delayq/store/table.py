@@ -136,31 +136,15 @@ class Table:
         return int(mode) in (0, 1) and int(step) == 1
 
 
-def create_tables(table: Table) -> list[str]:
-    """Create `delay_queue` and its indexes, or add what an older table lacks; safe to run
-    again. Returns what it added to an existing table."""
+def create_tables(table: Table) -> bool:
+    """Create `delay_queue` and its indexes unless the table exists (upgrade.py brings an
+    existing one up to date); whether it created it."""
     db, model = table.db, table.model
-    if not db.table_exists(TABLE_NAME):
-        model._meta.table_settings = (
-            ["ENGINE=InnoDB", "DEFAULT CHARSET=utf8mb4"] if table.mysql else []
-        )
-        db.create_tables([model])
-        return []
-    from playhouse.migrate import SchemaMigrator, migrate  # only when upgrading a table
-
-    migrator = SchemaMigrator.from_database(db)
-    added = []
-    columns = {column.name for column in db.get_columns(TABLE_NAME)}
-    for field in model._meta.sorted_fields:
-        if field.column_name not in columns:
-            migrate(migrator.add_column(TABLE_NAME, field.column_name, field))
-            added.append(f"column {field.column_name}")
-    indexed = {tuple(index.columns) for index in db.get_indexes(TABLE_NAME)}
-    for fields, unique in model._meta.indexes:
-        if tuple(fields) not in indexed:
-            migrate(migrator.add_index(TABLE_NAME, fields, unique))
-            added.append(f"index ({', '.join(fields)})")
-    return added
+    if db.table_exists(TABLE_NAME):
+        return False
+    model._meta.table_settings = ["ENGINE=InnoDB", "DEFAULT CHARSET=utf8mb4"] if table.mysql else []
+    db.create_tables([model])
+    return True
 
 
 def is_mysql(db: object) -> bool:

@@ -19,6 +19,7 @@ from typing import Any
 from .. import context
 from ..config import Settings
 from ..errors import BadInput, HandlerNotAllowed, NoRetry
+from ..store.params import read_call
 from ..store.table import MESSAGE_MAX, ClaimedJob, Status
 from . import interrupts
 from .eventloop import EventLoopThread
@@ -50,6 +51,7 @@ class Caller:
         on_outcome: OutcomeCallback | None,
     ) -> None:
         self.allowed = settings.handlers
+        self.php_classes = dict(settings.php_classes)  # PHP producers' class names
         self.timeout = settings.timeout  # for jobs that set none of their own
         self.clock = clock
         self.time_limits = time_limits  # whether SIGALRM can stop a handler here
@@ -67,7 +69,7 @@ class Caller:
         """Call the job's handler; never raises for what the handler or the job's params do."""
         started = time.monotonic()
         try:
-            class_path, method, data = _parse_params(job.params)
+            class_path, method, data = read_call(job.params, self.php_classes)
             handler = self._handler(class_path, method)
         except HandlerNotAllowed as exc:
             return self._finish(job, ("?", "?"), Status.FAILED, str(exc), False, started)
@@ -124,11 +126,13 @@ class Caller:
         """The call given up on from outside, when its handler ran past its time limit."""
         limit = job.timeout or self.timeout
         message = f"JobTimeout: ran longer than its {limit:g}s time limit"
-        return self._finish(job, _call_of(job), Status.FAILED, message, True, started)
+        call = _call_of(job, self.php_classes)
+        return self._finish(job, call, Status.FAILED, message, True, started)
 
     def crashed(self, job: ClaimedJob, exc: BaseException, started: float) -> Called:
         """A call that escaped even `execute` (an error raised into its thread)."""
-        return self._finish(job, _call_of(job), Status.FAILED, _describe(exc), True, started)
+        call = _call_of(job, self.php_classes)
+        return self._finish(job, call, Status.FAILED, _describe(exc), True, started)
 
     def announce(self, report: JobOutcome) -> None:
         """Log a finished call and hand it to the run's callback (on the run's own thread)."""
@@ -172,26 +176,13 @@ class Caller:
         return Called(outcome, report)
 
 
-def _call_of(job: ClaimedJob) -> tuple[str, str]:
+def _call_of(job: ClaimedJob, php_classes: dict[str, str]) -> tuple[str, str]:
     """(class, method) of a job whose params may be anything."""
     try:
-        class_path, method, _ = _parse_params(job.params)
+        class_path, method, _ = read_call(job.params, php_classes)
     except BadInput:
         return "?", "?"
     return class_path, method
-
-
-def _parse_params(params: str) -> tuple[str, str, Any]:
-    try:
-        payload = json.loads(params)
-    except (TypeError, ValueError) as exc:
-        raise BadInput(f"bad params: not JSON ({exc})") from None
-    if not isinstance(payload, dict):
-        raise BadInput("bad params: not a JSON object")
-    class_path, method = payload.get("class"), payload.get("method")
-    if not isinstance(class_path, str) or not isinstance(method, str):
-        raise BadInput('bad params: "class" and "method" must be strings')
-    return class_path, method, payload.get("data")
 
 
 def _describe(exc: BaseException) -> str:

@@ -126,9 +126,18 @@ def _fail_poison(table: Table, index: ScheduleIndex, item: leases.Lapsed, now: f
     return 1
 
 
+def adopt_due_times(table: Table, index: ScheduleIndex, queue: str) -> int:
+    """Pending rows another producer wrote without run_at take their score on the schedule
+    as run_at (the seed's PHP producers write none), so that status and the orphan sweep
+    see when they are due rather than when they were created."""
+    ids = queries.pending_without_run_at(table, queue, SWEEP_LIMIT)
+    return queries.adopt_run_at(table, index.scores(queue, ids))
+
+
 def reindex_orphans(table: Table, index: ScheduleIndex, queue: str, now: float) -> int:
     """Put back pending rows that have been due a while but are neither on the schedule nor
     claimed by a live run: Redis lost them, or a run died between claiming and leasing."""
+    adopt_due_times(table, index, queue)
     overdue = dict(queries.overdue_pending(table, queue, now - ORPHAN_GRACE, SWEEP_LIMIT))
     missing = index.lost(queue, list(overdue), claimed_before=now - ORPHAN_GRACE)
     # A run may have claimed and leased a job between our read of the table and our look at

@@ -1,0 +1,130 @@
+"""What a job's `params` column holds, read back: delayq's JSON object, or the PHP serialize()
+array the seed's producers write (`a:3:{s:5:"class";...}`), read with phpserialize (the
+`php` extra), whose PHP class names become Python handlers through DELAYQ_PHP_CLASSES.
+
+Reading a row's params never raises anything but BadInput, which says what is wrong with
+them: a bad row fails its own job, never the run. Whether the handler may run is
+handlers.py's to decide, on the Python name.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+from ..errors import BadInput
+
+# serialize() of an array or an object; no JSON text starts like this.
+PHP_SERIALIZED = re.compile(r"^[aO]:\d+:")
+# What phpserialize raises on text it cannot read (RecursionError: nesting too deep).
+_MALFORMED = (ValueError, TypeError, RecursionError)
+
+
+class Call(NamedTuple):
+    """What a job calls: a Python dotted path, a method name, and the data to pass."""
+
+    class_path: str
+    method: str
+    data: Any
+
+
+def is_php(params: str) -> bool:
+    return isinstance(params, str) and PHP_SERIALIZED.match(params) is not None
+
+
+def read_call(params: str, php_classes: Mapping[str, str]) -> Call:
+    """The call a row's params describe, PHP class names mapped to Python; or BadInput."""
+    payload = read_payload(params)
+    class_path, method = payload.get("class"), payload.get("method")
+    if not isinstance(class_path, str) or not isinstance(method, str):
+        raise BadInput('bad params: "class" and "method" must be strings')
+    if is_php(params):
+        class_path = python_class(class_path, php_classes)
+    return Call(class_path, method, payload.get("data"))
+
+
+def read_payload(params: str) -> dict[str, Any]:
+    """The params as an object ({"class", "method", "data"}), from JSON or PHP; or BadInput."""
+    if is_php(params):
+        payload = _unserialize(params)
+        if not isinstance(payload, dict):
+            raise BadInput("bad params: the PHP value is not an array with keys")
+        return payload
+    try:
+        payload = json.loads(params)
+    except (TypeError, ValueError) as exc:
+        raise BadInput(f"bad params: not JSON ({exc})") from None
+    if not isinstance(payload, dict):
+        raise BadInput("bad params: not a JSON object")
+    return payload
+
+
+def payload_or_empty(params: str) -> dict[str, Any]:
+    """The params object for showing a row, or {} when they cannot be read."""
+    try:
+        return read_payload(params)
+    except BadInput:
+        return {}
+
+
+def python_class(php_name: str, php_classes: Mapping[str, str]) -> str:
+    """The Python dotted path a PHP class name stands for. A name without a backslash is
+    taken as a Python path already (a producer may write those)."""
+    name = php_name.lstrip("\\")
+    if name in php_classes:
+        return php_classes[name]
+    if "\\" in name:
+        # Not "bad params": mapping the class and a retry of the job fixes it.
+        raise BadInput(
+            f"PHP class {name!r} has no Python handler: map it in DELAYQ_PHP_CLASSES "
+            f"({name}=your.module.Class)"
+        )
+    return name
+
+
+def _unserialize(params: str) -> Any:
+    try:
+        import phpserialize  # only where PHP producers write jobs: the `php` extra
+    except ImportError:
+        raise BadInput(
+            "params are PHP-serialized; install delayq[php] (phpserialize) to read them"
+        ) from None
+    try:
+        stream = io.BytesIO(params.encode("utf-8"))
+        value = phpserialize.load(
+            stream,
+            charset="utf-8",
+            errors="strict",  # its default would let bytes that are not UTF-8 through
+            decode_strings=True,
+            array_hook=_php_array,
+            object_hook=_php_object,
+        )
+    except _MALFORMED as exc:
+        raise BadInput(f"bad params: malformed PHP serialize() text ({_short(exc)})") from None
+    if stream.read(1):
+        raise BadInput("bad params: text follows the PHP-serialized value (cut or joined?)")
+    return value
+
+
+def _php_array(pairs: Sequence[tuple[Any, Any]]) -> list[Any] | dict[str, Any]:
+    """A PHP array as JSON would carry it: keys 0..n-1 in order make a list, anything else
+    an object with text keys (what PHP's json_encode makes of it)."""
+    keys = [key for key, _ in pairs]
+    if any(isinstance(key, bool) or not isinstance(key, int | str) for key in keys):
+        raise ValueError("an array key is neither an integer nor a string")
+    if keys == list(range(len(keys))):
+        return [value for _, value in pairs]
+    return {str(key): value for key, value in pairs}
+
+
+def _php_object(class_name: str, members: dict[Any, Any]) -> dict[str, Any]:
+    """A PHP object as its properties; protected and private ones are serialized with a
+    NUL-delimited prefix (`\\0*\\0name`), which is dropped."""
+    return {str(name).rpartition("\0")[2]: value for name, value in members.items()}
+
+
+def _short(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:200] or type(exc).__name__
