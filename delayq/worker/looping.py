@@ -15,6 +15,7 @@ from ..config import Settings
 from ..store.index import ScheduleIndex
 from ..store.table import Table
 from .interrupts import GracefulStop
+from .liveness import Liveness
 from .passes import run_once
 from .report import OutcomeCallback, RunReport
 from .run import RunLimits, known_queues
@@ -36,6 +37,7 @@ def run_loop(
     duration: float | None,
     on_outcome: OutcomeCallback | None = None,
     stop: GracefulStop | None = None,
+    liveness: Liveness | None = None,
 ) -> RunReport:
     """Run passes until `duration` seconds have passed (None: until stopped)."""
     total = RunReport()
@@ -58,6 +60,7 @@ def run_loop(
             None,
             on_outcome,
             stop,
+            liveness,
         )
         total.merge(report)
         if report.interrupted is not None or report.stuck:
