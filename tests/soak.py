@@ -79,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         for runner in runners:
             runner.wait(timeout=60)
     (workdir / "faults.log").write_text("".join(line + "\n" for line in faults.log))
+    print(f"soak: faults, handlers' and runners' logs in {workdir}", file=sys.stderr)
     result = check(queue, expected, log)
     elapsed = time.monotonic() - started
     # A kill -9 re-runs at most the calls it hit before their outcome was recorded.
@@ -190,12 +191,10 @@ def runner_env(args: argparse.Namespace, workdir: Path) -> dict[str, str]:
 def start_runner(env: dict[str, str]) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-m", "delayq", "run", "--loop"]
     command += ["--concurrency", env["SOAK_CONCURRENCY"], "--processes", env["SOAK_PROCESSES"]]
-    return subprocess.Popen(
-        command,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    # Their log lines (kills by a supervisor, recoveries) go to runners.log beside the
+    # handlers' log, for reading after a failed soak.
+    with open(Path(env["DELAYQ_HOME"]) / "runners.log", "ab") as runners_log:
+        return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=runners_log)
 
 
 def inject_faults(
