@@ -13,6 +13,7 @@ import pytest
 
 from delayq import JobSpec, Status
 from delayq.store.table import Job
+from delayq.worker import recovery
 from tests.conftest import DELAYQ
 from tests.invoke import invoke
 from tests.sample_handlers.jobs import read_log
@@ -242,3 +243,15 @@ def test_a_liveness_pipe_that_is_not_open_exits_2(queue, cli_env, log):
         "delayq: error: --liveness-fd 987: not an open pipe (Bad file descriptor)"
     ]
     assert queue.show(job_id)["status"] == "pending"
+
+
+def test_a_rebuild_of_a_large_index_beats_before_each_batch(queue, log):
+    # Rebuilding after Redis lost its data can outlast a promise made before it began, so it
+    # beats as it goes: a runner under --processes is not killed for that work.
+    queue.add_many([JobSpec(H, "record", {"log": log}, delay=60) for _ in range(12000)])
+    queue.index.client.flushdb()
+    beats = []
+
+    added = recovery.ensure_index(queue.table, queue.index, lambda: beats.append(1))
+
+    assert (added, len(beats)) == (12000, 3)  # batches of 5000 rows

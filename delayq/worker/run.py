@@ -118,7 +118,7 @@ class Run:
     def _run_each_queue(self, queues: Sequence[str] | None, caller: Caller) -> None:
         """Serve the queues in turn, each its weight in batches a turn, so a backlog in one
         delays another queue's due jobs by about one batch, not by the whole backlog."""
-        self.report.reindexed += recovery.ensure_index(self.table, self.index)
+        self.report.reindexed += recovery.ensure_index(self.table, self.index, self.beat)
         names = list(queues) if queues else known_queues(self.index)
         if self.limits.sweep:
             for queue in names:
