@@ -31,6 +31,7 @@ from .store.table import Job, Status, Table, create_tables, utc_stamp
 from .store.upgrade import upgrade_table
 from .worker.handlers import locate
 from .worker.interrupts import GracefulStop
+from .worker.liveness import Liveness
 from .worker.looping import run_loop
 from .worker.passes import RunOptions, run_once
 from .worker.report import OutcomeCallback, RunReport
@@ -258,13 +259,17 @@ class Queue:
         concurrency: int | None = None,
         grace: float | None = None,
         weights: Mapping[str, int] | None = None,
+        liveness: Liveness | None = None,
     ) -> RunReport:
         """One pass over the due jobs, as `delayq run`; `concurrency` jobs in flight at once
         (default DELAYQ_CONCURRENCY), `grace` seconds for them to finish on a stop signal,
-        `weights` the batches each queue takes in its turn (default 1)."""
+        `weights` the batches each queue takes in its turn (default 1); `liveness`: the
+        beats a `--processes` parent watches."""
         options = RunOptions(since, limit, max_seconds, queues, weights, concurrency, grace)
         settings, limits = options.plan(self.settings)
-        return run_once(settings, self.table, self.index, queues, limits, now, on_outcome, stop)
+        return run_once(
+            settings, self.table, self.index, queues, limits, now, on_outcome, stop, liveness
+        )
 
     @backend_errors
     def run_loop(
@@ -280,13 +285,14 @@ class Queue:
         concurrency: int | None = None,
         grace: float | None = None,
         weights: Mapping[str, int] | None = None,
+        liveness: Liveness | None = None,
     ) -> RunReport:
         """Passes back to back for `duration` seconds (None: until stopped), sleeping until
         the next job is due, as `delayq run --loop`."""
         options = RunOptions(since, limit, max_seconds, queues, weights, concurrency, grace)
         settings, limits = options.plan(self.settings)
         return run_loop(
-            settings, self.table, self.index, queues, limits, duration, on_outcome, stop
+            settings, self.table, self.index, queues, limits, duration, on_outcome, stop, liveness
         )
 
     @backend_errors

@@ -3,11 +3,15 @@ check from the handlers' own log that nothing was lost and duplicates stayed wit
 
     python -m tests.soak                      # N=20000, M=4, against MariaDB + Redis
     python -m tests.soak --jobs 300 --runners 3 --window 5
+    python -m tests.soak --processes 2 --concurrency 8 --async-share 0.5
 
-Faults, at random while the jobs fall due: kill -9 a runner, FLUSHDB the Redis database,
-KILL the runners' MariaDB connections; the job mix itself has failing, hanging and
-non-retryable handlers. Only 127.0.0.1 is ever contacted. Prints one summary line and exits
-0 when lost == 0, duplicates <= kills, and every failure has its retry row per the ladder.
+Faults, at random while the jobs fall due: kill -9 a runner (with --processes, one of its
+children, or now and then the parent), FLUSHDB the Redis database, KILL the runners'
+MariaDB connections; the job mix itself has failing, hanging and non-retryable handlers,
+plain or `async def`. Only 127.0.0.1 is ever contacted. Each kill -9 stops its victim first
+and counts the handlers it had begun whose outcome is neither committed nor journaled: the
+only calls a kill may repeat. Prints one summary line and exits 0 when lost == 0,
+duplicates <= those handlers, and every failure has its retry row per the ladder.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import pymysql
 import redis
 
 import delayq
-from delayq.config import Settings
+from delayq.config import DEFAULT_QUEUE, Settings
 from delayq.store.table import Job, Status
 from delayq.worker.looping import SWEEP_EVERY
 from delayq.worker.retry import LADDER
@@ -44,6 +48,9 @@ TIMEOUT = 1.0  # seconds: the hanging handler's time limit
 @dataclass
 class Faults:
     kills: int = 0
+    hit_kills: int = 0  # kills that hit a handler whose outcome was not yet recorded
+    handlers_hit: int = 0  # such handlers, over every kill
+    parent_kills: int = 0
     flushes: int = 0
     db_kills: int = 0
     last_kill: float = float("-inf")
@@ -72,14 +79,17 @@ def main(argv: list[str] | None = None) -> int:
         for runner in runners:
             runner.wait(timeout=60)
     (workdir / "faults.log").write_text("".join(line + "\n" for line in faults.log))
+    print(f"soak: faults, handlers' and runners' logs in {workdir}", file=sys.stderr)
     result = check(queue, expected, log)
     elapsed = time.monotonic() - started
-    # A kill -9 re-runs at most the jobs that were in flight: one per slot.
-    allowed = faults.kills * args.concurrency
+    # A kill -9 re-runs at most the calls it hit before their outcome was recorded.
+    allowed = faults.handlers_hit
     ok = result["lost"] == 0 and result["duplicates"] <= allowed and result["bad_retries"] == 0
     print(
-        f"soak: jobs={len(expected)} runners={args.runners} concurrency={args.concurrency} "
-        f"kills={faults.kills} "
+        f"soak: jobs={len(expected)} runners={args.runners} processes={args.processes} "
+        f"concurrency={args.concurrency} async_share={args.async_share} "
+        f"kills={faults.kills} hit_kills={faults.hit_kills} "
+        f"handlers_hit={faults.handlers_hit} parent_kills={faults.parent_kills} "
         f"flushes={faults.flushes} db_kills={faults.db_kills} restarts={faults.restarts} "
         f"lost={result['lost']} duplicates={result['duplicates']} "
         f"retries_checked={result['retries']} bad_retries={result['bad_retries']} "
@@ -99,6 +109,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-seconds", type=float, default=900.0, help="give up after this")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--concurrency", type=int, default=1, help="jobs in flight in each runner")
+    parser.add_argument("--processes", type=int, default=1, help="runner processes per runner")
+    parser.add_argument(
+        "--async-share", type=float, default=0.0, help="share of jobs with async def handlers"
+    )
     parser.add_argument(
         "--database-url",
         default=os.environ.get(
@@ -142,10 +156,11 @@ def enqueue(queue: delayq.Queue, args: argparse.Namespace, log: str) -> dict[int
     for n in range(args.jobs):
         kind = random.choice(kinds)
         expected[n] = kind
+        method = f"{kind}_async" if random.random() < args.async_share else kind
         specs.append(
             delayq.JobSpec(
                 HANDLERS,
-                kind,
+                method,
                 {"log": log, "n": n},
                 at=start + random.uniform(0, args.window),
                 ext=f"soak:{n}",
@@ -165,19 +180,21 @@ def runner_env(args: argparse.Namespace, workdir: Path) -> dict[str, str]:
         DELAYQ_HANDLERS=HANDLERS,
         DELAYQ_HOME=str(workdir),
         DELAYQ_LEASE=str(LEASE),
+        SOAK_LOG=str(workdir / "handlers.log"),
         SOAK_CONCURRENCY=str(args.concurrency),
+        SOAK_PROCESSES=str(args.processes),
         PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
     )
     return env
 
 
 def start_runner(env: dict[str, str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "delayq", "run", "--loop", "--concurrency", env["SOAK_CONCURRENCY"]],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    command = [sys.executable, "-m", "delayq", "run", "--loop"]
+    command += ["--concurrency", env["SOAK_CONCURRENCY"], "--processes", env["SOAK_PROCESSES"]]
+    # Their log lines (kills by a supervisor, recoveries) go to runners.log beside the
+    # handlers' log, for reading after a failed soak.
+    with open(Path(env["DELAYQ_HOME"]) / "runners.log", "ab") as runners_log:
+        return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=runners_log)
 
 
 def inject_faults(
@@ -193,6 +210,8 @@ def inject_faults(
         time.sleep(random.uniform(0.5, 2.0))
         restart_exited(runners, env, faults)
         fault = random.choice(["kill", "kill", "flush", "db_kill"])
+        if fault == "kill" and args.processes > 1 and random.random() < 0.2:
+            fault = "kill_parent"
         if fault == "flush" or faults.flush_pending:
             # Not while a killed run's jobs wait for recovery: a flush then would also erase
             # its journal, and its journaled jobs would run again - more duplicates than
@@ -203,15 +222,77 @@ def inject_faults(
                 faults.flushes += 1
                 faults.log.append(f"{time.time():.3f} flushdb")
         elif fault == "kill":
+            kill_a_runner(args, runners, env, faults, queue, Path(env["SOAK_LOG"]))
+        elif fault == "kill_parent":
+            # Its children get SIGTERM (PDEATHSIG) and stop gracefully: nothing runs twice.
             victim = random.randrange(len(runners))
-            faults.log.append(f"{time.time():.3f} kill -9 {runners[victim].pid}")
+            faults.log.append(f"{time.time():.3f} kill -9 parent {runners[victim].pid}")
             runners[victim].send_signal(signal.SIGKILL)
             runners[victim].wait()
             runners[victim] = start_runner(env)
-            faults.kills += 1
-            faults.last_kill = time.monotonic()
+            faults.parent_kills += 1
         elif fault == "db_kill":
             faults.db_kills += kill_db_connections(args.database_url)
+
+
+def kill_a_runner(
+    args: argparse.Namespace,
+    runners: list[subprocess.Popen[bytes]],
+    env: dict[str, str],
+    faults: Faults,
+    queue: delayq.Queue,
+    log: Path,
+) -> None:
+    """kill -9 a runner (with --processes, one of its children: the parent starts another),
+    stopped first so that what it had begun can be counted."""
+    position = random.randrange(len(runners))
+    pids = children_of(runners[position].pid) if args.processes > 1 else [runners[position].pid]
+    if not pids:
+        return  # its children are being replaced
+    pid = random.choice(pids)
+    try:
+        os.kill(pid, signal.SIGSTOP)
+    except ProcessLookupError:
+        return
+    time.sleep(0.1)  # journal writes it had sent reach Redis, as they would after the kill
+    hit = handlers_in_flight(queue, pid, log)
+    os.kill(pid, signal.SIGKILL)
+    faults.log.append(f"{time.time():.3f} kill -9 {pid} hit {hit}")
+    if args.processes == 1:
+        runners[position].wait()
+        runners[position] = start_runner(env)
+    faults.kills += 1
+    faults.hit_kills += hit > 0
+    faults.handlers_hit += hit
+    faults.last_kill = time.monotonic()
+
+
+def children_of(parent: int) -> list[int]:
+    """The pids of `parent`'s live children, read from /proc."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if int(fields[1]) == parent and fields[0] not in ("Z", "X"):
+            pids.append(int(stat.parent.name))
+    return pids
+
+
+def handlers_in_flight(queue: delayq.Queue, pid: int, log: Path) -> int:
+    """Jobs the stopped process `pid` had begun (by the handlers' log) whose outcome is
+    neither committed nor journaled: the ones killing it may run a second time."""
+    begun = set()
+    for line in log.read_text().splitlines() if log.exists() else []:
+        parts = line.split()
+        if len(parts) == 5 and int(parts[3]) == pid:
+            begun.add(int(parts[4]))
+    if not begun:
+        return 0
+    running = Job.select(Job.id).where(Job.id.in_(begun), Job.status == Status.RUNNING)
+    ids = [row.id for row in running]
+    return len(ids) - len(queue.index.journal.journaled(DEFAULT_QUEUE, ids))
 
 
 def dead_run_unsettled(faults: Faults) -> bool:
@@ -271,7 +352,7 @@ def check(queue: delayq.Queue, expected: dict[int, str], log: Path) -> dict[str,
     """Compare the handlers' log and the table with what each job should have done."""
     successes: Counter[int] = Counter()
     for line in log.read_text().splitlines() if log.exists() else []:
-        kind, n, _attempt, _pid = line.split()
+        kind, n = line.split()[:2]
         if kind == "ok":
             successes[int(n)] += 1
     rows_by_ext: dict[int, list[Job]] = defaultdict(list)

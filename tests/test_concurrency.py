@@ -277,3 +277,23 @@ def test_a_run_killed_with_jobs_in_flight_charges_only_the_jobs_that_had_started
     assert sorted(read_log(log)) == ["quick 0", "quick 1", "start 0", "start 1", "start 2"]
     # Nothing of the dead run is left in the journal: no start notes, no start mark.
     assert queue.index.client.hgetall("{delay_queue_job}:journal") == {}
+
+
+def test_a_job_in_flight_put_back_on_the_schedule_is_not_started_again(
+    queue, cli_env, log, tmp_path
+):
+    gate = tmp_path / "gate"
+    job_id = queue.add(H, "gated", {"log": log, "n": 0, "gate": str(gate)}, now=time.time() - 1)
+    run = start(cli_env, "run", "--concurrency", "2")
+    wait_for(lambda: read_log(log) == ["start 0"], 30, "the job to start")
+
+    # What a rebuild after a FLUSHDB does when it read the row just before the run leased it.
+    queue.index.add("default", job_id, time.time() - 1)
+    key = schedule_key("default")
+    wait_for(lambda: queue.index.client.zscore(key, job_id) is None, 30, "the run's claim")
+    gate.touch()
+    _, stderr = run.communicate(timeout=30)
+
+    assert run.returncode == 0, stderr
+    assert read_log(log) == ["start 0", "done 0"]
+    assert queue.show(job_id)["status"] == "success"

@@ -105,3 +105,16 @@ def test_a_transaction_chosen_as_deadlock_victim_is_run_again(queue, backend):
     assert len(attempts) == 2  # the deadlock victim was run again, after the rival committed
     assert [Job.get_by_id(job_id).retry_times for job_id in (first, second)] == [5, 5]
     assert Job.get_by_id(filler[0]).retry_times == 7
+
+
+def test_a_row_the_run_already_holds_is_not_won_again(queue, log):
+    # A rebuild that read the row while it was pending can put it back on the schedule after
+    # the run leased it; the run's next claim then meets it again and must not take it.
+    first, second = (queue.add(H, "record", {"log": log}, delay=0) for _ in range(2))
+    now = time.time()
+    leases.mark_running(queue.table, [first], "run-a", now + 60, now)
+
+    won = leases.mark_running(queue.table, [first, second], "run-a", now + 60, now)
+
+    assert [job.id for job in won] == [second]
+    assert Job.get_by_id(first).lease_token == "run-a"

@@ -21,6 +21,7 @@ from .app import app, duration_or_none, open_queue, reporting_errors
 
 if TYPE_CHECKING:
     from ..queue import Queue
+    from ..worker.liveness import Liveness
     from ..worker.report import JobOutcome, RunReport
 
 PROGRESS_MIN_JOBS = 50  # a bar for a handful of jobs is noise
@@ -72,6 +73,10 @@ def run(
         str | None,
         typer.Option("--queues", help="Queues served in turn, batches a turn: a:3,b:1."),
     ] = None,
+    liveness_fd: Annotated[
+        int | None,
+        typer.Option("--liveness-fd", hidden=True, help="Beat on this pipe (--processes)."),
+    ] = None,
 ) -> None:
     """Run the due jobs once (or, with --loop, as they fall due); silent when all is well."""
     if processes != 1:
@@ -86,6 +91,7 @@ def run(
             "on_outcome": _print_outcome if verbose else None,
             "concurrency": concurrency,
             "grace": duration_or_none(grace, "--grace"),
+            "liveness": _liveness(liveness_fd),
         }
         if weighted is not None:
             names, options["weights"] = parse_weighted(weighted)
@@ -128,7 +134,23 @@ def _supervise(processes: int, params: dict[str, Any]) -> None:
     from ..worker.processes import Supervisor
 
     child = [sys.executable, "-m", "delayq", "run", *_child_options(params)]
-    raise typer.Exit(Supervisor(child, processes).run())
+
+    def command(fd: int) -> list[str]:
+        return [*child, "--liveness-fd", str(fd)]
+
+    raise typer.Exit(Supervisor(command, processes).run())
+
+
+def _liveness(fd: int | None) -> Liveness | None:
+    """A child of `--processes` beats on the pipe its parent gave it."""
+    if fd is None:
+        return None
+    from ..worker.liveness import Liveness
+
+    try:
+        return Liveness(fd)
+    except OSError as exc:
+        raise BadInput(f"--liveness-fd {fd}: not an open pipe ({exc.strerror})") from None
 
 
 def _child_options(params: dict[str, Any]) -> list[str]:

@@ -22,12 +22,29 @@ DISTINCT_MESSAGES = 4
 def mark_running(
     table: Table, ids: Sequence[int], token: str, lease_until: float, now: float
 ) -> list[ClaimedJob]:
-    """Take the PENDING rows among `ids` for this run; return those won, in id order."""
+    """Take the PENDING rows among `ids` for this run; return those won, in id order.
+
+    A row this run already holds can be back on the schedule (a rebuild after Redis lost
+    its data read it as pending just before the run leased it) and so among `ids`: it is
+    not won a second time, or the run would call it twice."""
     if not ids:
         return []
-    return run_reconnecting(
-        table.db, lambda: _mark_running(table, statements.id_list(ids), token, lease_until, now)
+    listed = statements.id_list(ids)
+    held = run_reconnecting(table.db, lambda: _held(table, listed, token))
+    won = run_reconnecting(table.db, lambda: _mark_running(table, listed, token, lease_until, now))
+    return [job for job in won if job.id not in held] if held else won
+
+
+def _held(table: Table, listed: str, token: str) -> set[int]:
+    # Read before the UPDATE, and apart from it: the UPDATE and its SELECT may be run again
+    # after a reconnect, and must then still return the rows this call took.
+    cursor = statements.execute(
+        table,
+        f"SELECT `id` FROM `delay_queue` @BY_ID WHERE `id` IN ({listed}) "
+        "AND `status` = %s AND `lease_token` = %s",
+        (int(Status.RUNNING), token),
     )
+    return {row[0] for row in cursor.fetchall()}
 
 
 def _mark_running(

@@ -36,7 +36,7 @@ class ConcurrentRun(Run):
         buffer = OutcomeBuffer(
             self.table, self.index, queue, self.token, self._bookkeeper(), notes_starts=True
         )
-        slots = Slots(self.settings.concurrency, caller.execute, self._limit_of)
+        slots = Slots(self.settings.concurrency, caller.execute, self.limit_of)
         drain = _Drain(self, queue, slots, buffer, caller)
         completed = False
         try:
@@ -50,9 +50,6 @@ class ConcurrentRun(Run):
             if self.noted_order:
                 self.index.journal.forget_order(queue, self.token)
                 self.noted_order = False
-
-    def _limit_of(self, job: ClaimedJob) -> float:
-        return job.timeout or self.settings.timeout
 
 
 class _Drain:
@@ -143,6 +140,8 @@ class _Drain:
         return max(wait, 0.0)
 
     def _collect(self, timeout: float) -> None:
+        # Every turn of the main loop passes here, calls in flight or not.
+        self.run.beat()
         for finished in self.slots.collect(timeout):
             result = finished.result
             if isinstance(result, Called):

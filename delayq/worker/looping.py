@@ -17,6 +17,7 @@ from ..store.failures import is_outage, one_line
 from ..store.index import ScheduleIndex
 from ..store.table import Table
 from .interrupts import GracefulStop
+from .liveness import Liveness
 from .passes import run_once
 from .report import OutcomeCallback, RunReport
 from .run import RunLimits, known_queues
@@ -44,12 +45,14 @@ def run_loop(
     duration: float | None,
     on_outcome: OutcomeCallback | None = None,
     stop: GracefulStop | None = None,
+    liveness: Liveness | None = None,
 ) -> RunReport:
     """Run passes until `duration` seconds have passed (None: until stopped)."""
     total = RunReport()
     deadline = None if duration is None else time.monotonic() + duration
     last_sweep = float("-inf")
-    outage = Outage(stop)
+    _reach(table, index)  # a server not reachable at all from the start: exit 1, at once
+    outage = Outage(stop, liveness, settings.lease + settings.grace)
     while True:
         remaining = float("inf") if deadline is None else deadline - time.monotonic()
         if remaining <= 0 or (stop is not None and stop.requested):
@@ -57,7 +60,9 @@ def run_loop(
         sweep = time.monotonic() - last_sweep >= SWEEP_EVERY
         pass_limits = replace(limits, max_seconds=min(limits.max_seconds, remaining), sweep=sweep)
         try:
-            report = run_once(settings, table, index, queues, pass_limits, None, on_outcome, stop)
+            report = run_once(
+                settings, table, index, queues, pass_limits, None, on_outcome, stop, liveness
+            )
         except Exception as exc:
             outage.wait_out(exc, remaining)  # re-raises what is not an outage
             continue
@@ -74,32 +79,39 @@ def run_loop(
     return total
 
 
+def _reach(table: Table, index: ScheduleIndex) -> None:
+    """Ask both servers once. A loop waits out a server that went away, but one it cannot
+    reach when it starts is more likely a wrong URL than a restart, and is said at once, as
+    a one-shot run says it."""
+    index.client.ping()
+    table.db.execute_sql("SELECT 1")
+
+
 class Outage:
     """The loop's patience while Redis or the database is away: each failed pass is
     followed by a pause, doubled each time, and one log line; a pass that works ends it.
-    What the failed pass held comes back by lease recovery on a later sweep. Before its
-    first pass has worked, a loop has no patience: a server it cannot reach at all is more
-    likely a wrong URL than a restart, and is said at once (exit 1), as a one-shot run does.
-    """
+    What the failed pass held comes back by lease recovery on a later sweep."""
 
-    def __init__(self, stop: GracefulStop | None) -> None:
+    def __init__(self, stop: GracefulStop | None, liveness: Liveness | None, slack: float) -> None:
         self.stop = stop
+        self.liveness = liveness  # a supervising parent must not take a pause for a hang
+        self.slack = slack
         self.pause = OUTAGE_PAUSE_FIRST
         self.failed = 0
-        self.has_worked = False
 
     def wait_out(self, exc: Exception, remaining: float) -> None:
-        if not (self.has_worked and is_outage(exc)):
+        if not is_outage(exc):
             raise exc
         self.failed += 1
         logger.warning("a server is away (%s); next try in %gs", one_line(exc), self.pause)
+        if self.liveness is not None:
+            self.liveness.beat(self.pause + self.slack)
         until = time.monotonic() + min(self.pause, remaining)
         while time.monotonic() < until and not (self.stop is not None and self.stop.requested):
             time.sleep(min(0.1, max(0.0, until - time.monotonic())))
         self.pause = min(self.pause * 2, OUTAGE_PAUSE_MAX)
 
     def end(self) -> None:
-        self.has_worked = True
         if self.failed:
             logger.warning("servers are back after %d failed tries; running again", self.failed)
         self.pause, self.failed = OUTAGE_PAUSE_FIRST, 0

@@ -13,6 +13,7 @@ from ..store.table import Table
 from .allowlist import check_allowlist
 from .concurrent import ConcurrentRun
 from .interrupts import GracefulStop
+from .liveness import Liveness
 from .report import OutcomeCallback, RunReport
 from .run import Run, RunLimits
 
@@ -77,9 +78,12 @@ def run_once(
     now: float | None = None,
     on_outcome: OutcomeCallback | None = None,
     stop: GracefulStop | None = None,
+    liveness: Liveness | None = None,
 ) -> RunReport:
-    """One pass over `queues` (default: every queue the index knows)."""
+    """One pass over `queues` (default: every queue the index knows); `liveness`: beats for
+    a supervising parent."""
     limits = limits or RunLimits(settings.since, None, settings.max_seconds)
     clock = (lambda: now) if now is not None else index.now
     kind = ConcurrentRun if settings.concurrency > 1 else Run
-    return kind(settings, table, index, limits, clock, on_outcome, stop).execute(queues)
+    run = kind(settings, table, index, limits, clock, on_outcome, stop, liveness)
+    return run.execute(queues)

@@ -5,18 +5,25 @@ stay exclusive between them as between any overlapping runs.
 The parent only supervises: it forwards SIGTERM and SIGINT, starts a fresh child in place of
 one that died (killed, crashed, stuck), and gives up with a non-zero exit when children keep
 dying. It holds no job and no connection, so killing it loses nothing its children hold.
+
+Each child beats on a pipe of its own (liveness.py), saying how long it may stay silent; one
+silent longer (a job stuck where its time limit cannot reach, a process frozen in C code) is
+killed with SIGKILL and replaced, and its jobs come back by their leases as after any kill -9.
 """
 
 from __future__ import annotations
 
 import ctypes
 import logging
+import os
 import signal
 import subprocess
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import FrameType
+
+from .liveness import BEAT_EVERY
 
 logger = logging.getLogger(__name__)
 
@@ -27,15 +34,59 @@ POLL = 0.1
 # Exit codes of a child that ended as asked: done, or stopped by the signal we forwarded.
 CLEAN_EXITS = frozenset({0, 128 + signal.SIGTERM, 128 + signal.SIGINT})
 PR_SET_PDEATHSIG = 1  # prctl(2)
+# Before its first beat a child imports, connects and checks the index: allow it this long.
+STARTUP = 60.0
+# Added to every promise: the child skips beats that move it less than BEAT_EVERY, and the
+# parent reads the pipes only every POLL.
+SLACK = BEAT_EVERY + POLL + 0.5
+
+
+class Child:
+    """A runner process and the read end of its liveness pipe."""
+
+    def __init__(self, process: subprocess.Popen[bytes], beats: int) -> None:
+        self.process = process
+        self.beats = beats
+        self.last_beat = time.monotonic()
+        self.silent_until = self.last_beat + STARTUP  # monotonic: past this it is stuck
+        self.killed = False  # by us, for its silence
+        self._partial = b""
+        os.set_blocking(beats, False)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def read_beats(self) -> None:
+        """Take in the beats written since the last look; the latest promise counts."""
+        try:
+            data = os.read(self.beats, 65536)
+        except BlockingIOError:
+            return
+        lines = (self._partial + data).split(b"\n")
+        self._partial = lines.pop()
+        if lines:
+            self.last_beat = time.monotonic()
+            try:
+                self.silent_until = self.last_beat + float(lines[-1]) + SLACK
+            except ValueError:
+                logger.warning("runner process %d beat %r; ignored", self.pid, lines[-1])
+
+    def is_silent(self) -> bool:
+        return not self.killed and time.monotonic() > self.silent_until
+
+    def close(self) -> None:
+        os.close(self.beats)
 
 
 class Supervisor:
-    """Keeps `count` children running `command` until they finish or a signal stops them."""
+    """Keeps `count` children running until they finish or a signal stops them; `command`
+    gives a child's command line, told the descriptor it beats on."""
 
-    def __init__(self, command: Sequence[str], count: int) -> None:
-        self.command = list(command)
+    def __init__(self, command: Callable[[int], Sequence[str]], count: int) -> None:
+        self.command = command
         self.count = count
-        self.children: list[subprocess.Popen[bytes]] = []
+        self.children: list[Child] = []
         self.deaths: deque[float] = deque()
         self.signum: int | None = None
 
@@ -50,31 +101,68 @@ class Supervisor:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+            for child in self.children:
+                child.close()
 
     def _watch(self) -> int:
         worst = 0
         while self.children:
             time.sleep(POLL)
-            for child in [child for child in self.children if child.poll() is not None]:
+            self._kill_the_silent()
+            for child in [child for child in self.children if child.process.poll() is not None]:
                 self.children.remove(child)
-                code = child.returncode
+                child.close()
+                code = child.process.returncode
                 if self.signum is None and _died(code):
                     if self._too_many_deaths():
                         logger.error("runner processes keep dying (exit %s); giving up", code)
                         self._stop_all(signal.SIGTERM)
                         return 1
-                    logger.warning(
-                        "runner process %d died (exit %s); starting another", child.pid, code
-                    )
+                    if not child.killed:  # a kill of ours was logged when it was made
+                        logger.warning(
+                            "runner process %d died (exit %s); starting another", child.pid, code
+                        )
                     self.children.append(self._spawn())
                     continue
                 worst = max(worst, _exit_code(code))
         return 128 + self.signum if self.signum is not None else worst
 
-    def _spawn(self) -> subprocess.Popen[bytes]:
-        # A group of its own: Ctrl-C on a terminal reaches only the parent, which forwards
-        # it once (a second SIGINT would make a child abandon the job it is running).
-        return subprocess.Popen(self.command, process_group=0, preexec_fn=_stop_with_parent)
+    def _kill_the_silent(self) -> None:
+        """SIGKILL each child silent past what it promised: its main thread is stuck where
+        nothing inside the process can free it. Also while stopping, or the parent would
+        wait for it forever."""
+        for child in self.children:
+            child.read_beats()
+            if child.is_silent() and child.process.poll() is None:
+                silence = time.monotonic() - child.last_beat
+                action = "killed it" if self.signum is not None else "killed it; starting another"
+                logger.error(
+                    "runner process %d made no progress for %.1fs, past its job's time limit "
+                    "and the grace; %s",
+                    child.pid,
+                    silence,
+                    action,
+                )
+                child.process.kill()
+                child.killed = True
+
+    def _spawn(self) -> Child:
+        beats, beat_end = os.pipe()
+        try:
+            # A group of its own: Ctrl-C on a terminal reaches only the parent, which forwards
+            # it once (a second SIGINT would make a child abandon the job it is running).
+            process = subprocess.Popen(
+                list(self.command(beat_end)),
+                process_group=0,
+                preexec_fn=_stop_with_parent,
+                pass_fds=(beat_end,),
+            )
+        except BaseException:
+            os.close(beats)
+            raise
+        finally:
+            os.close(beat_end)  # the child's alone, so its death reads as the end of the pipe
+        return Child(process, beats)
 
     def _too_many_deaths(self) -> bool:
         now = time.monotonic()
@@ -89,8 +177,8 @@ class Supervisor:
 
     def _stop_all(self, signum: int) -> None:
         for child in self.children:
-            if child.poll() is None:
-                child.send_signal(signum)
+            if child.process.poll() is None:
+                child.process.send_signal(signum)
 
 
 def _stop_with_parent() -> None:

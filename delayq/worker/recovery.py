@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 from ..store import leases, queries
 from ..store.index import ScheduleIndex
@@ -17,6 +19,7 @@ from ..store.table import Status, Table, tuples
 from .outcomes import Outcome, rearm, write_outcomes
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # A pending row due this long ago and absent from the index was lost by Redis (or by a run
 # that died between claim and lease); the grace keeps a live run's fresh claims out of reach.
@@ -34,14 +37,27 @@ class Recovered:
     reindexed: int = 0  # pending rows put back into the index
 
 
-def ensure_index(table: Table, index: ScheduleIndex) -> int:
-    """Rebuild the index from the table if Redis lost it; returns the entries added."""
+def ensure_index(
+    table: Table, index: ScheduleIndex, on_batch: Callable[[], None] | None = None
+) -> int:
+    """Rebuild the index from the table if Redis lost it; returns the entries added.
+    `on_batch` is called before each batch of rows: a rebuild of a large table is progress
+    that a supervising parent must not take for a stuck run."""
     if index.is_complete():
         return 0
     index.register(queries.pending_queues(table))
-    count = index.rebuild_from(queries.iter_pending(table))
+    batches = queries.iter_pending(table)
+    if on_batch is not None:
+        batches = _calling_before_each(batches, on_batch)
+    count = index.rebuild_from(batches)
     logger.warning("Redis had no schedule index; rebuilt %d entries from the table", count)
     return count
+
+
+def _calling_before_each(items: Iterator[T], call: Callable[[], None]) -> Iterator[T]:
+    for item in items:
+        call()
+        yield item
 
 
 def recover_leases(table: Table, index: ScheduleIndex, queue: str, now: float) -> Recovered:

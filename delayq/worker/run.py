@@ -30,6 +30,7 @@ from .calls import Caller
 from .claims import Batch, Claimer
 from .heartbeat import Heartbeat, LeaseDeadline
 from .interrupts import Abandoned, GracefulStop
+from .liveness import Liveness
 from .outcomes import OutcomeBuffer, Settled
 from .report import OutcomeCallback, RunReport
 
@@ -64,6 +65,7 @@ class Run:
         clock: Callable[[], float],
         on_outcome: OutcomeCallback | None = None,
         stop: GracefulStop | None = None,
+        liveness: Liveness | None = None,
     ) -> None:
         self.settings = settings
         self.table = table
@@ -72,6 +74,7 @@ class Run:
         self.clock = clock
         self.on_outcome = on_outcome
         self.stop = stop
+        self.liveness = liveness
         self.token = uuid.uuid4().hex
         self.report = RunReport()
         self.started_at = time.monotonic()
@@ -85,6 +88,7 @@ class Run:
     def execute(self, queues: Sequence[str] | None) -> RunReport:
         """Run the pass, note it for `delayq status`, and return its report."""
         started_at = self.clock()
+        self.beat()
         try:
             self._run_queues(queues)
         except Exception as exc:
@@ -114,7 +118,7 @@ class Run:
     def _run_each_queue(self, queues: Sequence[str] | None, caller: Caller) -> None:
         """Serve the queues in turn, each its weight in batches a turn, so a backlog in one
         delays another queue's due jobs by about one batch, not by the whole backlog."""
-        self.report.reindexed += recovery.ensure_index(self.table, self.index)
+        self.report.reindexed += recovery.ensure_index(self.table, self.index, self.beat)
         names = list(queues) if queues else known_queues(self.index)
         if self.limits.sweep:
             for queue in names:
@@ -270,12 +274,25 @@ class Run:
                     continue
                 self.calls += 1
                 self.report.lateness.observe(self.clock() - batch.due_by_id[job.id])
+                self.beat(self.limit_of(job))
                 called = caller.execute(job)
                 unstarted = position + 1
                 caller.announce(called.report)
                 self._count(buffer.add(called.outcome, more_coming=unstarted < len(jobs)))
         finally:
             self.claimer.hand_back(queue, jobs[unstarted:], batch.due_by_id, self.clock())
+
+    def limit_of(self, job: ClaimedJob) -> float:
+        """The job's time limit in seconds."""
+        return job.timeout or self.settings.timeout
+
+    def beat(self, limit: float | None = None) -> None:
+        """Tell a supervising parent that the main thread makes progress: it may now stay
+        silent for `limit` (a job's time limit; between jobs, the lease, past which a frozen
+        process has lost its jobs anyway) plus the grace."""
+        if self.liveness is not None:
+            silence = self.settings.lease if limit is None else limit
+            self.liveness.beat(silence + self.settings.grace)
 
     def _reassert_leases(self, jobs: list[ClaimedJob]) -> set[int]:
         renewed_at = time.monotonic()

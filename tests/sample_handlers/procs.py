@@ -5,6 +5,7 @@ the work."""
 from __future__ import annotations
 
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -47,3 +48,37 @@ def slow_pid(data: dict[str, Any]) -> str:
     time.sleep(float(data["seconds"]))
     _append(data["log"], f"done {data['n']} {os.getpid()}")
     return "slept"
+
+
+def freeze_once(data: dict[str, Any]) -> str:
+    """The first call blocks the signals a time limit and a stop arrive by, then sleeps in C:
+    nothing inside its process can end it. Later calls (the run after the kill) just record.
+
+    Appends "frozen <pid>" before it freezes and "done <pid>" when it returns."""
+    if _first_call(data):
+        _append(data["log"], f"frozen {os.getpid()}")
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM, signal.SIGTERM, signal.SIGINT})
+        time.sleep(3600)
+    _append(data["log"], f"done {os.getpid()}")
+    return "thawed"
+
+
+def hog_once(data: dict[str, Any]) -> str:
+    """The first call holds the GIL in C (a builtin summing a huge range never returns to
+    the interpreter), so every thread of its process stops: the heartbeat, the main loop,
+    signal handlers. Later calls just record, as freeze_once does."""
+    if _first_call(data):
+        _append(data["log"], f"frozen {os.getpid()}")
+        sum(range(10**15))
+    _append(data["log"], f"done {os.getpid()}")
+    return "thawed"
+
+
+def _first_call(data: dict[str, Any]) -> bool:
+    """Whether this is the job's first call, by a marker beside the log (claims are
+    exclusive, so no two calls of one job race for it)."""
+    marker = Path(f"{data['log']}.{data.get('n', 'first')}.called")
+    if marker.exists():
+        return False
+    marker.touch()
+    return True

@@ -1,8 +1,11 @@
-"""Handlers for the soak: each execution appends "<kind> <n> <attempt> <pid>" to data["log"],
-so the soak counts executions from the handlers' own record, not from delayq's."""
+"""Handlers for the soak: each execution appends "<kind> <n> <attempt> <pid> <row id>" to
+data["log"] as it starts, so the soak counts executions from the handlers' own record, not
+from delayq's, and knows which jobs a process it kills had begun. Each kind comes as a plain
+function and as an `async def` (`<kind>_async`) that behaves the same."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from typing import Any
@@ -13,8 +16,8 @@ from tests.sample_handlers.jobs import _append
 
 def _note(data: dict[str, Any], kind: str) -> int:
     job = delayq.current_job()
-    attempt = job.attempt if job else -1
-    _append(data["log"], f"{kind} {data['n']} {attempt} {os.getpid()}")
+    attempt, job_id = (job.attempt, job.id) if job else (-1, -1)
+    _append(data["log"], f"{kind} {data['n']} {attempt} {os.getpid()} {job_id}")
     return attempt
 
 
@@ -42,3 +45,26 @@ def hang_once(data: dict[str, Any]) -> str:
 def refuse(data: dict[str, Any]) -> None:
     _note(data, "refused")
     raise delayq.NoRetry("not retryable")
+
+
+async def ok_async(data: dict[str, Any]) -> str:
+    await asyncio.sleep(0)
+    return ok(data)
+
+
+async def fail_once_async(data: dict[str, Any]) -> str:
+    await asyncio.sleep(0)
+    return fail_once(data)
+
+
+async def hang_once_async(data: dict[str, Any]) -> str:
+    """Awaits past its time limit on the first attempt (the run cancels it there)."""
+    if _note(data, "try") == 0:
+        await asyncio.sleep(3600)
+    _note(data, "ok")
+    return "ok"
+
+
+async def refuse_async(data: dict[str, Any]) -> None:
+    await asyncio.sleep(0)
+    refuse(data)
