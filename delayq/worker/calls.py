@@ -19,11 +19,11 @@ from typing import Any
 from .. import context
 from ..config import Settings
 from ..errors import BadInput, HandlerNotAllowed, NoRetry
-from ..store.table import MESSAGE_MAX, ClaimedJob, Status
+from ..store.table import ClaimedJob, Status, storable
 from . import interrupts
 from .eventloop import EventLoopThread
 from .handlers import Handler, resolve
-from .interrupts import JobTimeout
+from .interrupts import RUN_STOPS, JobTimeout
 from .outcomes import Outcome
 from .report import JobOutcome, OutcomeCallback
 from .retry import should_retry
@@ -90,17 +90,21 @@ class Caller:
             result = handler(data)
             if inspect.isawaitable(result):  # an async def handler: awaited on the run's loop
                 result = self._event_loop().run(result, limit, lambda: context.running(job_context))
+            # Under the time limit still: a result's __repr__ may be as hostile as its handler.
+            message = _short_result(result)
         except NoRetry as exc:
             return Status.FAILED, _describe(exc), False
         except JobTimeout:
             return Status.FAILED, f"JobTimeout: ran longer than its {limit:g}s time limit", True
-        except (Exception, SystemExit) as exc:  # a handler's error never stops the run
+        except RUN_STOPS:  # the run's own signals: they stop the run, not fail the job
+            raise
+        except BaseException as exc:  # a handler's error, even SystemExit, never stops the run
             return Status.FAILED, _describe(exc), True
         finally:
             if self.time_limits:
                 interrupts.disarm()
             context.finished(token)
-        return Status.SUCCESS, _short_result(result), False
+        return Status.SUCCESS, message, False
 
     def _event_loop(self) -> EventLoopThread:
         with self._loop_lock:  # slots may meet their first async handler at once
@@ -156,6 +160,7 @@ class Caller:
         started: float,
     ) -> Called:
         duration = time.monotonic() - started
+        message = storable(message)  # a refused handler's name may hold anything
         outcome = Outcome(job, status, message, retry, self.clock())
         report = JobOutcome(
             job.id,
@@ -195,19 +200,28 @@ def _parse_params(params: str) -> tuple[str, str, Any]:
 
 
 def _describe(exc: BaseException) -> str:
+    """`TypeName: text` of a handler's exception, whatever its __str__ does."""
     try:
         text = str(exc)
-    except Exception:  # noqa: BLE001 - a handler's exception may not even print
+    except RUN_STOPS:
+        raise
+    except BaseException:  # noqa: BLE001 - a handler's exception may not even print
         text = "<unprintable>"
-    return (f"{type(exc).__name__}: {text}" if text else type(exc).__name__)[:MESSAGE_MAX]
+    return storable(f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
 
 
 def _short_result(result: Any) -> str:
+    """The text recorded for a handler's result. A result that cannot be shown does not
+    fail a job whose work is done (a retry would do it again): it is named by its type."""
     if result is None:
         return ""
-    if isinstance(result, str):
-        return result[:MESSAGE_MAX]
+    if type(result) is str:  # a str subclass may override slicing
+        return storable(result)
     try:
-        return json.dumps(result, default=repr)[:MESSAGE_MAX]
-    except (TypeError, ValueError):
-        return repr(result)[:MESSAGE_MAX]
+        return storable(json.dumps(result, default=repr))
+    except Exception:  # noqa: BLE001 - not JSON, or its repr raises
+        pass
+    try:
+        return storable(repr(result))
+    except Exception:  # noqa: BLE001 - RecursionError, a digit limit, a hostile __repr__
+        return f"<a {type(result).__name__} that cannot be shown>"

@@ -34,6 +34,8 @@ class EventLoopThread:
         future = asyncio.run_coroutine_threadsafe(_limited(awaitable, limit, enter), self.loop)
         try:
             return future.result()
+        except _Escaped as escaped:
+            raise escaped.exc from None
         except BaseException:
             future.cancel()
             raise
@@ -61,11 +63,27 @@ class EventLoopThread:
         done.set_result(None)
 
 
+class _Escaped(Exception):  # noqa: N818
+    """Carries a KeyboardInterrupt or SystemExit that an async handler raised to the thread
+    waiting for it: raised inside a task, asyncio would let it out of the loop and end it."""
+
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__(type(exc).__name__)
+        self.exc = exc
+
+
 async def _limited(awaitable: Awaitable[T], limit: float, enter: Callable[[], Any]) -> T:
     # A task runs in a copy of the context it was created in, which is the loop thread's:
     # the job's context is set again here, for this task only.
     enter()
     try:
-        return await asyncio.wait_for(awaitable, limit)
+        return await asyncio.wait_for(_contained(awaitable), limit)
     except TimeoutError:
         raise JobTimeout() from None
+
+
+async def _contained(awaitable: Awaitable[T]) -> T:
+    try:
+        return await awaitable
+    except (KeyboardInterrupt, SystemExit) as exc:
+        raise _Escaped(exc) from None
