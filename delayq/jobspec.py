@@ -18,6 +18,7 @@ from .config import DEFAULT_QUEUE, validate_queue_name
 from .errors import BadInput
 from .store import table
 from .store.table import Job, Status
+from .worker.calls import may_nest_deeper, nests_deeper, too_deep
 from .worker.handlers import locate
 
 PARAMS_MAX_BYTES = 65535  # what a MySQL TEXT column holds
@@ -70,7 +71,7 @@ def job_view(job: Job) -> dict[str, Any]:
     """The contract's JSON object for a job."""
     try:
         payload = json.loads(job.params)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):  # rows other code wrote may hold anything
         payload = {}
     if not isinstance(payload, dict):
         payload = {}
@@ -108,8 +109,12 @@ _PARAMS_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
 def encode_params(class_path: str, method: str, data: Any) -> str:
     try:
         text = _PARAMS_ENCODER.encode({"class": class_path, "method": method, "data": data})
+    except RecursionError:
+        raise BadInput(f"{too_deep()}; flatten it") from None
     except (TypeError, ValueError) as exc:
         raise BadInput(f"data is not JSON-serialisable: {exc}") from None
+    if may_nest_deeper(text) and nests_deeper(data):
+        raise BadInput(f"{too_deep()}; flatten it")
     try:
         size = len(text.encode("utf-8"))
     except UnicodeEncodeError:
@@ -122,7 +127,7 @@ def encode_params(class_path: str, method: str, data: Any) -> str:
 def decode_params(params: str) -> dict[str, Any]:
     try:
         payload = json.loads(params)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         payload = None
     if not isinstance(payload, dict) or not all(
         isinstance(payload.get(key), str) for key in ("class", "method")

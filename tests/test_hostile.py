@@ -13,7 +13,7 @@ import sys
 import pytest
 import redis
 
-from delayq import Status
+from delayq import BadInput, JobSpec, Status
 from delayq.store import leases
 from delayq.store.keys import queue_key
 from delayq.store.table import Job
@@ -144,3 +144,45 @@ def test_a_real_sigint_still_stops_an_api_run_and_hands_the_job_back(queue, log,
     assert b"Interrupt" in stderr.splitlines()[-1]  # KeyboardInterrupt, or its subclass
     assert queue.show(job_id)["status"] == "pending"
     assert _retries_of(job_id) == []
+
+
+def nested(levels: int) -> object:
+    data: list[object] = []
+    for _ in range(levels - 1):
+        data = [data]
+    return data
+
+
+@pytest.mark.parametrize("levels", [101, 30_000])
+def test_data_nested_too_deeply_is_refused_at_add_and_nothing_is_written(queue, log, levels):
+    with pytest.raises(BadInput, match="more than 100 levels deep"):
+        queue.add(H, "echo", nested(levels))
+    with pytest.raises(BadInput, match="more than 100 levels deep"):
+        queue.add_many([JobSpec(H, "echo", 1), JobSpec(H, "echo", nested(levels))])
+
+    assert Job.select().count() == 0
+    assert queue.index.size("default") == 0
+    queue.add(H, "echo", nested(100))  # the limit itself is fine
+    assert Job.select().count() == 1
+
+
+@MODES
+@pytest.mark.parametrize("levels", [101, 30_000])
+def test_a_row_with_data_nested_too_deeply_fails_for_good_and_the_run_goes_on(
+    queue, log, concurrency, levels
+):
+    # Written by other code, which no check at add protects.
+    data = "[" * levels + "]" * levels
+    params = f'{{"class": "{H}", "method": "echo", "data": {data}}}'
+    job_id = Job.insert(params=params, run_at=NOW).execute()
+    queue.index.add("default", job_id, NOW)
+    after = queue.add(H, "record", {"log": log, "n": "after"}, now=NOW)
+
+    report = queue.run(now=NOW, concurrency=concurrency)
+
+    assert (report.succeeded, report.failed, report.retried) == (1, 1, 0)
+    view = queue.show(job_id)
+    assert view["status"] == "failed"
+    assert view["message"] == "bad params: data nests lists and objects more than 100 levels deep"
+    assert _retries_of(job_id) == []
+    assert queue.show(after)["status"] == "success"

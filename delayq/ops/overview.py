@@ -303,7 +303,7 @@ def params_of(params: str) -> dict[str, Any]:
     """The decoded params object of a row, or {} when they are not a JSON object."""
     try:
         payload = json.loads(params)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):  # rows other code wrote may hold anything
         return {}
     return payload if isinstance(payload, dict) else {}
 

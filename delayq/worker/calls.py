@@ -30,6 +30,11 @@ from .retry import should_retry
 
 logger = logging.getLogger(__name__)
 
+# How deeply a job's data may nest lists and objects. JSON itself sets no limit, but Python's
+# parser and encoder recurse: a few thousand levels raise RecursionError wherever the data
+# is read, so a limit well below that is checked at add and again before each call.
+DATA_MAX_DEPTH = 100
+
 
 @dataclass(frozen=True)
 class Called:
@@ -189,6 +194,8 @@ def _call_of(job: ClaimedJob) -> tuple[str, str]:
 def _parse_params(params: str) -> tuple[str, str, Any]:
     try:
         payload = json.loads(params)
+    except RecursionError:
+        raise BadInput(f"bad params: {too_deep()}") from None
     except (TypeError, ValueError) as exc:
         raise BadInput(f"bad params: not JSON ({exc})") from None
     if not isinstance(payload, dict):
@@ -196,7 +203,34 @@ def _parse_params(params: str) -> tuple[str, str, Any]:
     class_path, method = payload.get("class"), payload.get("method")
     if not isinstance(class_path, str) or not isinstance(method, str):
         raise BadInput('bad params: "class" and "method" must be strings')
-    return class_path, method, payload.get("data")
+    data = payload.get("data")
+    if may_nest_deeper(params) and nests_deeper(data):
+        raise BadInput(f"bad params: {too_deep()}")
+    return class_path, method, data
+
+
+def too_deep() -> str:
+    return f"data nests lists and objects more than {DATA_MAX_DEPTH} levels deep"
+
+
+def may_nest_deeper(text: str) -> bool:
+    """A cheap test on the JSON text that rules out deep nesting for most jobs."""
+    return text.count("[") + text.count("{") > DATA_MAX_DEPTH
+
+
+def nests_deeper(data: Any) -> bool:
+    """Whether `data` nests lists and objects more than DATA_MAX_DEPTH levels deep; walked
+    without recursion, since the data it is asked about is the data that would overflow."""
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict):
+            value = list(value.values())
+        if isinstance(value, list | tuple):
+            if depth > DATA_MAX_DEPTH:
+                return True
+            stack.extend((item, depth + 1) for item in value)
+    return False
 
 
 def _describe(exc: BaseException) -> str:
