@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -20,7 +21,7 @@ from .. import context
 from ..config import Settings
 from ..errors import BadInput, HandlerNotAllowed, NoRetry
 from ..store.table import ClaimedJob, Status, storable
-from . import interrupts
+from . import forks, interrupts
 from .eventloop import EventLoopThread
 from .handlers import Handler, resolve
 from .interrupts import RUN_STOPS, JobTimeout
@@ -59,6 +60,7 @@ class Caller:
         self.clock = clock
         self.time_limits = time_limits  # whether SIGALRM can stop a handler here
         self.on_outcome = on_outcome
+        self.pid = os.getpid()  # the runner's: a handler's forked child is any other
         self.handlers: dict[tuple[str, str], Handler | BadInput] = {}
         self._loop: EventLoopThread | None = None  # started by the first async handler
         self._loop_lock = threading.Lock()
@@ -70,6 +72,12 @@ class Caller:
 
     def execute(self, job: ClaimedJob) -> Called:
         """Call the job's handler; never raises for what the handler or the job's params do."""
+        try:
+            return self._execute(job)
+        finally:  # in a child the handler forked (even at import), nothing more happens
+            forks.leave_if_forked(self.pid)
+
+    def _execute(self, job: ClaimedJob) -> Called:
         started = time.monotonic()
         try:
             class_path, method, data = _parse_params(job.params)
@@ -114,7 +122,7 @@ class Caller:
     def _event_loop(self) -> EventLoopThread:
         with self._loop_lock:  # slots may meet their first async handler at once
             if self._loop is None:
-                self._loop = EventLoopThread()
+                self._loop = EventLoopThread(self.pid)
             return self._loop
 
     def _handler(self, class_path: str, method: str) -> Handler:
