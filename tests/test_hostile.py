@@ -17,7 +17,7 @@ from delayq import BadInput, JobSpec, Status
 from delayq.store import leases
 from delayq.store.keys import queue_key
 from delayq.store.table import Job
-from tests.conftest import ROOT
+from tests.conftest import DELAYQ, ROOT
 from tests.sample_handlers.jobs import read_log
 from tests.waiting import wait_for
 
@@ -185,4 +185,21 @@ def test_a_row_with_data_nested_too_deeply_fails_for_good_and_the_run_goes_on(
     assert view["status"] == "failed"
     assert view["message"] == "bad params: data nests lists and objects more than 100 levels deep"
     assert _retries_of(job_id) == []
+    assert queue.show(after)["status"] == "success"
+
+
+@pytest.mark.parametrize("args", [[], ["--concurrency", "2"]], ids=["one-at-a-time", "slots"])
+def test_delayq_run_goes_on_past_a_handler_raising_keyboardinterrupt(queue, cli_env, log, args):
+    # `delayq run` routes SIGINT to its graceful stop: a KeyboardInterrupt is the handler's own.
+    raising = [
+        queue.add(X, method, {"log": log, "raise": "KeyboardInterrupt"})
+        for method in ("raise_", "raise_async")
+    ]
+    after = queue.add(H, "record", {"log": log, "n": "after"})
+
+    done = subprocess.run([*DELAYQ, "run", *args], env=cli_env, capture_output=True, timeout=60)
+
+    assert (done.returncode, done.stdout, done.stderr) == (0, b"", b"")
+    assert [queue.show(job_id)["status"] for job_id in raising] == ["failed", "failed"]
+    assert all(len(_retries_of(job_id)) == 1 for job_id in raising)
     assert queue.show(after)["status"] == "success"
