@@ -70,7 +70,8 @@ def test_a_dead_runs_journaled_surrogate_is_settled_by_recovery(queue, log, back
 @MODES
 @pytest.mark.parametrize("method", ["raise_", "raise_async"])
 @pytest.mark.parametrize(
-    "kind", ["KeyboardInterrupt", "SystemExit", "GeneratorExit", "Unraisable", "Unprintable"]
+    "kind",
+    ["KeyboardInterrupt", "SystemExit", "GeneratorExit", "Unraisable", "Unprintable", "SlyText"],
 )
 def test_a_handler_raising_any_base_exception_fails_its_job_and_the_run_goes_on(
     queue, log, concurrency, method, kind

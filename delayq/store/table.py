@@ -43,11 +43,12 @@ def storable(text: str) -> str:
     UTF-8 cannot encode (a lone surrogate, as from a badly encoded file name) spelled as a
     backslash escape, which keeps the offending code point visible where a replacement
     character would hide it."""
+    text = text[:MESSAGE_MAX]  # first: a result may be megabytes long
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text[:MESSAGE_MAX]
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")[:MESSAGE_MAX]
+    return text
 
 
 class Status(IntEnum):

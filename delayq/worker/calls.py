@@ -244,7 +244,7 @@ def nests_deeper(data: Any) -> bool:
 def _describe(exc: BaseException) -> str:
     """`TypeName: text` of a handler's exception, whatever its __str__ does."""
     try:
-        text = str(exc)
+        text = str.__str__(str(exc))  # a plain str: a subclass may override formatting too
     except RUN_STOPS:
         raise
     except BaseException:  # noqa: BLE001 - a handler's exception may not even print
@@ -264,6 +264,6 @@ def _short_result(result: Any) -> str:
     except Exception:  # noqa: BLE001 - not JSON, or its repr raises
         pass
     try:
-        return storable(repr(result))
+        return storable(str.__str__(repr(result)))
     except Exception:  # noqa: BLE001 - RecursionError, a digit limit, a hostile __repr__
         return f"<a {type(result).__name__} that cannot be shown>"

@@ -25,6 +25,21 @@ class Unprintable(Exception):
         raise Unraisable("no text either")
 
 
+class _Sly(str):
+    """Text that will not be formatted or sliced."""
+
+    def __format__(self, spec: str) -> str:
+        raise RuntimeError("no format")
+
+    def __getitem__(self, key: Any) -> str:
+        raise RuntimeError("no slices")
+
+
+class SlyText(Exception):
+    def __str__(self) -> str:
+        return _Sly("sly")
+
+
 class Unshowable:
     """A result whose repr fails."""
 
@@ -38,6 +53,7 @@ RAISES: dict[str, Any] = {
     "GeneratorExit": GeneratorExit,
     "Unraisable": lambda: Unraisable("stop everything"),
     "Unprintable": Unprintable,
+    "SlyText": SlyText,
     "surrogate": lambda: ValueError(f"cannot open report-{SURROGATE}.csv"),
 }
 
