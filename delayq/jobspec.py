@@ -17,7 +17,7 @@ from typing import Any
 from .config import DEFAULT_QUEUE, validate_queue_name
 from .errors import BadInput
 from .store import table
-from .store.params import payload_or_empty
+from .store.params import may_nest_deeper, nests_deeper, payload_or_empty, too_deep
 from .store.table import Job, Status
 from .worker.handlers import locate
 
@@ -104,8 +104,12 @@ _PARAMS_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
 def encode_params(class_path: str, method: str, data: Any) -> str:
     try:
         text = _PARAMS_ENCODER.encode({"class": class_path, "method": method, "data": data})
+    except RecursionError:
+        raise BadInput(f"{too_deep()}; flatten it") from None
     except (TypeError, ValueError) as exc:
         raise BadInput(f"data is not JSON-serialisable: {exc}") from None
+    if may_nest_deeper(text) and nests_deeper(data):
+        raise BadInput(f"{too_deep()}; flatten it")
     try:
         size = len(text.encode("utf-8"))
     except UnicodeEncodeError:

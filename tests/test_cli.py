@@ -130,6 +130,11 @@ BAD_ADDS = {
         [H, "echo", "--data", string_data_of(65536)],
         "job payload is 65536 bytes; the limit is 65535",
     ),
+    "data-101-levels": (
+        [H, "echo", "--data", "[" * 101 + "]" * 101],
+        "nests lists and objects more than 100 levels deep",
+    ),
+    "data-30000-levels": ([H, "echo", "--data", "[" * 30000 + "]" * 30000], "too deeply"),
     "queue-with-space": ([H, "echo", "--queue", "bad queue!"], "queue name 'bad queue!'"),
     "queue-empty": ([H, "echo", "--queue", ""], "queue name ''"),
     "queue-65-chars": ([H, "echo", "--queue", "q" * 65], "1-64 characters"),

@@ -82,5 +82,7 @@ def duration_or_none(text: str | None, name: str) -> float | None:
 def parse_json(text: str) -> Any:
     try:
         return json.loads(text)
+    except RecursionError:
+        raise BadInput("--data nests lists and objects too deeply; flatten it") from None
     except ValueError as exc:
         raise BadInput(f"--data is not valid JSON: {exc}") from None

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 from . import statements
 from .database import run_reconnecting
-from .table import MESSAGE_MAX, ClaimedJob, Job, Status, Table, claimed_fields, tuples, utc_stamp
+from .table import ClaimedJob, Job, Status, Table, claimed_fields, storable, tuples, utc_stamp
 
 # Up to this many different messages in a group commit cost one UPDATE each; more, one
 # UPDATE with a CASE over the ids.
@@ -108,12 +108,12 @@ def finish_many(
         return 0
     by_message: dict[str, list[int]] = {}
     for job_id, text in outcomes:
-        by_message.setdefault(text[:MESSAGE_MAX], []).append(job_id)
+        by_message.setdefault(storable(text), []).append(job_id)
     if len(by_message) > DISTINCT_MESSAGES:
         whens = " ".join(["WHEN %s THEN %s"] * len(outcomes))
         cases: list[Any] = []
         for job_id, text in outcomes:
-            cases += [int(job_id), text[:MESSAGE_MAX]]
+            cases += [int(job_id), storable(text)]
         ids = [job_id for job_id, _ in outcomes]
         return _finish(table, status, f"CASE `id` {whens} END", cases, ids, token, now)
     return sum(

@@ -21,6 +21,10 @@ from ..errors import BadInput
 PHP_SERIALIZED = re.compile(r"^[aO]:\d+:")
 # What phpserialize raises on text it cannot read (RecursionError: nesting too deep).
 _MALFORMED = (ValueError, TypeError, RecursionError)
+# How deeply a job's data may nest lists and objects. JSON itself sets no limit, but Python's
+# parser and encoder recurse: a few thousand levels raise RecursionError wherever the data
+# is read, so a limit well below that is checked at add and again before each call.
+DATA_MAX_DEPTH = 100
 
 
 class Call(NamedTuple):
@@ -48,18 +52,47 @@ def read_call(params: str, php_classes: Mapping[str, str]) -> Call:
 
 def read_payload(params: str) -> dict[str, Any]:
     """The params as an object ({"class", "method", "data"}), from JSON or PHP; or BadInput."""
-    if is_php(params):
-        payload = _unserialize(params)
-        if not isinstance(payload, dict):
-            raise BadInput("bad params: the PHP value is not an array with keys")
-        return payload
+    payload = _unserialize(params) if is_php(params) else _parse_json(params)
+    if not isinstance(payload, dict):
+        kind = "the PHP value is not an array with keys" if is_php(params) else "not a JSON object"
+        raise BadInput(f"bad params: {kind}")
+    # PHP arrays nest with "{" too, so the cheap test on the text holds for both.
+    if may_nest_deeper(params) and nests_deeper(payload.get("data")):
+        raise BadInput(f"bad params: {too_deep()}")
+    return payload
+
+
+def _parse_json(params: str) -> Any:
     try:
-        payload = json.loads(params)
+        return json.loads(params)
+    except RecursionError:
+        raise BadInput(f"bad params: {too_deep()}") from None
     except (TypeError, ValueError) as exc:
         raise BadInput(f"bad params: not JSON ({exc})") from None
-    if not isinstance(payload, dict):
-        raise BadInput("bad params: not a JSON object")
-    return payload
+
+
+def too_deep() -> str:
+    return f"data nests lists and objects more than {DATA_MAX_DEPTH} levels deep"
+
+
+def may_nest_deeper(text: str) -> bool:
+    """A cheap test on the params' text that rules out deep nesting for most jobs."""
+    return text.count("[") + text.count("{") > DATA_MAX_DEPTH
+
+
+def nests_deeper(data: Any) -> bool:
+    """Whether `data` nests lists and objects more than DATA_MAX_DEPTH levels deep; walked
+    without recursion, since the data it is asked about is the data that would overflow."""
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict):
+            value = list(value.values())
+        if isinstance(value, list | tuple):
+            if depth > DATA_MAX_DEPTH:
+                return True
+            stack.extend((item, depth + 1) for item in value)
+    return False
 
 
 def payload_or_empty(params: str) -> dict[str, Any]:

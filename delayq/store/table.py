@@ -38,6 +38,19 @@ EXT_MAX = 255
 MESSAGE_MAX = 2000
 
 
+def storable(text: str) -> str:
+    """`text` as a message column can hold it: at most MESSAGE_MAX characters, and what
+    UTF-8 cannot encode (a lone surrogate, as from a badly encoded file name) spelled as a
+    backslash escape, which keeps the offending code point visible where a replacement
+    character would hide it."""
+    text = text[:MESSAGE_MAX]  # first: a result may be megabytes long
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")[:MESSAGE_MAX]
+    return text
+
+
 class Status(IntEnum):
     PENDING = 1
     RUNNING = 2  # claimed by a run that holds its lease

@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -20,11 +21,11 @@ from .. import context
 from ..config import Settings
 from ..errors import BadInput, HandlerNotAllowed, NoRetry
 from ..store.params import read_call
-from ..store.table import MESSAGE_MAX, ClaimedJob, Status
-from . import interrupts
+from ..store.table import ClaimedJob, Status, storable
+from . import forks, interrupts
 from .eventloop import EventLoopThread
 from .handlers import Handler, resolve
-from .interrupts import JobTimeout
+from .interrupts import RUN_STOPS, JobTimeout
 from .outcomes import Outcome
 from .report import JobOutcome, OutcomeCallback
 from .retry import should_retry
@@ -56,6 +57,7 @@ class Caller:
         self.clock = clock
         self.time_limits = time_limits  # whether SIGALRM can stop a handler here
         self.on_outcome = on_outcome
+        self.pid = os.getpid()  # the runner's: a handler's forked child is any other
         self.handlers: dict[tuple[str, str], Handler | BadInput] = {}
         self._loop: EventLoopThread | None = None  # started by the first async handler
         self._loop_lock = threading.Lock()
@@ -67,6 +69,12 @@ class Caller:
 
     def execute(self, job: ClaimedJob) -> Called:
         """Call the job's handler; never raises for what the handler or the job's params do."""
+        try:
+            return self._execute(job)
+        finally:  # in a child the handler forked (even at import), nothing more happens
+            forks.leave_if_forked(self.pid)
+
+    def _execute(self, job: ClaimedJob) -> Called:
         started = time.monotonic()
         try:
             class_path, method, data = read_call(job.params, self.php_classes)
@@ -92,22 +100,26 @@ class Caller:
             result = handler(data)
             if inspect.isawaitable(result):  # an async def handler: awaited on the run's loop
                 result = self._event_loop().run(result, limit, lambda: context.running(job_context))
+            # Under the time limit still: a result's __repr__ may be as hostile as its handler.
+            message = _short_result(result)
         except NoRetry as exc:
             return Status.FAILED, _describe(exc), False
         except JobTimeout:
             return Status.FAILED, f"JobTimeout: ran longer than its {limit:g}s time limit", True
-        except (Exception, SystemExit) as exc:  # a handler's error never stops the run
+        except RUN_STOPS:  # the run's own signals: they stop the run, not fail the job
+            raise
+        except BaseException as exc:  # a handler's error, even SystemExit, never stops the run
             return Status.FAILED, _describe(exc), True
         finally:
             if self.time_limits:
                 interrupts.disarm()
             context.finished(token)
-        return Status.SUCCESS, _short_result(result), False
+        return Status.SUCCESS, message, False
 
     def _event_loop(self) -> EventLoopThread:
         with self._loop_lock:  # slots may meet their first async handler at once
             if self._loop is None:
-                self._loop = EventLoopThread()
+                self._loop = EventLoopThread(self.pid)
             return self._loop
 
     def _handler(self, class_path: str, method: str) -> Handler:
@@ -160,6 +172,7 @@ class Caller:
         started: float,
     ) -> Called:
         duration = time.monotonic() - started
+        message = storable(message)  # a refused handler's name may hold anything
         outcome = Outcome(job, status, message, retry, self.clock())
         report = JobOutcome(
             job.id,
@@ -186,19 +199,28 @@ def _call_of(job: ClaimedJob, php_classes: dict[str, str]) -> tuple[str, str]:
 
 
 def _describe(exc: BaseException) -> str:
+    """`TypeName: text` of a handler's exception, whatever its __str__ does."""
     try:
-        text = str(exc)
-    except Exception:  # noqa: BLE001 - a handler's exception may not even print
+        text = str.__str__(str(exc))  # a plain str: a subclass may override formatting too
+    except RUN_STOPS:
+        raise
+    except BaseException:  # noqa: BLE001 - a handler's exception may not even print
         text = "<unprintable>"
-    return (f"{type(exc).__name__}: {text}" if text else type(exc).__name__)[:MESSAGE_MAX]
+    return storable(f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
 
 
 def _short_result(result: Any) -> str:
+    """The text recorded for a handler's result. A result that cannot be shown does not
+    fail a job whose work is done (a retry would do it again): it is named by its type."""
     if result is None:
         return ""
-    if isinstance(result, str):
-        return result[:MESSAGE_MAX]
+    if type(result) is str:  # a str subclass may override slicing
+        return storable(result)
     try:
-        return json.dumps(result, default=repr)[:MESSAGE_MAX]
-    except (TypeError, ValueError):
-        return repr(result)[:MESSAGE_MAX]
+        return storable(json.dumps(result, default=repr))
+    except Exception:  # noqa: BLE001 - not JSON, or its repr raises
+        pass
+    try:
+        return storable(str.__str__(repr(result)))
+    except Exception:  # noqa: BLE001 - RecursionError, a digit limit, a hostile __repr__
+        return f"<a {type(result).__name__} that cannot be shown>"

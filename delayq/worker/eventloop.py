@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from ..threads import keep_signals_off_this_thread
+from . import forks
 from .interrupts import JobTimeout
 
 T = TypeVar("T")
@@ -21,7 +22,8 @@ T = TypeVar("T")
 class EventLoopThread:
     """An asyncio loop running on its own thread until `close`."""
 
-    def __init__(self) -> None:
+    def __init__(self, runner_pid: int) -> None:
+        self.runner_pid = runner_pid
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._serve, name="delayq-asyncio", daemon=True)
         self._thread.start()
@@ -31,9 +33,12 @@ class EventLoopThread:
         the job's context there), and wait for its result here. Past `limit` seconds it is
         cancelled and JobTimeout raised; if this thread is interrupted while it waits (the
         main thread's own time limit, a second stop signal) it is cancelled too."""
-        future = asyncio.run_coroutine_threadsafe(_limited(awaitable, limit, enter), self.loop)
+        limited = _limited(_contained(awaitable, self.runner_pid), limit, enter)
+        future = asyncio.run_coroutine_threadsafe(limited, self.loop)
         try:
             return future.result()
+        except _Escaped as escaped:
+            raise escaped.exc from None
         except BaseException:
             future.cancel()
             raise
@@ -61,6 +66,15 @@ class EventLoopThread:
         done.set_result(None)
 
 
+class _Escaped(Exception):  # noqa: N818
+    """Carries a KeyboardInterrupt or SystemExit that an async handler raised to the thread
+    waiting for it: raised inside a task, asyncio would let it out of the loop and end it."""
+
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__(type(exc).__name__)
+        self.exc = exc
+
+
 async def _limited(awaitable: Awaitable[T], limit: float, enter: Callable[[], Any]) -> T:
     # A task runs in a copy of the context it was created in, which is the loop thread's:
     # the job's context is set again here, for this task only.
@@ -69,3 +83,12 @@ async def _limited(awaitable: Awaitable[T], limit: float, enter: Callable[[], An
         return await asyncio.wait_for(awaitable, limit)
     except TimeoutError:
         raise JobTimeout() from None
+
+
+async def _contained(awaitable: Awaitable[T], runner_pid: int) -> T:
+    try:
+        return await awaitable
+    except (KeyboardInterrupt, SystemExit) as exc:
+        raise _Escaped(exc) from None
+    finally:  # a child the handler forked on the loop's thread would serve the loop forever
+        forks.leave_if_forked(runner_pid)

@@ -26,6 +26,16 @@ class Abandoned(BaseException):  # noqa: N818
     """Raised inside a handler when a second stop signal asks to give the job up at once."""
 
 
+class SignalInterrupt(KeyboardInterrupt):
+    """SIGINT in a run that no graceful stop listens for (an API run on the main thread):
+    the run stops. A KeyboardInterrupt a handler raises itself is its job's failure; this
+    type is how the two are told apart."""
+
+
+# What a handler's call lets through: the run is told to stop, not the job to fail.
+RUN_STOPS: tuple[type[BaseException], ...] = (Abandoned, SignalInterrupt)
+
+
 def in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
@@ -70,11 +80,20 @@ def time_limits() -> Iterator[bool]:
         yield False
         return
     previous = signal.signal(signal.SIGALRM, _Clock.expire)
+    interrupt = signal.getsignal(signal.SIGINT)
+    if interrupt is signal.default_int_handler:  # no graceful stop routes SIGINT
+        signal.signal(signal.SIGINT, _interrupt)
     try:
         yield True
     finally:
         _Clock.clear()
         signal.signal(signal.SIGALRM, previous)
+        if interrupt is signal.default_int_handler:
+            signal.signal(signal.SIGINT, interrupt)
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise SignalInterrupt()
 
 
 def arm(seconds: float) -> None:

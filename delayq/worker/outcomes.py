@@ -192,7 +192,7 @@ def _write_outcomes(table: Table, outcomes: list[Outcome], token: str | None) ->
         settled.succeeded = leases.finish_many(table, successes, token, Status.SUCCESS, now)
         if settled.succeeded < len(successes):
             settled.lost += _not_finished(
-                table, [job_id for job_id, _ in successes], Status.SUCCESS
+                table, [job_id for job_id, _ in successes], Status.SUCCESS, token
             )
         for outcome in outcomes:
             if outcome.status == Status.FAILED:
@@ -235,8 +235,13 @@ def _write_failure(table: Table, outcome: Outcome, token: str | None, settled: S
         )
 
 
-def _not_finished(table: Table, ids: list[int], status: Status) -> list[int]:
+def _not_finished(table: Table, ids: list[int], status: Status, token: str | None) -> list[int]:
+    """Those of `ids` this run did not finish with `status`. The row's status alone cannot
+    say: a run that took a job over after our lease lapsed records the same status, and a
+    late outcome taken for ours would re-arm a recurring job a second time. A row keeps the
+    token of the run that finished it."""
     Job = table.model
-    query = Job.select(Job.id).where(Job.id.in_(ids), Job.status == status)
+    held = Job.lease_token.is_null() if token is None else Job.lease_token == token
+    query = Job.select(Job.id).where(Job.id.in_(ids), Job.status == status, held)
     done = {job_id for (job_id,) in tuples(query)}
     return [job_id for job_id in ids if job_id not in done]

@@ -311,7 +311,10 @@ class Run:
         self.report.failed += settled.failed
         self.report.retried += len(settled.retries)
         for job_id in settled.lost:
-            logger.error("job %d finished but its lease had been taken over", job_id)
+            logger.error(
+                "job %d finished but its lease had been taken over; this outcome is refused",
+                job_id,
+            )
 
 
 def _outcome_word(report: RunReport) -> str:
