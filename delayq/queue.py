@@ -21,7 +21,15 @@ from .config import (
     validate_queue_name,
 )
 from .errors import BadInput, JobNotFound
-from .jobspec import JobSpec, check_ext, decode_params, job_view, row_view, run_at_of, to_row
+from .jobspec import (
+    JobSpec,
+    check_key,
+    decode_params,
+    job_view,
+    row_view,
+    run_at_of,
+    to_row,
+)
 from .store import embedded, inserts, queries
 from .store.database import open_database, sqlite_url
 from .store.failures import backend_errors, one_line
@@ -147,15 +155,16 @@ class Queue:
         """Cancel one pending job by id, or every pending job with business key `ext`."""
         if (job_id is None) == (ext is None):
             raise BadInput("cancel takes a job id or --ext, not both and not neither")
+        key = None if ext is None else check_key(ext)
+        if queue is not None:
+            validate_queue_name(queue)
         now = self.index.now() if now is None else now
-        if job_id is not None:
-            job = self._get(job_id)
+        if key is None:
+            job = self._get(job_id or 0)
             targets = [(job.id, job.queue)] if job.status == Status.PENDING else []
         else:
-            queries.stop_series(
-                self.table, check_ext(ext or ""), queue
-            )  # first, so no re-arm slips past
-            targets = queries.pending_by_ext(self.table, check_ext(ext or ""), queue)
+            queries.stop_series(self.table, key, queue)  # first, so no re-arm slips past
+            targets = queries.pending_by_ext(self.table, key, queue)
         count = queries.cancel(self.table, [job_id for job_id, _ in targets], now)
         for name in {name for _, name in targets}:
             self.index.remove(name, [job_id for job_id, q in targets if q == name])

@@ -133,6 +133,13 @@ BAD_ADDS = {
     "queue-with-space": ([H, "echo", "--queue", "bad queue!"], "queue name 'bad queue!'"),
     "queue-empty": ([H, "echo", "--queue", ""], "queue name ''"),
     "queue-65-chars": ([H, "echo", "--queue", "q" * 65], "1-64 characters"),
+    "at-year-9999": ([H, "echo", "--at", "9999-12-31T00:00:00+00:00"], "10 years ahead"),
+    "at-year-1": ([H, "echo", "--at", "0001-01-01T00:00:00+01:00"], "before 1970"),
+    "at-before-1970": ([H, "echo", "--at", "1969-12-31T23:59:59+00:00"], "before 1970"),
+    "delay-11-years": ([H, "echo", "--delay", f"{11 * 365}d"], "10 years ahead"),
+    "delay-many-digits": ([H, "echo", "--delay", "9" * 400], "non-negative number"),
+    "every-11-years": ([H, "echo", "--every", f"{11 * 365}d"], "--every must be between"),
+    "timeout-101-years": ([H, "echo", "--timeout", f"{101 * 365}d"], "longer than 100 years"),
 }
 
 
@@ -151,6 +158,9 @@ BAD_OTHERS = {
     "run-max-seconds-negative": (["run", "--max-seconds", "-1"], "--max-seconds must be"),
     "retry-delay-negative": (["retry", "1", "--delay", "-5"], "--delay must be a non-negative"),
     "cancel-ext-too-long": (["cancel", "--ext", "x" * 256], "ext is 256 characters"),
+    "cancel-ext-empty": (["cancel", "--ext", ""], "--ext is empty"),
+    "cancel-bad-queue": (["cancel", "--ext", "x", "--queue", "a b"], "queue name 'a b'"),
+    "retry-delay-11-years": (["retry", "1", "--delay", f"{11 * 365}d"], "10 years ahead"),
 }
 
 
@@ -253,6 +263,27 @@ def test_cancel_by_ext_prints_the_count_and_empties_the_schedule(delayq, stored)
     assert (result.exit_code, result.stdout) == (0, "2\n")
     assert json.loads(delayq("show", str(first), "--json").stdout)["status"] == "cancelled"
     assert stored()[:2] == (2, 0)
+
+
+def test_cancel_with_an_empty_ext_cancels_nothing_and_keeps_series_recurring(
+    delayq, stored, backend
+):
+    # An unset shell variable: every job added without --ext has the empty key.
+    once = add(delayq, H, "echo", "--delay", "1h")
+    timer = add(delayq, H, "echo", "--delay", "1h", "--every", "1h")
+
+    result = delayq("cancel", "--ext", "")
+
+    assert_one_error_line(result, 2, "--ext is empty")
+    for job_id in (once, timer):
+        assert json.loads(delayq("show", str(job_id), "--json").stdout)["status"] == "pending"
+    assert stored() == (2, 2, [DEFAULT_QUEUE_KEY])
+    db = open_database(backend["database_url"])
+    try:
+        (every,) = db.execute_sql(f"SELECT every FROM delay_queue WHERE id = {timer}").fetchone()
+    finally:
+        db.close()
+    assert every == 3600
 
 
 def test_retry_of_a_pending_job_exits_2_and_adds_no_attempt(delayq, stored):

@@ -140,7 +140,12 @@ def _timing_cells(stats: QueueStats, now: float) -> list[str]:
 
 def _clock(epoch: float | None) -> str:
     """Local time to the second, short enough for a table cell."""
-    return "-" if epoch is None else datetime.fromtimestamp(epoch).strftime("%Y-%m-%d %H:%M:%S")
+    if epoch is None:
+        return "-"
+    try:
+        return datetime.fromtimestamp(epoch).strftime("%Y-%m-%d %H:%M:%S")
+    except (ValueError, OverflowError, OSError):  # a time no calendar here can show
+        return f"{epoch:g}"
 
 
 def _describe_last_run(last: LastRun | None, now: float) -> str:
