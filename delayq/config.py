@@ -87,9 +87,25 @@ def load_settings(
 
 def validate_queue_name(name: str) -> str:
     """`name`, if it can be a queue name (it becomes part of a Redis key)."""
-    if not QUEUE_NAME.match(name):
+    if not isinstance(name, str) or not QUEUE_NAME.fullmatch(name):
         raise BadInput(f"queue name {name!r} must be 1-64 characters of A-Z a-z 0-9 _ . : -")
     return name
+
+
+def validate_text(value: str, name: str) -> str:
+    """`value`, if it is a non-empty value a filter or key can hold: text that encodes as
+    UTF-8 (argv bytes that are not UTF-8 reach Python as lone surrogates) and no NUL."""
+    if not isinstance(value, str):
+        raise BadInput(f"{name} must be text")
+    if value == "":
+        raise BadInput(f"{name} is empty; give a value or leave the option out")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadInput(f"{name} is not valid UTF-8") from None
+    if "\0" in value:
+        raise BadInput(f"{name} contains a NUL character")
+    return value
 
 
 def redact_url(url: str | None) -> str:

@@ -34,6 +34,7 @@ from .store import embedded, inserts, queries
 from .store.database import open_database, sqlite_url
 from .store.failures import backend_errors, one_line
 from .store.index import ScheduleIndex
+from .store.keys import MAX_ID
 from .store.table import Job, Status, Table, create_tables, status_word, utc_stamp
 from .worker.handlers import locate
 from .worker.interrupts import GracefulStop
@@ -48,6 +49,8 @@ if TYPE_CHECKING:  # loaded by the methods that use them, so `delayq run` does w
     from .worker.recovery import Reconciled
 
 logger = logging.getLogger(__name__)
+
+MAX_PAGE = 10_000  # rows `list` or `peek` shows at once; more is a page of its own
 
 
 class Queue:
@@ -226,8 +229,10 @@ class Queue:
         now: float | None = None,
     ) -> list[dict[str, Any]]:
         """Rows matching `filters`, newest first, as `list --json` shows them."""
-        if limit < 1:
-            raise BadInput("--limit must be at least 1")
+        if not 1 <= limit <= MAX_PAGE:
+            raise BadInput(f"--limit must be between 1 and {MAX_PAGE}")
+        if before_id is not None and not 1 <= before_id <= MAX_ID:
+            raise BadInput(f"--before-id must be between 1 and {MAX_ID}")
         now = self.index.now() if now is None else now
         from .ops import overview
 
@@ -238,8 +243,8 @@ class Queue:
     @backend_errors
     def peek(self, count: int = 10, *, queues: Sequence[str] | None = None) -> list[Upcoming]:
         """The next `count` scheduled jobs across `queues` (default all), without claiming."""
-        if count < 1:
-            raise BadInput("peek needs a count of at least 1")
+        if not 1 <= count <= MAX_PAGE:
+            raise BadInput(f"peek needs a count between 1 and {MAX_PAGE}")
         if queues:
             names = [validate_queue_name(name) for name in queues]
         else:
@@ -342,7 +347,8 @@ class Queue:
         )
 
     def _get(self, job_id: int) -> Job:
-        job = queries.get_job(self.table, job_id)
+        # An id no column can hold names no job; asked as it is, the database would fail.
+        job = queries.get_job(self.table, job_id) if 0 < job_id <= MAX_ID else None
         if job is None:
             raise JobNotFound(f"no job with id {job_id}")
         return job

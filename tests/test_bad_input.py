@@ -82,3 +82,30 @@ def test_retry_refuses_a_delay_beyond_the_horizon(queue):
         queue.retry(job_id, delay=HORIZON + 1, now=NOW + 2)
 
     assert Job.select().count() == 1
+
+
+STRAY_MEMBERS = ["²", "٣", "abc", "-1", "007", "1e3", "9" * 30, str(2**63)]
+
+
+def test_a_run_drops_schedule_members_that_are_not_job_ids_with_a_line_each(queue, log, caplog):
+    good = queue.add(H, "record", {"log": log, "n": 1}, now=NOW)
+    queue.index.client.zadd(schedule_key("default"), dict.fromkeys(STRAY_MEMBERS, NOW))
+
+    with caplog.at_level("WARNING", logger="delayq"):
+        report = queue.run(now=NOW + 1)
+
+    assert queue.show(good)["status"] == "success"
+    assert report.dropped == len(STRAY_MEMBERS)
+    assert queue.index.size("default") == 0
+    dropped = [r.getMessage() for r in caplog.records if "not a job id" in r.getMessage()]
+    assert len(dropped) == len(STRAY_MEMBERS)
+    assert all(repr(member) in " ".join(dropped) for member in STRAY_MEMBERS)
+
+
+def test_peek_and_reconcile_pass_over_members_that_are_not_job_ids(queue):
+    job_id = queue.add(H, "echo", delay=60, now=NOW)
+    queue.index.client.zadd(schedule_key("default"), dict.fromkeys(STRAY_MEMBERS, NOW))
+
+    assert [entry.id for entry in queue.peek(20)] == [job_id]
+    assert queue.reconcile().removed["default"] == len(STRAY_MEMBERS)
+    assert queue.index.size("default") == 1

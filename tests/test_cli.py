@@ -140,6 +140,8 @@ BAD_ADDS = {
     "delay-many-digits": ([H, "echo", "--delay", "9" * 400], "non-negative number"),
     "every-11-years": ([H, "echo", "--every", f"{11 * 365}d"], "--every must be between"),
     "timeout-101-years": ([H, "echo", "--timeout", f"{101 * 365}d"], "longer than 100 years"),
+    "queue-trailing-newline": ([H, "echo", "--queue", "default\n"], "queue name"),
+    "ext-not-utf8": ([H, "echo", "--ext", "a\udcffb"], "ext is not valid UTF-8"),
 }
 
 
@@ -161,6 +163,22 @@ BAD_OTHERS = {
     "cancel-ext-empty": (["cancel", "--ext", ""], "--ext is empty"),
     "cancel-bad-queue": (["cancel", "--ext", "x", "--queue", "a b"], "queue name 'a b'"),
     "retry-delay-11-years": (["retry", "1", "--delay", f"{11 * 365}d"], "10 years ahead"),
+    "cancel-queue-not-utf8": (["cancel", "--ext", "x", "-q", "\udcff"], "queue name"),
+    "list-limit-huge": (["list", "--limit", str(10**30)], "--limit must be between 1 and"),
+    "list-before-id-huge": (["list", "--before-id", str(10**30)], "--before-id must be"),
+    "list-since-huge": (["list", "--since", str(10**30)], "longer than 100 years"),
+    "list-ext-not-utf8": (["list", "--ext", "\udcff"], "--ext is not valid UTF-8"),
+    "list-ext-nul": (["list", "--ext", "a\0b"], "--ext contains a NUL"),
+    "list-ext-empty": (["list", "--ext", ""], "--ext is empty"),
+    "list-class-not-utf8": (["list", "--class", "\udcff"], "--class is not valid UTF-8"),
+    "list-class-empty": (["list", "--class", ""], "--class is empty"),
+    "list-queue-not-utf8": (["list", "--queue", "\udcff"], "queue name"),
+    "list-queue-newline": (["list", "--queue", "default\n"], "queue name"),
+    "peek-count-huge": (["peek", str(10**30)], "count between 1 and"),
+    "purge-older-than-huge": (["purge", "--older-than", str(10**30)], "longer than 100 years"),
+    "requeue-class-empty": (["requeue", "--status", "failed", "--class", ""], "--class is empty"),
+    "requeue-queue-not-utf8": (["requeue", "--status", "failed", "-q", "\udcff"], "queue name"),
+    "requeue-since-huge": (["requeue", "--status", "failed", "--since", "9" * 30], "100 years"),
 }
 
 
@@ -228,10 +246,11 @@ def test_run_is_silent_and_show_json_then_reports_success(delayq):
     [["show"], ["show", "--json"], ["retry"], ["cancel"]],
     ids=["show", "show-json", "retry", "cancel"],
 )
-def test_unknown_id_exits_1_and_writes_nothing(delayq, stored, command):
-    result = delayq(*command[:1], "987654", *command[1:])
+@pytest.mark.parametrize("job_id", ["987654", str(2**63), str(10**30)])
+def test_unknown_id_exits_1_and_writes_nothing(delayq, stored, command, job_id):
+    result = delayq(*command[:1], job_id, *command[1:])
 
-    assert_one_error_line(result, 1, "no job with id 987654")
+    assert_one_error_line(result, 1, f"no job with id {job_id}")
     assert stored() == NOTHING
 
 

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 import peewee
 import redis
 
-from ..config import Settings, redact_url
+from ..config import DEFAULT_QUEUE, Settings, redact_url
 from ..durations import format_delta
 from ..errors import BadInput
 from ..store.index import ScheduleIndex
-from ..store.keys import INDEXED_KEY
+from ..store.keys import INDEXED_KEY, job_id_of
 from ..store.table import Job, is_mysql
 from ..worker.handlers import import_prefix
 
@@ -128,6 +128,7 @@ def redis_checks(index: ScheduleIndex, settings: Settings) -> list[Check]:
         server = index.client.info("server")
         memory = index.client.info("memory")
         complete = index.is_complete()
+        strays = _stray_members(index)
     except redis.RedisError as exc:
         return [Check(FAIL, "redis", f"{where} cannot be used: {_one_line(exc)}")]
     version = str(server.get("redis_version", "?"))
@@ -142,7 +143,32 @@ def redis_checks(index: ScheduleIndex, settings: Settings) -> list[Check]:
             f"{INDEXED_KEY} is missing; the next run (or `delayq init`) "
             "rebuilds the schedule from the table",
         ),
+        _strays_check(strays),
     ]
+
+
+def _stray_members(index: ScheduleIndex) -> dict[str, int]:
+    """{queue: members of its schedule that are not job ids}, for queues that have any."""
+    found: dict[str, int] = {}
+    for queue in sorted({DEFAULT_QUEUE, *index.queues()}):
+        count = sum(
+            job_id_of(member) is None for chunk in index.members(queue) for member, _ in chunk
+        )
+        if count:
+            found[queue] = count
+    return found
+
+
+def _strays_check(strays: dict[str, int]) -> Check:
+    if not strays:
+        return Check(OK, "members", "every schedule member is a job id")
+    counts = ", ".join(f"{queue} {count}" for queue, count in strays.items())
+    return Check(
+        WARN,
+        "members",
+        f"schedule members that are not job ids ({counts}): another producer wrote them; "
+        "a run drops them when they fall due, `delayq reconcile` at once",
+    )
 
 
 def _version_check(version: str, where: str) -> Check:
