@@ -36,6 +36,7 @@ from .store.failures import backend_errors, one_line
 from .store.index import ScheduleIndex
 from .store.keys import MAX_ID
 from .store.table import Job, Status, Table, create_tables, status_word, utc_stamp
+from .store.urls import open_redis
 from .worker.handlers import locate
 from .worker.interrupts import GracefulStop
 from .worker.looping import run_loop
@@ -143,7 +144,7 @@ class Queue:
             logger.warning(
                 "jobs %s saved but not indexed (%s); a run re-indexes them once they are due",
                 ",".join(map(str, ids[:10])),
-                one_line(exc),
+                one_line(exc, self.settings.redis_url),
             )
 
     @backend_errors
@@ -379,5 +380,5 @@ def connect(settings: Settings | None = None, **overrides: Any) -> Queue:
     database_url = settings.database_url or sqlite_url(embedded.database_path(settings.home))
     redis_url = settings.redis_url or embedded.redis_url(settings.home)
     db = open_database(database_url)
-    client = redis.Redis.from_url(redis_url, socket_connect_timeout=5, socket_timeout=30)
+    client = open_redis(redis_url, socket_connect_timeout=5, socket_timeout=30)
     return Queue(settings, db, ScheduleIndex(client))

@@ -399,3 +399,34 @@ def test_bad_setting_exits_2_naming_the_variable(bare_env, monkeypatch):
     result = bare_env.invoke(app, ["status"])
 
     assert_one_error_line(result, 2, "DELAYQ_BATCH_SIZE")
+
+
+BAD_URLS = {
+    "mysql-port-parameter": ("mysql://root@127.0.0.1:3306/db?port=x", None, "the port must be"),
+    "mysql-unknown-parameter": ("mysql://root@127.0.0.1/db?bogus=1", None, "knows no 'bogus'"),
+    "mysql-port-out-of-range": ("mysql://root@127.0.0.1:99999/db", None, "the port must be"),
+    "mysql-port-not-a-number": ("mysql://root@127.0.0.1:abc/db", None, "the port must be"),
+    "mysql-bad-timeout": ("mysql://root@127.0.0.1/db?connect_timeout=0", None, "connect_timeout"),
+    "mysql-unclosed-ipv6": ("mysql://root@[::1:3306/db", None, "not a URL delayq can read"),
+    "database-scheme": ("postgres://root@127.0.0.1/db", None, "use mysql://"),
+    "redis-scheme": (None, "http://127.0.0.1:6379/0", "use redis://"),
+    "redis-port-out-of-range": (None, "redis://127.0.0.1:99999/0", "the port must be"),
+    "redis-unknown-parameter": (None, "redis://127.0.0.1/0?bogus=1", "knows no 'bogus'"),
+    "redis-bad-timeout": (None, "redis://127.0.0.1/0?socket_timeout=x", "socket_timeout"),
+    "redis-database-not-a-number": (None, "redis://127.0.0.1:6379/abc", "database number"),
+    "redis-raw-slash-in-password": (None, "redis://:a/b@127.0.0.1/0", "percent-encoded"),
+}
+
+
+@pytest.mark.parametrize(("database_url", "redis_url", "fragment"), BAD_URLS.values(), ids=BAD_URLS)
+@pytest.mark.parametrize("command", [["status"], ["run"]], ids=["status", "run"])
+def test_a_bad_server_url_is_a_usage_error_naming_the_variable(
+    bare_env, monkeypatch, tmp_path, database_url, redis_url, fragment, command
+):
+    monkeypatch.setenv("DELAYQ_DATABASE_URL", database_url or f"sqlite:///{tmp_path / 'q.db'}")
+    monkeypatch.setenv("DELAYQ_REDIS_URL", redis_url or "redis://127.0.0.1:1/0")
+
+    result = bare_env.invoke(app, command)
+
+    variable = "DELAYQ_DATABASE_URL" if database_url else "DELAYQ_REDIS_URL"
+    assert_one_error_line(result, 2, variable, fragment)

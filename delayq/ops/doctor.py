@@ -15,6 +15,7 @@ import redis
 from ..config import DEFAULT_QUEUE, Settings, redact_url
 from ..durations import format_delta
 from ..errors import BadInput
+from ..store.failures import one_line
 from ..store.index import ScheduleIndex
 from ..store.keys import INDEXED_KEY, job_id_of
 from ..store.table import Job, is_mysql
@@ -76,7 +77,7 @@ def database_checks(db: peewee.Database, url: str | None) -> list[Check]:
             ]
         return [Check(OK, "database", f"{version} at {where}"), *_table_checks(db)]
     except (peewee.DatabaseError, peewee.InterfaceError) as exc:
-        return [Check(FAIL, "database", f"{where} cannot be used: {_one_line(exc)}")]
+        return [Check(FAIL, "database", f"{where} cannot be used: {one_line(exc, url)}")]
 
 
 def _database_version(db: peewee.Database) -> str:
@@ -130,7 +131,8 @@ def redis_checks(index: ScheduleIndex, settings: Settings) -> list[Check]:
         complete = index.is_complete()
         strays = _stray_members(index)
     except redis.RedisError as exc:
-        return [Check(FAIL, "redis", f"{where} cannot be used: {_one_line(exc)}")]
+        detail = one_line(exc, settings.redis_url)
+        return [Check(FAIL, "redis", f"{where} cannot be used: {detail}")]
     version = str(server.get("redis_version", "?"))
     return [
         _version_check(version, where),
@@ -190,7 +192,3 @@ def _policy_check(policy: str) -> Check:
         f"maxmemory-policy is {policy}: an evicting Redis silently drops schedule entries "
         "(the table keeps the jobs, but they run late); set maxmemory-policy noeviction",
     )
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())[:300] or type(exc).__name__
