@@ -178,6 +178,7 @@ BAD_OTHERS = {
     "purge-older-than-huge": (["purge", "--older-than", str(10**30)], "longer than 100 years"),
     "requeue-class-empty": (["requeue", "--status", "failed", "--class", ""], "--class is empty"),
     "requeue-queue-not-utf8": (["requeue", "--status", "failed", "-q", "\udcff"], "queue name"),
+    "run-log-file-nul": (["run", "--log-file", "a\0b"], "--log-file 'a\\x00b' is not a path"),
     "requeue-since-huge": (["requeue", "--status", "failed", "--since", "9" * 30], "100 years"),
 }
 
