@@ -8,6 +8,7 @@ stdout carries results only (an id, a count, a JSON object); diagnostics go to s
 from __future__ import annotations
 
 import json
+import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated, Any
@@ -55,13 +56,36 @@ def exit_code(exc: DelayqError) -> int:
     return 1
 
 
+# Characters a terminal acts on instead of showing: controls (ESC starts a sequence that
+# can recolour, move the cursor or retitle the window; CR overwrites the line), format
+# characters such as the bidi override U+202E that reorders what follows, line and
+# paragraph separators, and lone surrogates.
+_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+
+
+def printable(value: object) -> str:
+    """`value` as text a terminal shows rather than obeys: every control or format
+    character written as its Python escape (\\x1b, \\r, \\u202e), on one line.
+
+    Applied to everything a job's writer chose (class, method, ext, data, result, error)
+    in the table and plain-text outputs, piped or not; --json output is escaped already.
+    """
+    text = "" if value is None else str(value)
+    if text.isascii() and text.isprintable():
+        return text
+    return "".join(
+        repr(char)[1:-1] if unicodedata.category(char) in _HIDDEN_CATEGORIES else char
+        for char in text
+    )
+
+
 @contextmanager
 def reporting_errors() -> Iterator[None]:
     """Turn a DelayqError into one line on stderr and its exit code; never a traceback."""
     try:
         yield
     except DelayqError as exc:
-        typer.echo(f"delayq: error: {exc}", err=True)
+        typer.echo(f"delayq: error: {printable(exc)}", err=True)
         raise typer.Exit(exit_code(exc)) from None
 
 

@@ -14,7 +14,7 @@ from ..durations import parse_duration
 from ..errors import BadInput
 from ..ops.logs import setup_logging
 from ..worker.interrupts import graceful_stop
-from .app import app, duration_or_none, open_queue, reporting_errors
+from .app import app, duration_or_none, open_queue, printable, reporting_errors
 
 if TYPE_CHECKING:
     from ..queue import Queue
@@ -186,7 +186,7 @@ def _print_outcome(outcome: JobOutcome) -> None:
 def _outcome_line(outcome: JobOutcome) -> str:
     message = f" {outcome.message}" if outcome.message else ""
     retry = " (will retry)" if outcome.will_retry else ""
-    return (
+    return printable(
         f"{outcome.id} {outcome.class_path}.{outcome.method} attempt {outcome.attempt} "
         f"{outcome.status.word} {outcome.duration * 1000:.1f}ms{message}{retry}"
     )
