@@ -5,6 +5,7 @@ bad input refused before anything reaches the table or the schedule."""
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ from typer.testing import CliRunner, Result
 from delayq.cli import app
 from delayq.store.database import open_database
 from delayq.store.keys import DEFAULT_QUEUE_KEY
+from tests.conftest import DELAYQ
 
 HANDLERS = ("tests.sample_handlers",)
 H = "tests.sample_handlers.jobs"
@@ -328,12 +330,36 @@ def test_retry_of_a_finished_job_prints_the_new_id(delayq, stored):
     assert stored() == (2, 1, [DEFAULT_QUEUE_KEY])
 
 
-def test_usage_error_from_typer_exits_2_and_writes_nothing(delayq, stored):
-    result = delayq("show", "not-a-number")
+USAGE_ERRORS = {
+    "id-not-a-number": (["show", "not-a-number"], "Invalid value for 'ID'"),
+    "negative-count": (["peek", "-1"], "No such option: -1"),
+    "missing-argument": (["add"], "Missing argument 'CLASS'"),
+    "limit-not-a-number": (["list", "--limit", "x"], "Invalid value for '--limit'"),
+    "unknown-command": (["bogus"], "No such command 'bogus'"),
+    "escape-in-id": (["cancel", "\x1b[31m"], "'\\x1b[31m' is not a valid"),
+}
 
-    assert result.exit_code == 2
-    assert result.stdout == ""
+
+@pytest.mark.parametrize(("args", "fragment"), USAGE_ERRORS.values(), ids=USAGE_ERRORS)
+def test_usage_error_from_typer_is_one_line_exit_2_and_writes_nothing(
+    delayq, stored, args, fragment
+):
+    result = delayq(*args)
+
+    assert_one_error_line(result, 2, fragment, "--help)")
     assert stored() == NOTHING
+
+
+def test_usage_error_of_the_run_command_alone_is_one_line_too(cli_env):
+    # `delayq run` builds only its own command (cli/__init__.py): a path of its own.
+    result = subprocess.run(
+        [*DELAYQ, "run", "--limit", "x"], env=cli_env, capture_output=True, text=True, timeout=60
+    )
+
+    assert (result.returncode, result.stdout) == (2, "")
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("delayq: error: Invalid value for '--limit': 'x'")
+    assert line.endswith("(see delayq run --help)")
 
 
 def test_init_twice_is_fine_and_keeps_the_jobs(delayq, stored):
