@@ -181,6 +181,8 @@ BAD_OTHERS = {
     "requeue-class-empty": (["requeue", "--status", "failed", "--class", ""], "--class is empty"),
     "requeue-queue-not-utf8": (["requeue", "--status", "failed", "-q", "\udcff"], "queue name"),
     "run-log-file-nul": (["run", "--log-file", "a\0b"], "--log-file 'a\\x00b' is not a path"),
+    "requeue-everything": (["requeue", "--status", "failed"], "narrow it, or add --all"),
+    "purge-everything": (["purge", "--older-than", "0"], "to mean it, add --all"),
     "requeue-since-huge": (["requeue", "--status", "failed", "--since", "9" * 30], "100 years"),
 }
 
@@ -457,3 +459,23 @@ def test_a_bad_server_url_is_a_usage_error_naming_the_variable(
 
     variable = "DELAYQ_DATABASE_URL" if database_url else "DELAYQ_REDIS_URL"
     assert_one_error_line(result, 2, variable, fragment)
+
+
+def test_bulk_commands_that_match_everything_need_all_and_then_act(delayq, backend):
+    failed = add(delayq, H, "fail_for_good", "--data", '{"log": "/dev/null"}')
+    assert delayq("run").exit_code == 0
+
+    refused = [
+        delayq("requeue", "--status", "failed"),
+        delayq("purge", "--older-than", "0", "--status", "failed"),
+    ]
+    counted = delayq("requeue", "--status", "failed", "--dry-run")
+    requeued = delayq("requeue", "--status", "failed", "--all")
+
+    assert [result.exit_code for result in refused] == [2, 2]
+    assert all("--all" in result.stderr for result in refused)
+    assert (counted.exit_code, counted.stdout) == (0, "1\n")
+    assert (requeued.exit_code, requeued.stdout) == (0, "1\n")
+    assert json.loads(delayq("show", str(failed), "--json").stdout)["status"] == "failed"
+    purged = delayq("purge", "--older-than", "0", "--status", "cancelled", "--all")
+    assert (purged.exit_code, purged.stdout) == (0, "0\n")

@@ -285,12 +285,17 @@ def purge(
         str, typer.Option("--status", help="Which finished statuses, comma-separated.")
     ] = "success,failed,cancelled,missed",
     dry_run: DryRunOption = False,
+    everything: Annotated[
+        bool, typer.Option("--all", help="Allow --older-than 0: every finished row.")
+    ] = False,
 ) -> None:
     """Delete old finished rows in small batches; prints how many (would be) deleted."""
     from ..ops.maintenance import PURGEABLE
 
     with reporting_errors():
         age = parse_duration(older_than, "--older-than")
+        if age == 0 and not (everything or dry_run):
+            raise BadInput("--older-than 0 deletes every finished row; to mean it, add --all")
         statuses = _parse_statuses(status_words, PURGEABLE)
         typer.echo(open_queue().purge(age, statuses, dry_run=dry_run))
 
@@ -308,12 +313,22 @@ def requeue(
         DurationText | None, typer.Option("--since", help="Only rows that finished this recently.")
     ] = None,
     dry_run: DryRunOption = False,
+    everything: Annotated[
+        bool,
+        typer.Option("--all", help="Without --class, --queue or --since: every such chain."),
+    ] = False,
 ) -> None:
     """Retry the latest attempt of every matching chain; prints how many (would be) requeued."""
     from ..ops.maintenance import PURGEABLE
     from ..ops.overview import JobFilter
 
     with reporting_errors():
+        narrowed = any(value is not None for value in (class_path, queue_name, since))
+        if not (narrowed or everything or dry_run):
+            raise BadInput(
+                "requeue without --class, --queue or --since runs again every chain with "
+                "that status; narrow it, or add --all"
+            )
         filters = JobFilter(
             statuses=_parse_statuses(status_words, PURGEABLE),
             queue=queue_name,
