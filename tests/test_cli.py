@@ -360,7 +360,8 @@ def test_usage_error_of_the_run_command_alone_is_one_line_too(cli_env):
 
     assert (result.returncode, result.stdout) == (2, "")
     (line,) = result.stderr.splitlines()
-    assert line.startswith("delayq: error: Invalid value for '--limit': 'x'")
+    assert line.startswith("delayq: error: Invalid value for '--limit'")
+    assert "'x' is not a valid int" in line
     assert line.endswith("(see delayq run --help)")
 
 
