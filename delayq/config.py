@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit
 
 from .durations import parse_duration
 from .errors import BadInput, ConfigError
@@ -90,22 +90,80 @@ def load_settings(
 
 def validate_queue_name(name: str) -> str:
     """`name`, if it can be a queue name (it becomes part of a Redis key)."""
-    if not QUEUE_NAME.match(name):
+    if not isinstance(name, str) or not QUEUE_NAME.fullmatch(name):
         raise BadInput(f"queue name {name!r} must be 1-64 characters of A-Z a-z 0-9 _ . : -")
     return name
 
 
+def validate_text(value: str, name: str) -> str:
+    """`value`, if it is a non-empty value a filter or key can hold: text that encodes as
+    UTF-8 (argv bytes that are not UTF-8 reach Python as lone surrogates) and no NUL."""
+    if not isinstance(value, str):
+        raise BadInput(f"{name} must be text")
+    if value == "":
+        raise BadInput(f"{name} is empty; give a value or leave the option out")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadInput(f"{name} is not valid UTF-8") from None
+    if "\0" in value:
+        raise BadInput(f"{name} contains a NUL character")
+    return value
+
+
+SECRET_PARAMETERS = ("password", "passwd", "pass", "secret", "token")
+_SECRET_PARAMETER = re.compile(rf"([?&](?:{'|'.join(SECRET_PARAMETERS)})=)[^&]*", re.IGNORECASE)
+
+
 def redact_url(url: str | None) -> str:
-    """The URL with any password replaced by ***, for output and logs."""
+    """The URL with its password, and any password given as a query parameter, shown as ***.
+
+    Read without trusting the URL to be well formed: a password holding a raw # ? / or @
+    makes a URL parser end the user:password part early and take the rest for the host,
+    the port or the query. So a password parameter's value runs to the next & whatever it
+    holds, everything up to the last @ left after that is user and password, and only the
+    user name is kept.
+    """
     if not url:
         return "(embedded)"
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    # Rebuild from the netloc text, not .hostname, which drops IPv6 brackets.
-    host = parts.netloc.rpartition("@")[2]
-    netloc = f"{parts.username or ''}:***@{host}"
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    scheme, separator, rest = url.partition("://")
+    if not separator:
+        return "***"  # not a URL at all: nothing in it can be told apart from a secret
+    rest = _SECRET_PARAMETER.sub(r"\1***", rest)
+    userinfo, at, rest = rest.rpartition("@")
+    if at:
+        user, colon, _ = userinfo.partition(":")
+        rest = f"{user}:***@{rest}" if colon else f"{user}@{rest}"
+    return f"{scheme}://{rest}"
+
+
+def url_secrets(url: str | None) -> set[str]:
+    """Every spelling of the secrets in `url` an error message might repeat: the password
+    as written and decoded, read both strictly and as redact_url reads it, and the values
+    of password parameters."""
+    if not url or "://" not in url:
+        return {url} if url else set()
+    found: set[str] = set()
+    userinfo, at, _ = url.partition("://")[2].rpartition("@")
+    if at and ":" in userinfo:
+        found.add(userinfo.partition(":")[2])
+    try:
+        strict = urlsplit(url).password
+    except ValueError:
+        strict = None
+    if strict:
+        found.add(strict)
+    for match in _SECRET_PARAMETER.finditer(url):
+        found.add(url[len(match.group(1)) + match.start() : match.end()])
+    return {form for secret in found for form in (secret, unquote(secret)) if len(form) >= 3}
+
+
+def hide_secrets(text: str, *urls: str | None) -> str:
+    """`text` with every secret of `urls` replaced by ***, longest first, so that no
+    password reaches output or logs through a driver's error message."""
+    for secret in sorted(set().union(*map(url_secrets, urls)), key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
 
 
 def _read_file(path: str | Path | None) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from .config import DEFAULT_QUEUE, validate_queue_name
+from .durations import HORIZON, MAX_DURATION, YEAR, check_due
 from .errors import BadInput
 from .store import table
 from .store.params import may_nest_deeper, nests_deeper, payload_or_empty, too_deep
@@ -131,26 +132,53 @@ def check_ext(ext: str) -> str:
     return ext
 
 
+def check_key(ext: str) -> str:
+    """`ext` as a key that selects jobs: never empty, because every job added without one
+    has the empty key, and an unset shell variable would then cancel them all."""
+    if ext == "":
+        raise BadInput("--ext is empty; name the business key of the jobs to cancel")
+    return check_ext(ext)
+
+
 def check_every(every: float | None) -> float | None:
-    if every is not None and (not math.isfinite(every) or every < MIN_EVERY):
-        raise BadInput(f"--every must be at least {MIN_EVERY:g} second, not {every}")
+    if every is None:
+        return None
+    every = _number(every, "--every")
+    if not math.isfinite(every) or not MIN_EVERY <= every <= HORIZON:
+        raise BadInput(
+            f"--every must be between {MIN_EVERY:g} second and {HORIZON // YEAR} years, not {every}"
+        )
     return every
 
 
 def check_timeout(timeout: float | None) -> float | None:
-    if timeout is not None and (not math.isfinite(timeout) or timeout <= 0):
-        raise BadInput(f"timeout must be a positive number of seconds, not {timeout}")
+    if timeout is None:
+        return None
+    timeout = _number(timeout, "timeout")
+    if not math.isfinite(timeout) or not 0 < timeout <= MAX_DURATION:
+        raise BadInput(
+            f"timeout must be a positive number of seconds, at most {MAX_DURATION // YEAR} years,"
+            f" not {timeout}"
+        )
     return timeout
 
 
 def run_at_of(delay: float | None, at: float | None, now: float) -> float:
+    """The due time of a new job, within the horizon durations.check_due allows."""
     if delay is not None and at is not None:
         raise BadInput("give a delay or an --at time, not both")
     if at is not None:
-        if not math.isfinite(at):
-            raise BadInput("--at must be a finite time")
-        return float(at)
-    delay = 0.0 if delay is None else float(delay)
+        return check_due(_number(at, "--at"), now, "--at")
+    delay = 0.0 if delay is None else _number(delay, "delay")
     if not math.isfinite(delay) or delay < 0:
         raise BadInput(f"delay must be a non-negative number of seconds, not {delay}")
-    return now + delay
+    return check_due(now + delay, now, f"delay {delay:g}s")
+
+
+def _number(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise BadInput(f"{name} must be a number of seconds, not {value!r}")
+    try:
+        return float(value)
+    except OverflowError:  # an int too large for a float
+        raise BadInput(f"{name} {value} is out of range") from None

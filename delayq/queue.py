@@ -21,14 +21,16 @@ from .config import (
     validate_queue_name,
 )
 from .errors import BadInput, JobNotFound
-from .jobspec import JobSpec, check_ext, job_view, row_view, run_at_of, to_row
+from .jobspec import JobSpec, check_key, job_view, row_view, run_at_of, to_row
 from .store import chains, embedded, inserts, queries
 from .store.database import open_database, sqlite_url
 from .store.failures import backend_errors, one_line
 from .store.index import ScheduleIndex
+from .store.keys import MAX_ID
 from .store.params import read_call
 from .store.table import Job, Status, Table, create_tables, utc_stamp
 from .store.upgrade import upgrade_table
+from .store.urls import open_redis
 from .worker.handlers import locate
 from .worker.interrupts import GracefulStop
 from .worker.liveness import Liveness
@@ -43,6 +45,8 @@ if TYPE_CHECKING:  # loaded by the methods that use them, so `delayq run` does w
     from .worker.recovery import Reconciled
 
 logger = logging.getLogger(__name__)
+
+MAX_PAGE = 10_000  # rows `list` or `peek` shows at once; more is a page of its own
 
 
 class Queue:
@@ -143,7 +147,7 @@ class Queue:
             logger.warning(
                 "jobs %s saved but not indexed (%s); a run re-indexes them once they are due",
                 ",".join(map(str, ids[:10])),
-                one_line(exc),
+                one_line(exc, self.settings.redis_url),
             )
 
     @backend_errors
@@ -158,15 +162,16 @@ class Queue:
         """Cancel one pending job by id, or every pending job with business key `ext`."""
         if (job_id is None) == (ext is None):
             raise BadInput("cancel takes a job id or --ext, not both and not neither")
+        key = None if ext is None else check_key(ext)
+        if queue is not None:
+            validate_queue_name(queue)
         now = self.index.now() if now is None else now
-        if job_id is not None:
-            job = self._get(job_id)
+        if key is None:
+            job = self._get(job_id or 0)
             targets = [(job.id, job.queue)] if job.status == Status.PENDING else []
         else:
-            queries.stop_series(
-                self.table, check_ext(ext or ""), queue
-            )  # first, so no re-arm slips past
-            targets = queries.pending_by_ext(self.table, check_ext(ext or ""), queue)
+            queries.stop_series(self.table, key, queue)  # first, so no re-arm slips past
+            targets = queries.pending_by_ext(self.table, key, queue)
         count = queries.cancel(self.table, [job_id for job_id, _ in targets], now)
         for name in {name for _, name in targets}:
             self.index.remove(name, [job_id for job_id, q in targets if q == name])
@@ -222,8 +227,10 @@ class Queue:
         now: float | None = None,
     ) -> list[dict[str, Any]]:
         """Rows matching `filters`, newest first, as `list --json` shows them."""
-        if limit < 1:
-            raise BadInput("--limit must be at least 1")
+        if not 1 <= limit <= MAX_PAGE:
+            raise BadInput(f"--limit must be between 1 and {MAX_PAGE}")
+        if before_id is not None and not 1 <= before_id <= MAX_ID:
+            raise BadInput(f"--before-id must be between 1 and {MAX_ID}")
         now = self.index.now() if now is None else now
         from .ops import overview
 
@@ -234,8 +241,8 @@ class Queue:
     @backend_errors
     def peek(self, count: int = 10, *, queues: Sequence[str] | None = None) -> list[Upcoming]:
         """The next `count` scheduled jobs across `queues` (default all), without claiming."""
-        if count < 1:
-            raise BadInput("peek needs a count of at least 1")
+        if not 1 <= count <= MAX_PAGE:
+            raise BadInput(f"peek needs a count between 1 and {MAX_PAGE}")
         if queues:
             names = [validate_queue_name(name) for name in queues]
         else:
@@ -349,7 +356,8 @@ class Queue:
         )
 
     def _get(self, job_id: int) -> Job:
-        job = queries.get_job(self.table, job_id)
+        # An id no column can hold names no job; asked as it is, the database would fail.
+        job = queries.get_job(self.table, job_id) if 0 < job_id <= MAX_ID else None
         if job is None:
             raise JobNotFound(f"no job with id {job_id}")
         return job
@@ -380,5 +388,5 @@ def connect(settings: Settings | None = None, **overrides: Any) -> Queue:
     database_url = settings.database_url or sqlite_url(embedded.database_file(settings.home))
     redis_url = settings.redis_url or embedded.redis_url(settings.home)
     db = open_database(database_url)
-    client = redis.Redis.from_url(redis_url, socket_connect_timeout=5, socket_timeout=30)
+    client = open_redis(redis_url, socket_connect_timeout=5, socket_timeout=30)
     return Queue(settings, db, ScheduleIndex(client))

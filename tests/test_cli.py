@@ -5,6 +5,7 @@ bad input refused before anything reaches the table or the schedule."""
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ from typer.testing import CliRunner, Result
 from delayq.cli import app
 from delayq.store.database import open_database
 from delayq.store.keys import DEFAULT_QUEUE_KEY
+from tests.conftest import DELAYQ
 
 HANDLERS = ("tests.sample_handlers",)
 H = "tests.sample_handlers.jobs"
@@ -138,6 +140,15 @@ BAD_ADDS = {
     "queue-with-space": ([H, "echo", "--queue", "bad queue!"], "queue name 'bad queue!'"),
     "queue-empty": ([H, "echo", "--queue", ""], "queue name ''"),
     "queue-65-chars": ([H, "echo", "--queue", "q" * 65], "1-64 characters"),
+    "at-year-9999": ([H, "echo", "--at", "9999-12-31T00:00:00+00:00"], "10 years ahead"),
+    "at-year-1": ([H, "echo", "--at", "0001-01-01T00:00:00+01:00"], "before 1970"),
+    "at-before-1970": ([H, "echo", "--at", "1969-12-31T23:59:59+00:00"], "before 1970"),
+    "delay-11-years": ([H, "echo", "--delay", f"{11 * 365}d"], "10 years ahead"),
+    "delay-many-digits": ([H, "echo", "--delay", "9" * 400], "non-negative number"),
+    "every-11-years": ([H, "echo", "--every", f"{11 * 365}d"], "--every must be between"),
+    "timeout-101-years": ([H, "echo", "--timeout", f"{101 * 365}d"], "longer than 100 years"),
+    "queue-trailing-newline": ([H, "echo", "--queue", "default\n"], "queue name"),
+    "ext-not-utf8": ([H, "echo", "--ext", "a\udcffb"], "ext is not valid UTF-8"),
 }
 
 
@@ -156,6 +167,28 @@ BAD_OTHERS = {
     "run-max-seconds-negative": (["run", "--max-seconds", "-1"], "--max-seconds must be"),
     "retry-delay-negative": (["retry", "1", "--delay", "-5"], "--delay must be a non-negative"),
     "cancel-ext-too-long": (["cancel", "--ext", "x" * 256], "ext is 256 characters"),
+    "cancel-ext-empty": (["cancel", "--ext", ""], "--ext is empty"),
+    "cancel-bad-queue": (["cancel", "--ext", "x", "--queue", "a b"], "queue name 'a b'"),
+    "retry-delay-11-years": (["retry", "1", "--delay", f"{11 * 365}d"], "10 years ahead"),
+    "cancel-queue-not-utf8": (["cancel", "--ext", "x", "-q", "\udcff"], "queue name"),
+    "list-limit-huge": (["list", "--limit", str(10**30)], "--limit must be between 1 and"),
+    "list-before-id-huge": (["list", "--before-id", str(10**30)], "--before-id must be"),
+    "list-since-huge": (["list", "--since", str(10**30)], "longer than 100 years"),
+    "list-ext-not-utf8": (["list", "--ext", "\udcff"], "--ext is not valid UTF-8"),
+    "list-ext-nul": (["list", "--ext", "a\0b"], "--ext contains a NUL"),
+    "list-ext-empty": (["list", "--ext", ""], "--ext is empty"),
+    "list-class-not-utf8": (["list", "--class", "\udcff"], "--class is not valid UTF-8"),
+    "list-class-empty": (["list", "--class", ""], "--class is empty"),
+    "list-queue-not-utf8": (["list", "--queue", "\udcff"], "queue name"),
+    "list-queue-newline": (["list", "--queue", "default\n"], "queue name"),
+    "peek-count-huge": (["peek", str(10**30)], "count between 1 and"),
+    "purge-older-than-huge": (["purge", "--older-than", str(10**30)], "longer than 100 years"),
+    "requeue-class-empty": (["requeue", "--status", "failed", "--class", ""], "--class is empty"),
+    "requeue-queue-not-utf8": (["requeue", "--status", "failed", "-q", "\udcff"], "queue name"),
+    "run-log-file-nul": (["run", "--log-file", "a\0b"], "--log-file 'a\\x00b' is not a path"),
+    "requeue-everything": (["requeue", "--status", "failed"], "narrow it, or add --all"),
+    "purge-everything": (["purge", "--older-than", "0"], "to mean it, add --all"),
+    "requeue-since-huge": (["requeue", "--status", "failed", "--since", "9" * 30], "100 years"),
 }
 
 
@@ -223,10 +256,11 @@ def test_run_is_silent_and_show_json_then_reports_success(delayq):
     [["show"], ["show", "--json"], ["retry"], ["cancel"]],
     ids=["show", "show-json", "retry", "cancel"],
 )
-def test_unknown_id_exits_1_and_writes_nothing(delayq, stored, command):
-    result = delayq(*command[:1], "987654", *command[1:])
+@pytest.mark.parametrize("job_id", ["987654", str(2**63), str(10**30)])
+def test_unknown_id_exits_1_and_writes_nothing(delayq, stored, command, job_id):
+    result = delayq(*command[:1], job_id, *command[1:])
 
-    assert_one_error_line(result, 1, "no job with id 987654")
+    assert_one_error_line(result, 1, f"no job with id {job_id}")
     assert stored() == NOTHING
 
 
@@ -260,6 +294,27 @@ def test_cancel_by_ext_prints_the_count_and_empties_the_schedule(delayq, stored)
     assert stored()[:2] == (2, 0)
 
 
+def test_cancel_with_an_empty_ext_cancels_nothing_and_keeps_series_recurring(
+    delayq, stored, backend
+):
+    # An unset shell variable: every job added without --ext has the empty key.
+    once = add(delayq, H, "echo", "--delay", "1h")
+    timer = add(delayq, H, "echo", "--delay", "1h", "--every", "1h")
+
+    result = delayq("cancel", "--ext", "")
+
+    assert_one_error_line(result, 2, "--ext is empty")
+    for job_id in (once, timer):
+        assert json.loads(delayq("show", str(job_id), "--json").stdout)["status"] == "pending"
+    assert stored() == (2, 2, [DEFAULT_QUEUE_KEY])
+    db = open_database(backend["database_url"])
+    try:
+        (every,) = db.execute_sql(f"SELECT every FROM delay_queue WHERE id = {timer}").fetchone()
+    finally:
+        db.close()
+    assert every == 3600
+
+
 def test_retry_of_a_pending_job_moves_it_to_now_and_prints_its_id(delayq, stored):
     job_id = add(delayq, H, "echo", "--delay", "1h")
 
@@ -283,12 +338,37 @@ def test_retry_of_a_finished_job_prints_the_new_id(delayq, stored):
     assert stored() == (2, 1, [DEFAULT_QUEUE_KEY])
 
 
-def test_usage_error_from_typer_exits_2_and_writes_nothing(delayq, stored):
-    result = delayq("show", "not-a-number")
+USAGE_ERRORS = {
+    "id-not-a-number": (["show", "not-a-number"], "Invalid value for 'ID'"),
+    "negative-count": (["peek", "-1"], "No such option: -1"),
+    "missing-argument": (["add"], "Missing argument 'CLASS'"),
+    "limit-not-a-number": (["list", "--limit", "x"], "Invalid value for '--limit'"),
+    "unknown-command": (["bogus"], "No such command 'bogus'"),
+    "escape-in-id": (["cancel", "\x1b[31m"], "'\\x1b[31m' is not a valid"),
+}
 
-    assert result.exit_code == 2
-    assert result.stdout == ""
+
+@pytest.mark.parametrize(("args", "fragment"), USAGE_ERRORS.values(), ids=USAGE_ERRORS)
+def test_usage_error_from_typer_is_one_line_exit_2_and_writes_nothing(
+    delayq, stored, args, fragment
+):
+    result = delayq(*args)
+
+    assert_one_error_line(result, 2, fragment, "--help)")
     assert stored() == NOTHING
+
+
+def test_usage_error_of_the_run_command_alone_is_one_line_too(cli_env):
+    # `delayq run` builds only its own command (cli/__init__.py): a path of its own.
+    result = subprocess.run(
+        [*DELAYQ, "run", "--limit", "x"], env=cli_env, capture_output=True, text=True, timeout=60
+    )
+
+    assert (result.returncode, result.stdout) == (2, "")
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("delayq: error: Invalid value for '--limit'")
+    assert "'x' is not a valid int" in line
+    assert line.endswith("(see delayq run --help)")
 
 
 def test_init_twice_is_fine_and_keeps_the_jobs(delayq, stored):
@@ -355,3 +435,54 @@ def test_bad_setting_exits_2_naming_the_variable(bare_env, monkeypatch):
     result = bare_env.invoke(app, ["status"])
 
     assert_one_error_line(result, 2, "DELAYQ_BATCH_SIZE")
+
+
+BAD_URLS = {
+    "mysql-port-parameter": ("mysql://root@127.0.0.1:3306/db?port=x", None, "the port must be"),
+    "mysql-unknown-parameter": ("mysql://root@127.0.0.1/db?bogus=1", None, "knows no 'bogus'"),
+    "mysql-port-out-of-range": ("mysql://root@127.0.0.1:99999/db", None, "the port must be"),
+    "mysql-port-not-a-number": ("mysql://root@127.0.0.1:abc/db", None, "the port must be"),
+    "mysql-bad-timeout": ("mysql://root@127.0.0.1/db?connect_timeout=0", None, "connect_timeout"),
+    "mysql-unclosed-ipv6": ("mysql://root@[::1:3306/db", None, "not a URL delayq can read"),
+    "database-scheme": ("postgres://root@127.0.0.1/db", None, "use mysql://"),
+    "redis-scheme": (None, "http://127.0.0.1:6379/0", "use redis://"),
+    "redis-port-out-of-range": (None, "redis://127.0.0.1:99999/0", "the port must be"),
+    "redis-unknown-parameter": (None, "redis://127.0.0.1/0?bogus=1", "knows no 'bogus'"),
+    "redis-bad-timeout": (None, "redis://127.0.0.1/0?socket_timeout=x", "socket_timeout"),
+    "redis-database-not-a-number": (None, "redis://127.0.0.1:6379/abc", "database number"),
+    "redis-raw-slash-in-password": (None, "redis://:a/b@127.0.0.1/0", "percent-encoded"),
+}
+
+
+@pytest.mark.parametrize(("database_url", "redis_url", "fragment"), BAD_URLS.values(), ids=BAD_URLS)
+@pytest.mark.parametrize("command", [["status"], ["run"]], ids=["status", "run"])
+def test_a_bad_server_url_is_a_usage_error_naming_the_variable(
+    bare_env, monkeypatch, tmp_path, database_url, redis_url, fragment, command
+):
+    monkeypatch.setenv("DELAYQ_DATABASE_URL", database_url or f"sqlite:///{tmp_path / 'q.db'}")
+    monkeypatch.setenv("DELAYQ_REDIS_URL", redis_url or "redis://127.0.0.1:1/0")
+
+    result = bare_env.invoke(app, command)
+
+    variable = "DELAYQ_DATABASE_URL" if database_url else "DELAYQ_REDIS_URL"
+    assert_one_error_line(result, 2, variable, fragment)
+
+
+def test_bulk_commands_that_match_everything_need_all_and_then_act(delayq, backend):
+    failed = add(delayq, H, "fail_for_good", "--data", '{"log": "/dev/null"}')
+    assert delayq("run").exit_code == 0
+
+    refused = [
+        delayq("requeue", "--status", "failed"),
+        delayq("purge", "--older-than", "0", "--status", "failed"),
+    ]
+    counted = delayq("requeue", "--status", "failed", "--dry-run")
+    requeued = delayq("requeue", "--status", "failed", "--all")
+
+    assert [result.exit_code for result in refused] == [2, 2]
+    assert all("--all" in result.stderr for result in refused)
+    assert (counted.exit_code, counted.stdout) == (0, "1\n")
+    assert (requeued.exit_code, requeued.stdout) == (0, "1\n")
+    assert json.loads(delayq("show", str(failed), "--json").stdout)["status"] == "failed"
+    purged = delayq("purge", "--older-than", "0", "--status", "cancelled", "--all")
+    assert (purged.exit_code, purged.stdout) == (0, "0\n")

@@ -50,6 +50,7 @@ def test_a_healthy_setup_is_all_ok(queue, cli_env):
         "schedule": ["ok"],
         "orphans": ["ok"],
         "journal": ["ok"],
+        "members": ["ok"],
     }
     assert "tests.sample_handlers imports" in line(result, "handlers")[1]
     assert any(word in line(result, "database")[1] for word in ("SQLite", "MariaDB", "MySQL"))
@@ -215,3 +216,20 @@ def test_doctor_reads_only(queue, cli_env):
     invoke(cli_env, "doctor")
 
     assert Job.select().count() == before
+
+
+def test_schedule_members_that_are_not_job_ids_are_counted_per_queue(queue, cli_env):
+    job_id = queue.add("tests.sample_handlers.jobs", "echo", delay=3600)
+    client = queue.index.client
+    client.zadd("delay_queue_job", {"²": 1, "abc": 2, "-1": 3, "007": 4, "9" * 30: 5})
+    client.zadd("delay_queue_job:mail", {"x": 1})
+    client.sadd("delay_queue_queues", "mail")
+
+    result = invoke(cli_env, "doctor")
+
+    assert result.exit_code == 0, result.output
+    level, detail = line(result, "members")
+    assert level == "warn"
+    assert "default 5, mail 1" in detail
+    assert client.zscore("delay_queue_job", str(job_id)) is not None  # doctor only reads
+    assert client.zcard("delay_queue_job") == 6

@@ -14,6 +14,7 @@ from delayq.ops.metrics import write_metrics
 from delayq.ops.overview import QueueStats
 from delayq.worker.run import RunReport
 from tests.invoke import invoke
+from tests.sample_handlers.jobs import read_log
 
 H = "tests.sample_handlers.jobs"
 REPORT = RunReport(claimed=5, succeeded=3, failed=2, retried=1, missed=4, elapsed=1.25)
@@ -115,3 +116,23 @@ def test_run_with_an_unwritable_metrics_path_says_so_and_exits_2(queue, cli_env,
 
     assert result.exit_code == 2
     assert result.stderr.startswith("delayq: error: --metrics-file")
+
+
+@pytest.mark.parametrize(
+    "where", ["missing/delayq.prom", "a-directory", "nul\0.prom"], ids=["missing", "dir", "nul"]
+)
+def test_an_unwritable_metrics_path_is_refused_before_any_job_is_claimed(
+    queue, cli_env, log, tmp_path, where
+):
+    (tmp_path / "a-directory").mkdir()
+    job_id = queue.add(H, "record", {"log": log})
+
+    result = invoke(cli_env, "run", "--metrics-file", str(tmp_path / where))
+
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("delayq: error: --metrics-file")
+    assert queue.show(job_id)["status"] == "pending"
+    assert queue.index.size("default") == 1
+    assert read_log(log) == []

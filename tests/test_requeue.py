@@ -168,7 +168,7 @@ def test_two_requeues_at_once_add_one_attempt_per_chain(queue, cli_env, log):
 
     runs = [
         subprocess.Popen(
-            [*DELAYQ, "requeue", "--status", "failed"],
+            [*DELAYQ, "requeue", "--status", "failed", "--all"],
             env=cli_env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -12,7 +12,7 @@ import typer
 
 from ..ops.logs import setup_logging
 from . import jobs, ops, running, setup  # noqa: F401 - importing them registers their commands on `app`
-from .app import app
+from .app import OneLineCommand, app
 from .running import run
 
 
@@ -23,7 +23,7 @@ def main() -> None:
         # Cron starts `delayq run` every minute (loop.sh every few seconds): build only that
         # command instead of the whole app, whose sixteen commands typer would inspect first.
         single = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-        single.command()(run)
+        single.command(cls=OneLineCommand)(run)
         single(args=sys.argv[2:], prog_name=f"{_program_name()} run")
         return
     app()

@@ -17,6 +17,7 @@ from .app import (
     open_queue,
     parse_json,
     print_json,
+    printable,
     reporting_errors,
 )
 
@@ -99,8 +100,8 @@ def show(
             print_json(view)
             return
         for key in ("id", "status", "class", "method", "ext", "retry_times", "message"):
-            typer.echo(f"{key:<12}{'' if view[key] is None else view[key]}")
-        typer.echo(f"{'data':<12}{json.dumps(view['data'], ensure_ascii=False)}")
+            typer.echo(f"{key:<12}{printable(view[key])}")
+        typer.echo(f"{'data':<12}{printable(json.dumps(view['data'], ensure_ascii=False))}")
         typer.echo(f"{'run_at':<12}{format_instant(view['run_at'])}")
         chain = queue.history(job_id)
         if len(chain) > 1:

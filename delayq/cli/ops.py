@@ -15,7 +15,7 @@ import typer
 from ..durations import format_delta, format_instant, parse_duration
 from ..errors import BadInput
 from ..store.table import Status, status_word
-from .app import JsonOption, app, open_queue, print_json, reporting_errors
+from .app import JsonOption, app, open_queue, print_json, printable, reporting_errors
 
 if TYPE_CHECKING:  # the modules behind the commands load when a command runs, keeping
     # `delayq run`, the command cron starts every minute, free of them
@@ -33,7 +33,11 @@ def _console() -> Console:
 
     # Off a terminal rich would wrap at 80 columns; a pipe or a log file gets whole lines.
     wide = None if sys.stdout.isatty() else 200
-    return Console(file=sys.stdout, width=wide, highlight=False, soft_wrap=False)
+    # No markup or emoji codes: cells hold what job writers chose, and "[/x]" in an ext
+    # is text to show, not a closing tag (which rich refuses with an exception).
+    return Console(
+        file=sys.stdout, width=wide, highlight=False, soft_wrap=False, markup=False, emoji=False
+    )
 
 
 def _table(headers: str, right: str = "", wrap: str = "") -> Table:
@@ -101,7 +105,7 @@ def status(
         _print_status(report)
     problems = report.problems(idle, lag) if check else []
     for line in problems:
-        typer.echo(f"delayq: check: {line}", err=True)
+        typer.echo(f"delayq: check: {printable(line)}", err=True)
     if problems:
         raise typer.Exit(1)
 
@@ -117,8 +121,8 @@ def _print_status(report: StatusReport) -> None:
     jobs = _table(f"queue {counts}", right=counts)
     timing = _table("queue oldest|due late next|due failed|1h", right="late next|due failed|1h")
     for name, stats in report.queues.items():
-        jobs.add_row(name, *_count_cells(stats))
-        timing.add_row(name, *_timing_cells(stats, report.now))
+        jobs.add_row(printable(name), *_count_cells(stats))
+        timing.add_row(printable(name), *_timing_cells(stats, report.now))
     console.print(jobs)
     console.print()
     console.print(timing)
@@ -140,7 +144,12 @@ def _timing_cells(stats: QueueStats, now: float) -> list[str]:
 
 def _clock(epoch: float | None) -> str:
     """Local time to the second, short enough for a table cell."""
-    return "-" if epoch is None else datetime.fromtimestamp(epoch).strftime("%Y-%m-%d %H:%M:%S")
+    if epoch is None:
+        return "-"
+    try:
+        return datetime.fromtimestamp(epoch).strftime("%Y-%m-%d %H:%M:%S")
+    except (ValueError, OverflowError, OSError):  # a time no calendar here can show
+        return f"{epoch:g}"
 
 
 def _describe_last_run(last: LastRun | None, now: float) -> str:
@@ -206,9 +215,9 @@ def _print_rows(rows: list[dict[str, Any]]) -> None:
         table.add_row(
             str(row["id"]),
             row["status"],
-            row["queue"],
-            f"{row['class']}.{row['method']}",
-            row["ext"],
+            printable(row["queue"]),
+            printable(f"{row['class']}.{row['method']}"),
+            printable(row["ext"]),
             str(row["retry_times"]),
             _clock(row["run_at"]),
             _shorten(row["message"] or "", 60),
@@ -217,7 +226,7 @@ def _print_rows(rows: list[dict[str, Any]]) -> None:
 
 
 def _shorten(text: str, width: int) -> str:
-    line = " ".join(text.split())
+    line = printable(" ".join(text.split()))
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
@@ -240,10 +249,11 @@ def peek(
         return
     table = _table("id queue due call ext status", right="id", wrap="call ext")
     for view in (_upcoming_view(entry, now) for entry in upcoming):
-        call = f"{view['class']}.{view['method']}" if view["status"] else "(no row)"
+        call = printable(f"{view['class']}.{view['method']}") if view["status"] else "(no row)"
         due = _relative(view["due_in"])
         status_text = view["status"] or "-"
-        table.add_row(str(view["id"]), view["queue"], due, call, view["ext"] or "", status_text)
+        ext = printable(view["ext"])
+        table.add_row(str(view["id"]), printable(view["queue"]), due, call, ext, status_text)
     console.print(table)
 
 
@@ -275,12 +285,17 @@ def purge(
         str, typer.Option("--status", help="Which finished statuses, comma-separated.")
     ] = "success,failed,cancelled,missed",
     dry_run: DryRunOption = False,
+    everything: Annotated[
+        bool, typer.Option("--all", help="Allow --older-than 0: every finished row.")
+    ] = False,
 ) -> None:
     """Delete old finished rows in small batches; prints how many (would be) deleted."""
     from ..ops.maintenance import PURGEABLE
 
     with reporting_errors():
         age = parse_duration(older_than, "--older-than")
+        if age == 0 and not (everything or dry_run):
+            raise BadInput("--older-than 0 deletes every finished row; to mean it, add --all")
         statuses = _parse_statuses(status_words, PURGEABLE)
         typer.echo(open_queue().purge(age, statuses, dry_run=dry_run))
 
@@ -298,12 +313,22 @@ def requeue(
         DurationText | None, typer.Option("--since", help="Only rows that finished this recently.")
     ] = None,
     dry_run: DryRunOption = False,
+    everything: Annotated[
+        bool,
+        typer.Option("--all", help="Without --class, --queue or --since: every such chain."),
+    ] = False,
 ) -> None:
     """Retry the latest attempt of every matching chain; prints how many (would be) requeued."""
     from ..ops.maintenance import PURGEABLE
     from ..ops.overview import JobFilter
 
     with reporting_errors():
+        narrowed = any(value is not None for value in (class_path, queue_name, since))
+        if not (narrowed or everything or dry_run):
+            raise BadInput(
+                "requeue without --class, --queue or --since runs again every chain with "
+                "that status; narrow it, or add --all"
+            )
         filters = JobFilter(
             statuses=_parse_statuses(status_words, PURGEABLE),
             queue=queue_name,
@@ -312,5 +337,5 @@ def requeue(
         )
         result = open_queue().requeue(filters, dry_run=dry_run)
     for job_id, reason in result.skipped:
-        typer.echo(f"delayq: skipped job {job_id}: {reason}", err=True)
+        typer.echo(f"delayq: skipped job {job_id}: {printable(reason)}", err=True)
     typer.echo(len(result.ids))

@@ -6,7 +6,6 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -17,7 +16,7 @@ from ..errors import BadInput
 from ..ops.logs import setup_logging
 from ..worker.allowlist import check_allowlist
 from ..worker.interrupts import graceful_stop
-from .app import app, duration_or_none, open_queue, reporting_errors
+from .app import app, duration_or_none, open_queue, printable, reporting_errors
 
 if TYPE_CHECKING:
     from ..queue import Queue
@@ -48,11 +47,12 @@ def run(
         str | None, typer.Option("--for", help="With --loop: stop after this long.")
     ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="One line per job.")] = False,
+    # Paths taken as text: typer's Path type raises on a NUL before delayq can refuse it.
     metrics_file: Annotated[
-        Path | None, typer.Option("--metrics-file", help="Write Prometheus metrics here.")
+        str | None, typer.Option("--metrics-file", help="Write Prometheus metrics here.")
     ] = None,
     log_file: Annotated[
-        Path | None, typer.Option("--log-file", help="Append log records here, not stderr.")
+        str | None, typer.Option("--log-file", help="Append log records here, not stderr.")
     ] = None,
     log_level: Annotated[
         str, typer.Option("--log-level", help="debug, info (a line per job), warning, error.")
@@ -82,7 +82,7 @@ def run(
     if processes != 1:
         _supervise(processes, dict(locals()))
     with reporting_errors():
-        setup_logging(log_level, log_file, log_json)
+        _prepare_outputs(log_level, log_file, log_json, metrics_file)
         options: dict[str, Any] = {
             "since": parse_duration(since, "--since") if since is not None else None,
             "limit": limit,
@@ -122,6 +122,18 @@ def run(
             err=True,
         )
         raise typer.Exit(1)
+
+
+def _prepare_outputs(
+    log_level: str, log_file: str | None, log_json: bool, metrics_file: str | None
+) -> None:
+    """Open the log and check the metrics file can be written, before any job runs: a
+    run that found out only afterwards had run its jobs and still exited 2."""
+    setup_logging(log_level, log_file, log_json)
+    if metrics_file is not None:
+        from ..ops.metrics import check_writable  # prometheus_client only when asked for
+
+        check_writable(metrics_file)
 
 
 def _supervise(processes: int, params: dict[str, Any]) -> None:
@@ -200,7 +212,7 @@ def _print_outcome(outcome: JobOutcome) -> None:
 def _outcome_line(outcome: JobOutcome) -> str:
     message = f" {outcome.message}" if outcome.message else ""
     retry = " (will retry)" if outcome.will_retry else ""
-    return (
+    return printable(
         f"{outcome.id} {outcome.class_path}.{outcome.method} attempt {outcome.attempt} "
         f"{outcome.status.word} {outcome.duration * 1000:.1f}ms{message}{retry}"
     )

@@ -12,11 +12,12 @@ from dataclasses import dataclass
 import peewee
 import redis
 
-from ..config import Settings, redact_url
+from ..config import DEFAULT_QUEUE, Settings, redact_url
 from ..durations import format_delta
 from ..errors import BadInput, ConfigError
+from ..store.failures import one_line
 from ..store.index import ScheduleIndex
-from ..store.keys import INDEXED_KEY
+from ..store.keys import INDEXED_KEY, job_id_of
 from ..store.table import Job, Table, is_mysql
 from ..store.upgrade import column_problems
 from ..worker.allowlist import EMPTY_ALLOWLIST, check_entry
@@ -77,7 +78,7 @@ def database_checks(db: peewee.Database, url: str | None) -> list[Check]:
             ]
         return [Check(OK, "database", f"{version} at {where}"), *_table_checks(db)]
     except (peewee.DatabaseError, peewee.InterfaceError) as exc:
-        return [Check(FAIL, "database", f"{where} cannot be used: {_one_line(exc)}")]
+        return [Check(FAIL, "database", f"{where} cannot be used: {one_line(exc, url)}")]
 
 
 def _database_version(db: peewee.Database) -> str:
@@ -132,8 +133,10 @@ def redis_checks(index: ScheduleIndex, settings: Settings) -> list[Check]:
         server = index.client.info("server")
         memory = index.client.info("memory")
         complete = index.is_complete()
+        strays = _stray_members(index)
     except redis.RedisError as exc:
-        return [Check(FAIL, "redis", f"{where} cannot be used: {_one_line(exc)}")]
+        detail = one_line(exc, settings.redis_url)
+        return [Check(FAIL, "redis", f"{where} cannot be used: {detail}")]
     version = str(server.get("redis_version", "?"))
     return [
         _version_check(version, where),
@@ -146,7 +149,32 @@ def redis_checks(index: ScheduleIndex, settings: Settings) -> list[Check]:
             f"{INDEXED_KEY} is missing; the next run (or `delayq init`) "
             "rebuilds the schedule from the table",
         ),
+        _strays_check(strays),
     ]
+
+
+def _stray_members(index: ScheduleIndex) -> dict[str, int]:
+    """{queue: members of its schedule that are not job ids}, for queues that have any."""
+    found: dict[str, int] = {}
+    for queue in sorted({DEFAULT_QUEUE, *index.queues()}):
+        count = sum(
+            job_id_of(member) is None for chunk in index.members(queue) for member, _ in chunk
+        )
+        if count:
+            found[queue] = count
+    return found
+
+
+def _strays_check(strays: dict[str, int]) -> Check:
+    if not strays:
+        return Check(OK, "members", "every schedule member is a job id")
+    counts = ", ".join(f"{queue} {count}" for queue, count in strays.items())
+    return Check(
+        WARN,
+        "members",
+        f"schedule members that are not job ids ({counts}): another producer wrote them; "
+        "a run drops them when they fall due, `delayq reconcile` at once",
+    )
 
 
 def _version_check(version: str, where: str) -> Check:
@@ -168,7 +196,3 @@ def _policy_check(policy: str) -> Check:
         f"maxmemory-policy is {policy}: an evicting Redis silently drops schedule entries "
         "(the table keeps the jobs, but they run late); set maxmemory-policy noeviction",
     )
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())[:300] or type(exc).__name__

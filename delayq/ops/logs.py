@@ -53,6 +53,8 @@ def _open(path: str | Path | None) -> logging.Handler:
         return WatchedFileHandler(path, encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"--log-file {str(path)!r} cannot be opened: {exc.strerror}") from None
+    except ValueError:  # a NUL in the path
+        raise ConfigError(f"--log-file {str(path)!r} is not a path") from None
 
 
 class CurrentStderrHandler(logging.StreamHandler):

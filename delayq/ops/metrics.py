@@ -12,7 +12,7 @@ import contextlib
 import os
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
@@ -100,9 +100,29 @@ class _LatenessCollector(Collector):
         return [family]
 
 
+def check_writable(path: str | Path) -> None:
+    """Raise ConfigError now if the file could not be replaced after the run: a run that
+    finds out only then has already run its jobs, and exits 2 all the same."""
+    path = Path(path)
+    with _refusing(path):
+        if path.is_dir():
+            raise IsADirectoryError(21, "it is a directory")
+        fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.close(fd)
+        os.unlink(temp)
+
+
 def _replace_file(path: Path, body: bytes) -> None:
-    try:
+    with _refusing(path):
         _write_then_rename(path, body)
+
+
+@contextlib.contextmanager
+def _refusing(path: Path) -> Iterator[None]:
+    try:
+        yield
+    except ValueError:  # a NUL in the path
+        raise ConfigError(f"--metrics-file {str(path)!r} is not a path") from None
     except OSError as exc:
         raise ConfigError(
             f"--metrics-file {str(path)!r} cannot be written: {exc.strerror or exc}"

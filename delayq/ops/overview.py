@@ -17,10 +17,11 @@ from typing import Any, cast
 import redis
 from peewee import SQL, ModelSelect, NodeList, Value, fn
 
-from ..durations import format_delta
+from ..config import validate_queue_name, validate_text
+from ..durations import format_delta, parse_duration
 from ..store import queries
 from ..store.index import ScheduleIndex
-from ..store.keys import LAST_RUN_KEY, schedule_key
+from ..store.keys import LAST_RUN_KEY, job_id_of, schedule_key
 from ..store.params import payload_or_empty
 from ..store.table import Job, Status, Table, due_column, stamp_epoch, tuples, utc_stamp
 
@@ -204,6 +205,17 @@ class JobFilter:
     class_path: str | None = None
     since: float | None = None  # seconds: rows whose last change is at most this old
 
+    def __post_init__(self) -> None:
+        # An empty value is most often an unset shell variable; refused rather than read as
+        # "rows without one", so a filter never quietly widens or empties a bulk command.
+        if self.queue is not None:
+            validate_queue_name(self.queue)
+        for name, value in (("--ext", self.ext), ("--class", self.class_path)):
+            if value is not None:
+                validate_text(value, name)
+        if self.since is not None:
+            parse_duration(self.since, "--since")
+
     def query(self, table: Table, now: float) -> ModelSelect[Job]:
         """The rows matching every field but the exact class (see `matches_class`)."""
         Job = table.model
@@ -289,9 +301,9 @@ def next_scheduled(
         key = schedule_key(queue)
         scored = index.client.zrange(key, 0, count - 1, withscores=True)
         for member, score in cast(list[tuple[bytes, float]], scored):
-            text = _text(member)
-            if text.isdigit():
-                entries.append((float(score), int(text), queue))
+            job_id = job_id_of(_text(member))
+            if job_id is not None:
+                entries.append((float(score), job_id, queue))
     entries.sort()
     entries = entries[:count]
     rows = rows_by_id(table, [job_id for _, job_id, _ in entries])

@@ -16,6 +16,7 @@ from peewee import Database, InterfaceError, MySQLDatabase, OperationalError, Sq
 from ..config import redact_url
 from ..errors import ConfigError
 from .failures import is_disconnect, is_lock_conflict
+from .urls import check_mysql_arguments, check_netloc, refuse
 
 SQLITE_PRAGMAS = {
     "journal_mode": "wal",  # readers never block the writer; several runs may overlap
@@ -85,11 +86,12 @@ def run_reconnecting(db: Database, work: Callable[[], T]) -> T:
 
 def open_database(url: str) -> Database:
     """A peewee Database for `url`; connects lazily on first use."""
+    check_netloc("DELAYQ_DATABASE_URL", url)
     scheme = urlparse(url).scheme
     try:
         kwargs = url_kwargs(url)
-    except ValueError as exc:
-        raise ConfigError(f"DELAYQ_DATABASE_URL {redact_url(url)!r}: {exc}") from None
+    except ValueError:
+        raise refuse("DELAYQ_DATABASE_URL", url, "not a URL delayq can read") from None
     if scheme in ("sqlite", "sqlite3"):
         return _open_sqlite(url, kwargs)
     if scheme == "mysql":
@@ -144,7 +146,8 @@ def _open_sqlite(url: str, kwargs: dict) -> Database:
     name = kwargs.pop("database", "")
     if not name or name == ":memory:":
         raise ConfigError(
-            f"DELAYQ_DATABASE_URL {url!r} names no file; use sqlite:////absolute/path.db "
+            f"DELAYQ_DATABASE_URL {redact_url(url)!r} names no file; "
+            "use sqlite:////absolute/path.db "
             "(three slashes before a relative path, four before an absolute one)"
         )
     Path(name).parent.mkdir(parents=True, exist_ok=True)
@@ -169,4 +172,5 @@ def _open_mysql(url: str, kwargs: dict) -> Database:
         # per connection; on the loopback interface TLS protects nothing. A URL that names
         # any ssl option keeps full control (e.g. ?ssl_disabled=false).
         kwargs["ssl_disabled"] = True
+    check_mysql_arguments(url, {"database": name, **kwargs})
     return ReconnectingMySQLDatabase(name, **kwargs)

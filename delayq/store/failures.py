@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 import peewee
 import redis
 
+from ..config import hide_secrets
 from ..errors import BackendUnavailable
 from .table import TABLE_NAME
 
@@ -103,15 +104,22 @@ def backend_errors(
                 raise BackendUnavailable(
                     "the delay_queue table does not exist here; run `delayq init` first"
                 ) from exc
-            raise BackendUnavailable(f"database error: {one_line(exc)}") from exc
+            raise BackendUnavailable(f"database error: {_told(exc, queue)}") from exc
         except peewee.InterfaceError as exc:
-            raise BackendUnavailable(f"database unreachable: {one_line(exc)}") from exc
+            raise BackendUnavailable(f"database unreachable: {_told(exc, queue)}") from exc
         except redis.RedisError as exc:
-            raise BackendUnavailable(f"Redis error: {one_line(exc)}") from exc
+            raise BackendUnavailable(f"Redis error: {_told(exc, queue)}") from exc
 
     return wrapper
 
 
-def one_line(exc: BaseException) -> str:
-    """An error's text on one line, at most 300 characters."""
-    return " ".join(str(exc).split())[:300] or type(exc).__name__
+def _told(exc: BaseException, queue: Any) -> str:
+    settings = queue.settings
+    return one_line(exc, settings.database_url, settings.redis_url)
+
+
+def one_line(exc: BaseException, *urls: str | None) -> str:
+    """An error's text on one line, at most 300 characters, without the secrets of `urls`
+    (a driver may repeat what it was given)."""
+    text = hide_secrets(" ".join(str(exc).split()), *urls)
+    return text[:300] or type(exc).__name__

@@ -16,6 +16,23 @@ LAST_RUN_KEY = "delay_queue_last_run"
 JOURNAL_TTL = 7 * 86400
 
 
+# The largest id a BIGINT (MySQL) or INTEGER (SQLite) column holds.
+MAX_ID = 2**63 - 1
+
+
+def job_id_of(member: str) -> int | None:
+    """The job id a schedule member names, or None for a member that is not one.
+
+    Only the canonical decimal counts: ASCII digits without a leading zero, within MAX_ID,
+    so that "²" or "٣" (digits to str.isdigit), "-1", "007" or a number no column holds is
+    never read as an id, and str(id) is the member itself (ZREM by id removes it).
+    """
+    if not (member.isascii() and member.isdigit()) or member.startswith("0"):
+        return None
+    job_id = int(member) if len(member) <= 19 else MAX_ID + 1
+    return job_id if job_id <= MAX_ID else None
+
+
 def schedule_key(queue: str) -> str:
     """The sorted-set key of a queue; the default queue's is fixed by the contract."""
     return DEFAULT_QUEUE_KEY if queue == "default" else f"{DEFAULT_QUEUE_KEY}:{queue}"

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from ..durations import format_instant
 from ..store import leases
 from ..store.index import ScheduleIndex
+from ..store.keys import job_id_of
 from ..store.table import ClaimedJob, Table
 from .outcomes import rearm
 
@@ -110,8 +111,9 @@ class Claimer:
 def _parse_members(batch: Batch, queue: str, claimed: list[tuple[str, float]]) -> dict[int, float]:
     due_by_id: dict[int, float] = {}
     for member, score in claimed:
-        if member.isdigit():
-            due_by_id[int(member)] = score
+        job_id = job_id_of(member)
+        if job_id is not None:
+            due_by_id[job_id] = score
         else:
             batch.dropped += 1
             logger.warning("queue %s: dropped index member %r: not a job id", queue, member)

@@ -15,6 +15,7 @@ from typing import TypeVar
 
 from ..store import leases, queries
 from ..store.index import ScheduleIndex
+from ..store.keys import job_id_of
 from ..store.table import Status, Table, tuples
 from .outcomes import Outcome, rearm, write_outcomes
 
@@ -196,7 +197,7 @@ def _remove_stale(table: Table, index: ScheduleIndex, queue: str) -> int:
     Job = table.model
     removed = 0
     for chunk in index.members(queue):
-        ids = [int(member) for member, _ in chunk if member.isdigit()]
+        ids = [job_id for member, _ in chunk if (job_id := job_id_of(member)) is not None]
         query = Job.select(Job.id).where(
             Job.id.in_(ids), Job.status == Status.PENDING, Job.queue == queue
         )

@@ -1,0 +1,106 @@
+"""Checks on the server URLs (DELAYQ_DATABASE_URL, DELAYQ_REDIS_URL) before anything
+connects, so a malformed one is one usage error naming the variable, never a traceback
+from deep inside a driver, and never an error that repeats a piece of the password.
+
+database.py opens the database; `open_redis` here builds the Redis client.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+from urllib.parse import SplitResult, urlsplit
+
+import redis
+
+from ..config import hide_secrets, redact_url
+from ..errors import ConfigError
+
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+SERVER_SCHEMES = ("mysql", "redis", "rediss")
+_DB_PATH = re.compile(r"^/?(\d*)$")
+_ARGUMENT = re.compile(r"keyword argument '(\w+)'")
+
+
+def refuse(variable: str, url: str, reason: str) -> ConfigError:
+    """The one-line error for a bad URL: the variable, the URL without secrets, the fix."""
+    return ConfigError(hide_secrets(f"{variable} {redact_url(url)!r}: {reason}", url))
+
+
+def split(variable: str, url: str) -> SplitResult:
+    """The parts of `url`, or the usage error for one no parser can take apart."""
+    try:
+        return urlsplit(url)
+    except ValueError:  # e.g. an unclosed [ of an IPv6 address
+        raise refuse(variable, url, "not a URL delayq can read") from None
+
+
+def check_netloc(variable: str, url: str) -> None:
+    """Refuse a server URL whose user:password@host:port part a parser would misread.
+
+    A raw # ? or / in a password ends that part early: the rest of the password becomes
+    the port, the path or the query, and the host named after the @ is never reached.
+    """
+    parts = split(variable, url)
+    if parts.scheme not in SERVER_SCHEMES:
+        return
+    if "@" in url.partition("://")[2] and "@" not in parts.netloc:
+        raise refuse(
+            variable,
+            url,
+            "a # ? / or @ in the password (or an @ anywhere after it) must be "
+            "percent-encoded, e.g. urllib.parse.quote(password, safe='')",
+        )
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    if port == -1 or port == 0:
+        raise refuse(variable, url, "the port must be a number from 1 to 65535")
+
+
+def open_redis(url: str, **options: Any) -> redis.Redis:
+    """A client for `url` whose every part redis-py has already checked; connects lazily."""
+    parts = split("DELAYQ_REDIS_URL", url)
+    scheme = parts.scheme
+    if scheme not in REDIS_SCHEMES:
+        raise refuse(
+            "DELAYQ_REDIS_URL", url, "use redis://[:password@]host:6379/0, rediss:// or unix://"
+        )
+    check_netloc("DELAYQ_REDIS_URL", url)
+    if scheme != "unix" and not _DB_PATH.match(parts.path):
+        # redis-py would quietly use database 0 for /abc.
+        raise refuse("DELAYQ_REDIS_URL", url, "the path must be a database number, e.g. /0")
+    try:
+        client = redis.Redis.from_url(url, **options)
+        pool = client.connection_pool
+        pool.connection_class(**pool.connection_kwargs)  # checks arguments, connects nothing
+    except TypeError as exc:
+        found = _ARGUMENT.search(str(exc))
+        name = repr(found.group(1)) if found else "a parameter"
+        raise refuse("DELAYQ_REDIS_URL", url, f"redis-py knows no {name}") from None
+    except ValueError as exc:
+        raise refuse("DELAYQ_REDIS_URL", url, str(exc)) from None
+    return client
+
+
+def check_mysql_arguments(url: str, kwargs: dict[str, Any]) -> None:
+    """Let PyMySQL check the connection arguments without connecting."""
+    import pymysql
+
+    port = kwargs.get("port", 3306)
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise refuse("DELAYQ_DATABASE_URL", url, "the port must be a number from 1 to 65535")
+    try:
+        # With TLS off, so the check builds no TLS context (tens of ms each cron run).
+        pymysql.connect(defer_connect=True, **{**kwargs, "ssl_disabled": True})
+    except TypeError as exc:
+        found = _ARGUMENT.search(str(exc))
+        reason = (
+            f"PyMySQL knows no {found.group(1)!r}"
+            if found
+            else f"a parameter has the wrong type ({exc})"
+        )
+        raise refuse("DELAYQ_DATABASE_URL", url, reason) from None
+    except ValueError as exc:
+        raise refuse("DELAYQ_DATABASE_URL", url, str(exc)) from None
