@@ -83,12 +83,14 @@ def main(argv: list[str] | None = None) -> int:
     lost = result["lost"] + series["lost"] + debounce["lost"]
     duplicates = result["duplicates"] + series["duplicates"] + debounce["duplicates"]
     crashes = runner_crashes(workdir / "runners.log")
+    unexplained = unexplained_duplicates(log, faults.exposed_ids)
     # A kill -9 re-runs at most the calls it hit before their outcome was recorded; a stall
     # past the lease at most the jobs running, unjournaled, when it ended.
     allowed = faults.handlers_hit + faults.stall_exposed
     ok = (
         lost == 0
         and duplicates <= allowed
+        and unexplained == 0
         and result["bad_retries"] == 0
         and series["series_ok"] == extras.series
         and debounce["debounce_ok"] == len(extras.versions)
@@ -104,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         f"handlers_hit={faults.handlers_hit} parent_kills={faults.parent_kills} "
         f"flushes={faults.flushes} db_kills={faults.db_kills} stalls={faults.stalls} "
         f"stall_exposed={faults.stall_exposed} redis_restarts={faults.redis_restarts} "
-        f"restarts={faults.restarts} runner_crashes={crashes} lost={lost} duplicates={duplicates} "
+        f"restarts={faults.restarts} runner_crashes={crashes} lost={lost} "
+        f"duplicates={duplicates} unexplained_duplicates={unexplained} "
         f"retries_checked={result['retries']} bad_retries={result['bad_retries']} "
         f"series={extras.series} series_ok={series['series_ok']} "
         f"series_runs={series['series_runs']} debounced={len(extras.versions)} "
@@ -270,6 +273,17 @@ def stop(runners: Runners) -> None:
         runner.send_signal(signal.SIGTERM)
     for runner in runners.processes:
         runner.wait(timeout=60)
+
+
+def unexplained_duplicates(log: Path, exposed_ids: set[int]) -> int:
+    """Second calls of a row (by its handler's log) that no kill or stall had exposed: a
+    run that did not die, and was not stalled, ran a job that had already run."""
+    calls: Counter[int] = Counter()
+    for line in log.read_text().splitlines() if log.exists() else []:
+        parts = line.split()
+        if len(parts) == 5 and parts[0] in ("ok", "refused", "tick", "bounce", "probe"):
+            calls[int(parts[4])] += 1
+    return sum(count - 1 for job_id, count in calls.items() if job_id not in exposed_ids)
 
 
 def runner_crashes(runners_log: Path) -> int:

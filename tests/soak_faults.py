@@ -36,6 +36,7 @@ class Faults:
     db_kills: int = 0
     stalls: int = 0
     stall_exposed: int = 0  # running jobs, not journaled, whose leases a stall let lapse
+    exposed_ids: set[int] = field(default_factory=set)  # the row ids a kill or stall may repeat
     redis_restarts: int = 0
     last_kill: float = float("-inf")
     restarts: int = 0
@@ -136,8 +137,9 @@ def kill_a_runner(runners: Runners, faults: Faults, queue: delayq.Queue, log: Pa
     except ProcessLookupError:
         return
     time.sleep(0.1)  # journal writes it had sent reach Redis, as they would after the kill
-    begun = begun_by(log, pid)
-    hit = len(not_journaled(queue, running_among(begun)))
+    exposed = not_journaled(queue, running_among(begun_by(log, pid)))
+    faults.exposed_ids.update(exposed)
+    hit = len(exposed)
     os.kill(pid, signal.SIGKILL)
     faults.note(f"kill -9 {pid} hit {hit}")
     if runners.children == 1:
@@ -226,12 +228,13 @@ def stall_database(url: str, queue: delayq.Queue, faults: Faults) -> None:
             "SELECT id, queue FROM delay_queue WHERE status = %s", (int(Status.RUNNING),)
         )
         running = {int(job_id): name for job_id, name in cursor.fetchall()}
-        exposed = len(not_journaled(queue, running))
+        exposed = not_journaled(queue, running)
         cursor.execute("UNLOCK TABLES")
     conn.close()
     faults.stalls += 1
-    faults.stall_exposed += exposed
-    faults.note(f"unlock tables, {exposed} running jobs exposed")
+    faults.stall_exposed += len(exposed)
+    faults.exposed_ids.update(exposed)
+    faults.note(f"unlock tables, {len(exposed)} running jobs exposed")
 
 
 def kill_db_connections(url: str) -> int:
