@@ -25,11 +25,17 @@ SOAK_REDIS_DB = 14
 
 
 def soak_redis_url() -> str:
-    """DELAYQ_SOAK_REDIS_URL, or database 14 on the test Redis server."""
+    """DELAYQ_SOAK_REDIS_URL, or database 14 on the test Redis server; never the suite's
+    own test database, which the soak would flush and leave keys in."""
     explicit = os.environ.get("DELAYQ_SOAK_REDIS_URL")
-    if explicit:
-        return explicit
-    return urlsplit(REDIS_URL)._replace(path=f"/{SOAK_REDIS_DB}").geturl()
+    url = explicit or urlsplit(REDIS_URL)._replace(path=f"/{SOAK_REDIS_DB}").geturl()
+    if url == REDIS_URL:
+        pytest.fail(
+            f"the soak would flush DELAYQ_TEST_REDIS_URL's database ({url}); point "
+            "DELAYQ_SOAK_REDIS_URL at another one",
+            pytrace=False,
+        )
+    return url
 
 
 def run_soak(mariadb_url: str, *options: str) -> str:
