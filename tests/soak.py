@@ -3,15 +3,20 @@ check from the handlers' own log that nothing was lost and duplicates stayed wit
 
     python -m tests.soak                      # N=20000, M=4, against MariaDB + Redis
     python -m tests.soak --jobs 300 --runners 3 --window 5
-    python -m tests.soak --processes 2 --concurrency 8 --async-share 0.5
+    python -m tests.soak --processes 2 --concurrency 8 --async-share 0.5 --redis-restarts
 
 Faults, at random while the jobs fall due: kill -9 a runner (with --processes, one of its
 children, or now and then the parent), FLUSHDB the Redis database, KILL the runners'
-MariaDB connections; the job mix itself has failing, hanging and non-retryable handlers,
-plain or `async def`. Only 127.0.0.1 is ever contacted. Each kill -9 stops its victim first
-and counts the handlers it had begun whose outcome is neither committed nor journaled: the
-only calls a kill may repeat. Prints one summary line and exits 0 when lost == 0,
-duplicates <= those handlers, and every failure has its retry row per the ladder.
+MariaDB connections, lock the table (LOCK TABLES ... WRITE) for longer than the lease, and
+with --redis-restarts kill -9 and restart a private redis-server. The job mix has failing,
+hanging and non-retryable handlers, plain or `async def`, recurring series, debounced keys
+moved again and again, and hostile handlers (lone surrogates, BaseExceptions, forks, rows
+with params nested too deep). Only 127.0.0.1 is ever contacted. Each kill -9 stops its victim
+first and counts the handlers it had begun whose outcome is neither committed nor
+journaled, and each stall the running jobs not journaled when it ends: the only calls that
+may be repeated. At the end a fresh job in each queue must run within 30 s. Prints one
+summary line and exits 0 only when nothing was lost, duplicates stayed within that bound,
+every retry, series, debounced key and hostile job is as it must be, and no runner exited.
 """
 
 from __future__ import annotations
@@ -19,81 +24,97 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
-import pymysql
 import redis
 
 import delayq
-from delayq.config import DEFAULT_QUEUE, Settings
+from delayq.config import Settings
 from delayq.store.table import Job, Status
-from delayq.worker.looping import SWEEP_EVERY
 from delayq.worker.retry import LADDER
+from tests import soak_mix
 from tests.conftest import mysql_connect
+from tests.servers import PrivateRedis, free_port
+from tests.soak_faults import LEASE, Faults, Runners, choose_fault, inject_one, restart_exited
 
 ROOT = Path(__file__).resolve().parent.parent
 HANDLERS = "tests.sample_handlers.soak"
-LEASE = 3  # seconds: short, so killed runners' jobs come back quickly
 TIMEOUT = 1.0  # seconds: the hanging handler's time limit
-
-
-@dataclass
-class Faults:
-    kills: int = 0
-    hit_kills: int = 0  # kills that hit a handler whose outcome was not yet recorded
-    handlers_hit: int = 0  # such handlers, over every kill
-    parent_kills: int = 0
-    flushes: int = 0
-    db_kills: int = 0
-    last_kill: float = float("-inf")
-    restarts: int = 0
-    flush_pending: bool = False
-    log: list[str] = field(default_factory=list)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     random.seed(args.seed)
     workdir = Path(tempfile.mkdtemp(prefix="delayq-soak-"))
+    private = start_private_redis(args, workdir)
     log = workdir / "handlers.log"
     queue = prepare(args)
     started = time.monotonic()
-    expected = enqueue(queue, args, str(log))
+    expected, start = enqueue(queue, args, str(log))
+    extras = soak_mix.enqueue_extras(
+        queue, args.jobs, start, args.window, args.async_share, args.database_url, str(log)
+    )
     env = runner_env(args, workdir)
-    runners = [start_runner(env) for _ in range(args.runners)]
+    runners = Runners([], lambda: start_runner(env), args.processes)
+    runners.processes = [runners.start() for _ in range(args.runners)]
     faults = Faults()
     try:
-        inject_faults(args, runners, env, faults, queue)
-        drain(args, runners, env, faults)
+        inject_faults(args, runners, faults, queue, private, extras)
+        drain(args, runners, faults)
+        queues, stuck = soak_mix.probe_queues(queue, str(log))
     finally:
-        for runner in runners:
-            runner.send_signal(signal.SIGTERM)
-        for runner in runners:
-            runner.wait(timeout=60)
+        stop(runners)
+        if private is not None and private.process is not None:
+            private.kill()
     (workdir / "faults.log").write_text("".join(line + "\n" for line in faults.log))
     print(f"soak: faults, handlers' and runners' logs in {workdir}", file=sys.stderr)
-    result = check(queue, expected, log)
-    elapsed = time.monotonic() - started
-    # A kill -9 re-runs at most the calls it hit before their outcome was recorded.
-    allowed = faults.handlers_hit
-    ok = result["lost"] == 0 and result["duplicates"] <= allowed and result["bad_retries"] == 0
+    result = check(expected, log)
+    series = soak_mix.check_series(extras, log)
+    debounce = soak_mix.check_debounce(extras, log)
+    hostile_ok = soak_mix.check_hostile(extras)
+    lost = result["lost"] + series["lost"] + debounce["lost"]
+    duplicates = result["duplicates"] + series["duplicates"] + debounce["duplicates"]
+    crashes = runner_crashes(workdir / "runners.log")
+    unexplained = unexplained_duplicates(log, faults.exposed_ids)
+    # A kill -9 re-runs at most the calls it hit before their outcome was recorded; a stall
+    # past the lease at most the jobs running, unjournaled, when it ended.
+    allowed = faults.handlers_hit + faults.stall_exposed
+    ok = (
+        lost == 0
+        and duplicates <= allowed
+        and unexplained == 0
+        and result["bad_retries"] == 0
+        and series["series_ok"] == extras.series
+        and debounce["debounce_ok"] == len(extras.versions)
+        and extras.debounce_doubles == 0
+        and hostile_ok == len(extras.hostile)
+        and stuck == 0
+        and crashes == 0
+    )
     print(
         f"soak: jobs={len(expected)} runners={args.runners} processes={args.processes} "
         f"concurrency={args.concurrency} async_share={args.async_share} "
         f"kills={faults.kills} hit_kills={faults.hit_kills} "
         f"handlers_hit={faults.handlers_hit} parent_kills={faults.parent_kills} "
-        f"flushes={faults.flushes} db_kills={faults.db_kills} restarts={faults.restarts} "
-        f"lost={result['lost']} duplicates={result['duplicates']} "
+        f"flushes={faults.flushes} db_kills={faults.db_kills} stalls={faults.stalls} "
+        f"stall_exposed={faults.stall_exposed} redis_restarts={faults.redis_restarts} "
+        f"restarts={faults.restarts} runner_crashes={crashes} lost={lost} "
+        f"duplicates={duplicates} unexplained_duplicates={unexplained} "
         f"retries_checked={result['retries']} bad_retries={result['bad_retries']} "
-        f"elapsed={elapsed:.0f}s {'OK' if ok else 'FAILED'}"
+        f"series={extras.series} series_ok={series['series_ok']} "
+        f"series_runs={series['series_runs']} debounced={len(extras.versions)} "
+        f"debounce_ok={debounce['debounce_ok']} debounce_doubles={extras.debounce_doubles} "
+        f"hostile={len(extras.hostile)} hostile_ok={hostile_ok} "
+        f"queues={queues} stuck_queues={stuck} "
+        f"elapsed={time.monotonic() - started:.0f}s {'OK' if ok else 'FAILED'}"
     )
     queue.close()
     return 0 if ok else 1
@@ -122,11 +143,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--redis-url", default=os.environ.get("DELAYQ_SOAK_REDIS_URL", "redis://127.0.0.1:6379/14")
     )
+    parser.add_argument(
+        "--redis-restarts",
+        action="store_true",
+        help="run a private redis-server on a free port (instead of --redis-url) and restart it",
+    )
     args = parser.parse_args(argv)
     for url in (args.database_url, args.redis_url):
         if urlparse(url).hostname not in ("127.0.0.1", "localhost", "::1"):
             parser.error(f"the soak only talks to this machine, not {url}")
     return args
+
+
+def start_private_redis(args: argparse.Namespace, workdir: Path) -> PrivateRedis | None:
+    """With --redis-restarts, a redis-server of the soak's own, which it may kill."""
+    if not args.redis_restarts:
+        return None
+    private = PrivateRedis(free_port(), workdir)
+    private.start()
+    args.redis_url = private.url
+    return private
 
 
 def prepare(args: argparse.Namespace) -> delayq.Queue:
@@ -139,7 +175,9 @@ def prepare(args: argparse.Namespace) -> delayq.Queue:
     conn.close()
     redis.Redis.from_url(args.redis_url).flushdb()
     settings = Settings(
-        database_url=args.database_url, redis_url=args.redis_url, handlers=(HANDLERS,)
+        database_url=args.database_url,
+        redis_url=args.redis_url,
+        handlers=(HANDLERS, soak_mix.HOSTILE),
     )
     queue = delayq.connect(settings)
     queue.init()
@@ -147,8 +185,11 @@ def prepare(args: argparse.Namespace) -> delayq.Queue:
     return queue
 
 
-def enqueue(queue: delayq.Queue, args: argparse.Namespace, log: str) -> dict[int, str]:
-    """Add the job mix, due over the window starting in two seconds; returns {n: kind}."""
+def enqueue(
+    queue: delayq.Queue, args: argparse.Namespace, log: str
+) -> tuple[dict[int, str], float]:
+    """Add the job mix, due over the window starting in two seconds; returns {n: kind} and
+    the window's start."""
     kinds = ["ok"] * 90 + ["fail_once"] * 5 + ["hang_once"] * 3 + ["refuse"] * 2
     start = time.time() + 2
     expected: dict[int, str] = {}
@@ -169,7 +210,7 @@ def enqueue(queue: delayq.Queue, args: argparse.Namespace, log: str) -> dict[int
         )
     for chunk in range(0, len(specs), 5000):
         queue.add_many(specs[chunk : chunk + 5000])
-    return expected
+    return expected, start
 
 
 def runner_env(args: argparse.Namespace, workdir: Path) -> dict[str, str]:
@@ -177,7 +218,7 @@ def runner_env(args: argparse.Namespace, workdir: Path) -> dict[str, str]:
     env.update(
         DELAYQ_DATABASE_URL=args.database_url,
         DELAYQ_REDIS_URL=args.redis_url,
-        DELAYQ_HANDLERS=HANDLERS,
+        DELAYQ_HANDLERS=f"{HANDLERS},{soak_mix.HOSTILE}",
         DELAYQ_HOME=str(workdir),
         DELAYQ_LEASE=str(LEASE),
         SOAK_LOG=str(workdir / "handlers.log"),
@@ -199,164 +240,77 @@ def start_runner(env: dict[str, str]) -> subprocess.Popen[bytes]:
 
 def inject_faults(
     args: argparse.Namespace,
-    runners: list[subprocess.Popen[bytes]],
-    env: dict[str, str],
+    runners: Runners,
     faults: Faults,
     queue: delayq.Queue,
+    private: PrivateRedis | None,
+    extras: soak_mix.Extras,
 ) -> None:
-    """Random faults every 0.5-2 s until the last job has fallen due."""
+    """Random faults every 0.5-2 s until the last job has fallen due; debounced keys are
+    moved between them."""
     until = time.monotonic() + 2 + args.window
+    log = Path(extras.log)
     while time.monotonic() < until:
         time.sleep(random.uniform(0.5, 2.0))
-        restart_exited(runners, env, faults)
-        fault = random.choice(["kill", "kill", "flush", "db_kill"])
-        if fault == "kill" and args.processes > 1 and random.random() < 0.2:
-            fault = "kill_parent"
-        if fault == "flush" or faults.flush_pending:
-            # Not while a killed run's jobs wait for recovery: a flush then would also erase
-            # its journal, and its journaled jobs would run again - more duplicates than
-            # kills (README, Guarantees). So a flush waits, and no kill comes meanwhile.
-            faults.flush_pending = dead_run_unsettled(faults)
-            if not faults.flush_pending:
-                queue.index.client.flushdb()
-                faults.flushes += 1
-                faults.log.append(f"{time.time():.3f} flushdb")
-        elif fault == "kill":
-            kill_a_runner(args, runners, env, faults, queue, Path(env["SOAK_LOG"]))
-        elif fault == "kill_parent":
-            # Its children get SIGTERM (PDEATHSIG) and stop gracefully: nothing runs twice.
-            victim = random.randrange(len(runners))
-            faults.log.append(f"{time.time():.3f} kill -9 parent {runners[victim].pid}")
-            runners[victim].send_signal(signal.SIGKILL)
-            runners[victim].wait()
-            runners[victim] = start_runner(env)
-            faults.parent_kills += 1
-        elif fault == "db_kill":
-            faults.db_kills += kill_db_connections(args.database_url)
+        restart_exited(runners, faults)
+        fault = choose_fault(args.processes, private, faults)
+        inject_one(fault, runners, faults, queue, args.database_url, private, log)
+        soak_mix.bounce_some(queue, extras)
 
 
-def kill_a_runner(
-    args: argparse.Namespace,
-    runners: list[subprocess.Popen[bytes]],
-    env: dict[str, str],
-    faults: Faults,
-    queue: delayq.Queue,
-    log: Path,
-) -> None:
-    """kill -9 a runner (with --processes, one of its children: the parent starts another),
-    stopped first so that what it had begun can be counted."""
-    position = random.randrange(len(runners))
-    pids = children_of(runners[position].pid) if args.processes > 1 else [runners[position].pid]
-    if not pids:
-        return  # its children are being replaced
-    pid = random.choice(pids)
-    try:
-        os.kill(pid, signal.SIGSTOP)
-    except ProcessLookupError:
-        return
-    time.sleep(0.1)  # journal writes it had sent reach Redis, as they would after the kill
-    hit = handlers_in_flight(queue, pid, log)
-    os.kill(pid, signal.SIGKILL)
-    faults.log.append(f"{time.time():.3f} kill -9 {pid} hit {hit}")
-    if args.processes == 1:
-        runners[position].wait()
-        runners[position] = start_runner(env)
-    faults.kills += 1
-    faults.hit_kills += hit > 0
-    faults.handlers_hit += hit
-    faults.last_kill = time.monotonic()
-
-
-def children_of(parent: int) -> list[int]:
-    """The pids of `parent`'s live children, read from /proc."""
-    pids = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # gone meanwhile
-        if int(fields[1]) == parent and fields[0] not in ("Z", "X"):
-            pids.append(int(stat.parent.name))
-    return pids
-
-
-def handlers_in_flight(queue: delayq.Queue, pid: int, log: Path) -> int:
-    """Jobs the stopped process `pid` had begun (by the handlers' log) whose outcome is
-    neither committed nor journaled: the ones killing it may run a second time."""
-    begun = set()
-    for line in log.read_text().splitlines() if log.exists() else []:
-        parts = line.split()
-        if len(parts) == 5 and int(parts[3]) == pid:
-            begun.add(int(parts[4]))
-    if not begun:
-        return 0
-    running = Job.select(Job.id).where(Job.id.in_(begun), Job.status == Status.RUNNING)
-    ids = [row.id for row in running]
-    return len(ids) - len(queue.index.journal.journaled(DEFAULT_QUEUE, ids))
-
-
-def dead_run_unsettled(faults: Faults) -> bool:
-    """Whether a killed run may still have jobs that no run has recovered: its leases lapse
-    LEASE after its last heartbeat, and looping runs sweep every SWEEP_EVERY seconds."""
-    if time.monotonic() - faults.last_kill < LEASE + SWEEP_EVERY + 2:
-        return True
-    lapsed = Job.select().where(Job.status == Status.RUNNING, Job.lease_until < time.time())
-    return lapsed.count() > 0
-
-
-def restart_exited(
-    runners: list[subprocess.Popen[bytes]], env: dict[str, str], faults: Faults
-) -> None:
-    for position, runner in enumerate(runners):
-        if runner.poll() is not None:  # e.g. exited 1 when its connection was killed
-            runners[position] = start_runner(env)
-            faults.restarts += 1
-
-
-def kill_db_connections(url: str) -> int:
-    name = urlparse(url).path.lstrip("/")
-    conn = mysql_connect(url)
-    killed = 0
-    with conn.cursor() as cursor:
-        cursor.execute(
-            "SELECT id FROM information_schema.processlist WHERE db = %s AND id <> CONNECTION_ID()",
-            (name,),
-        )
-        for (connection_id,) in cursor.fetchall():
-            try:
-                cursor.execute(f"KILL {int(connection_id)}")
-                killed += 1
-            except pymysql.MySQLError:
-                pass  # it ended on its own meanwhile
-    conn.close()
-    return killed
-
-
-def drain(
-    args: argparse.Namespace,
-    runners: list[subprocess.Popen[bytes]],
-    env: dict[str, str],
-    faults: Faults,
-) -> None:
+def drain(args: argparse.Namespace, runners: Runners, faults: Faults) -> None:
     """Let the runners finish every chain (retries included) without further faults."""
     deadline = time.monotonic() + args.max_seconds
     while time.monotonic() < deadline:
-        restart_exited(runners, env, faults)
-        open_rows = Job.select().where(Job.status.in_([Status.PENDING, Status.RUNNING])).count()
-        if open_rows == 0:
+        restart_exited(runners, faults)
+        if soak_mix.still_open() == 0:
             return
         time.sleep(1.0)
 
 
-def check(queue: delayq.Queue, expected: dict[int, str], log: Path) -> dict[str, int]:
-    """Compare the handlers' log and the table with what each job should have done."""
+def stop(runners: Runners) -> None:
+    for runner in runners.processes:
+        runner.send_signal(signal.SIGTERM)
+    for runner in runners.processes:
+        runner.wait(timeout=60)
+
+
+def unexplained_duplicates(log: Path, exposed_ids: set[int]) -> int:
+    """Second calls of a row (by its handler's log) that no kill or stall had exposed: a
+    run that did not die, and was not stalled, ran a job that had already run."""
+    calls: Counter[int] = Counter()
+    for line in log.read_text().splitlines() if log.exists() else []:
+        parts = line.split()
+        if len(parts) == 5 and parts[0] in ("ok", "refused", "tick", "bounce", "probe"):
+            calls[int(parts[4])] += 1
+    return sum(count - 1 for job_id, count in calls.items() if job_id not in exposed_ids)
+
+
+def runner_crashes(runners_log: Path) -> int:
+    """Runners that stopped for a reason other than the soak's kill -9 or the documented
+    exit of a run whose handler threads are all stuck (the hanging jobs do that): a
+    traceback, any other error line, a child dying with another code, or killed silent."""
+    text = runners_log.read_text(errors="replace") if runners_log.exists() else ""
+    errors = re.findall(r"^delayq: error: (.*)$", text, re.MULTILINE)
+    codes = re.findall(r"runner process \d+ died \(exit (-?\d+)\)", text)
+    return (
+        text.count("Traceback (most recent call last)")
+        + sum("handler threads are stuck" not in error for error in errors)
+        + sum(code not in ("-9", "1") for code in codes)
+        + text.count("made no progress")
+    )
+
+
+def check(expected: dict[int, str], log: Path) -> dict[str, int]:
+    """Compare the handlers' log and the table with what each job of the plain mix should
+    have done."""
     successes: Counter[int] = Counter()
     for line in log.read_text().splitlines() if log.exists() else []:
-        kind, n = line.split()[:2]
-        if kind == "ok":
-            successes[int(n)] += 1
+        parts = line.split()
+        if len(parts) == 5 and parts[0] == "ok":
+            successes[int(parts[1])] += 1
     rows_by_ext: dict[int, list[Job]] = defaultdict(list)
-    for row in Job.select().order_by(Job.id):
+    for row in Job.select().where(Job.ext_string.startswith("soak:")).order_by(Job.id):
         rows_by_ext[int(row.ext_string.split(":")[1])].append(row)
     lost = duplicates = retries = bad_retries = 0
     for n, kind in expected.items():

@@ -107,6 +107,69 @@ def test_a_transaction_chosen_as_deadlock_victim_is_run_again(queue, backend):
     assert Job.get_by_id(filler[0]).retry_times == 7
 
 
+@pytest.mark.parametrize("backend", ["mariadb"], indirect=True)
+@pytest.mark.parametrize("write", ["check", "hand back"])
+def test_a_lease_check_or_hand_back_chosen_as_deadlock_victim_is_run_again(queue, backend, write):
+    # After a stall the run checks its leases before the next job (or hands jobs back)
+    # while other runs renew theirs and take lapsed ones over: a deadlock there stopped
+    # the runner (exit 1).
+    first, second, *filler = [Job.insert(params="{}", run_at=1.0).execute() for _ in range(52)]
+    now = time.time()
+    leases.mark_running(queue.table, [first, second], "run-a", now + 60, now)
+    ours = queue.db.connection().thread_id()
+    parts = urlparse(backend["database_url"])
+    rival_db = pymysql.connect(
+        host=parts.hostname,
+        port=parts.port or 3306,
+        user=parts.username,
+        password=parts.password or "",
+        database=parts.path.lstrip("/"),
+    )
+    rival_holds_second = threading.Event()
+
+    def rival() -> None:
+        # Heavier than ours (51 rows): InnoDB rolls our statement back, not this.
+        with rival_db.cursor() as cursor:
+            cursor.execute("BEGIN")
+            ids = ",".join(str(job_id) for job_id in [second, *filler])
+            cursor.execute(
+                f"UPDATE delay_queue FORCE INDEX (PRIMARY) SET retry_times = 7 WHERE id IN ({ids})"
+            )
+            rival_holds_second.set()
+            wait_for(lambda: waits_on_a_lock(cursor, ours), 15, "our check to wait for second")
+            # Our check holds `first` and waits for `second`: this closes the cycle.
+            cursor.execute("UPDATE delay_queue SET retry_times = 7 WHERE id = %s", (first,))
+            rival_db.commit()
+
+    thread = threading.Thread(target=rival)
+    thread.start()
+    rival_holds_second.wait(5)
+    if write == "check":
+        held = leases.still_held(queue.table, [first, second], "run-a", now + 120)
+    else:
+        released = leases.release(queue.table, [first, second], "run-a", now)
+    thread.join()
+    rival_db.close()
+
+    if write == "check":
+        assert held == {first, second}
+        assert [Job.get_by_id(job_id).lease_until for job_id in (first, second)] == [now + 120] * 2
+    else:
+        assert sorted(job_id for job_id, _ in released) == [first, second]
+        assert [Job.get_by_id(job_id).status for job_id in (first, second)] == [Status.PENDING] * 2
+    assert Job.get_by_id(first).retry_times == 7  # the rival's write went through
+
+
+def waits_on_a_lock(cursor: pymysql.cursors.Cursor, connection_id: int) -> bool:
+    cursor.execute(
+        "SELECT COUNT(*) FROM information_schema.processlist WHERE id = %s "
+        "AND info LIKE 'UPDATE%%'",
+        (connection_id,),
+    )
+    (count,) = cursor.fetchone()
+    return bool(count)
+
+
 def test_a_row_the_run_already_holds_is_not_won_again(queue, log):
     # A rebuild that read the row while it was pending can put it back on the schedule after
     # the run leased it; the run's next claim then meets it again and must not take it.

@@ -40,13 +40,13 @@ class Journal:
             key = self._keys[queue] = bulk(queue_key(queue, "journal").encode())
         # Packed here rather than by redis-py: this runs once per job.
         packed = b"*4\r\n$4\r\nHSET\r\n" + key + bulk(b"%d" % job_id) + bulk(record.encode())
-        self._send([packed])
+        self._send(packed)
 
     def note_start(self, queue: str, token: str, job_id: int) -> None:
         """Write down, without waiting for Redis, that run `token` started this job's handler:
         with many jobs in flight no order tells which had started when the run died."""
         key = queue_key(queue, "journal").encode()
-        self._send([pack(b"HSET", key, start_field(token, job_id), b"1")])
+        self._send(pack(b"HSET", key, start_field(token, job_id), b"1"))
 
     def close(self) -> None:
         """Turn replies back on and give the journal's connection back to the pool (at the
@@ -65,14 +65,27 @@ class Journal:
         finally:
             self.client.connection_pool.release(connection)
 
-    def _send(self, packed: list[bytes]) -> None:
+    def _send(self, packed: bytes) -> None:
         # The main thread journals while the bookkeeping thread settles: sends take turns.
         with self._lock:
             if self._connection is None:
-                connection = self.client.connection_pool.get_connection()
-                connection.send_packed_command([pack(b"CLIENT", b"REPLY", b"OFF")])
-                self._connection = connection
-            self._connection.send_packed_command(packed, check_health=False)
+                self._connection = self.client.connection_pool.get_connection()
+                self._checked(pack(b"CLIENT", b"REPLY", b"OFF"))
+            self._checked(packed)
+
+    def _checked(self, packed: bytes) -> None:
+        """Send on the journal's connection; if that fails, give the connection up. redis-py
+        would reconnect it on the next send with replies on again, and the replies no one
+        reads would then answer the commands of whoever takes it from the pool next (Redis
+        restarted under a run: its next claim read a journal write's reply and crashed)."""
+        assert self._connection is not None
+        try:
+            self._connection.send_packed_command([packed], check_health=False)
+        except Exception:
+            connection, self._connection = self._connection, None
+            connection.disconnect()
+            self.client.connection_pool.release(connection)
+            raise
 
     def forget(
         self, queue: str, job_ids: Sequence[int], started: tuple[str, Sequence[int]] | None
@@ -84,7 +97,7 @@ class Journal:
         if started is not None:
             fields += [start_field(started[0], job_id) for job_id in started[1]]
         if fields:
-            self._send([pack(b"HDEL", queue_key(queue, "journal").encode(), *fields)])
+            self._send(pack(b"HDEL", queue_key(queue, "journal").encode(), *fields))
 
     def forget_order(self, queue: str, token: str) -> None:
         self.client.hdel(queue_key(queue, "journal"), f"order:{token}", f"starts:{token}")

@@ -180,9 +180,15 @@ def still_held(table: Table, ids: Sequence[int], token: str, lease_until: float)
     For a run whose heartbeat fell behind: before it starts another job it makes sure no
     other run has taken that job over meanwhile.
     """
-    Job = table.model
     if not ids:
         return set()
+    # Run again if InnoDB picks it as a deadlock victim: it meets other runs' heartbeats
+    # and takeovers just when a stall ends. The UPDATE is guarded, so repeating it is safe.
+    return run_reconnecting(table.db, lambda: _still_held(table, ids, token, lease_until))
+
+
+def _still_held(table: Table, ids: Sequence[int], token: str, lease_until: float) -> set[int]:
+    Job = table.model
     held = (Job.id.in_(list(ids))) & (Job.status == Status.RUNNING) & (Job.lease_token == token)
     Job.update(lease_until=lease_until).where(held).execute()
     return {row[0] for row in tuples(Job.select(Job.id).where(held))}
@@ -192,9 +198,17 @@ def release(
     table: Table, ids: Sequence[int], token: str, now: float
 ) -> list[tuple[int, float | None]]:
     """Hand held rows back to PENDING; return (id, run_at) of those released."""
-    Job = table.model
     if not ids:
         return []
+    # Run again as a deadlock victim, as `still_held` is; its SELECT reads again what an
+    # UPDATE rolled back left held.
+    return run_reconnecting(table.db, lambda: _release(table, ids, token, now))
+
+
+def _release(
+    table: Table, ids: Sequence[int], token: str, now: float
+) -> list[tuple[int, float | None]]:
+    Job = table.model
     held = (Job.id.in_(list(ids))) & (Job.status == Status.RUNNING) & (Job.lease_token == token)
     rows = [
         (job_id, run_at) for job_id, run_at in tuples(Job.select(Job.id, Job.run_at).where(held))

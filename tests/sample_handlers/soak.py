@@ -68,3 +68,21 @@ async def hang_once_async(data: dict[str, Any]) -> str:
 async def refuse_async(data: dict[str, Any]) -> None:
     await asyncio.sleep(0)
     refuse(data)
+
+
+def tick(data: dict[str, Any]) -> str:
+    """An occurrence of recurring series data["n"]."""
+    _note(data, "tick")
+    return "tick"
+
+
+def bounce(data: dict[str, Any]) -> str:
+    """A debounced job: data["n"] is "<key>.<version>", the version of its latest replace."""
+    _note(data, "bounce")
+    return "bounce"
+
+
+def probe(data: dict[str, Any]) -> str:
+    """The job added to each queue once the faults stop: data["n"] names the queue."""
+    _note(data, "probe")
+    return "probe"
