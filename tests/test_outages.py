@@ -223,15 +223,7 @@ def test_a_loop_waits_out_a_database_outage_and_goes_on(queue, backend, cli_env,
     assert queue.show(job_id)["status"] == "success"
 
 
-RUNS_TWICE = pytest.mark.xfail(
-    strict=True,
-    reason="with --concurrency, a pass that fails because Redis went away abandons the calls "
-    "in flight and hands their jobs back, so a job whose handler was still running runs "
-    "again once Redis is back (the first call's result is refused as past its time limit)",
-)
-
-
-@pytest.mark.parametrize("concurrency", ["1", pytest.param("4", marks=RUNS_TWICE)])
+@pytest.mark.parametrize("concurrency", ["1", "4"])
 def test_a_job_that_finishes_while_redis_is_away_runs_once(
     backend, private_redis, cli_env, log, tmp_path, concurrency
 ):

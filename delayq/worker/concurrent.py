@@ -12,7 +12,7 @@ from collections import deque
 
 from ..store.table import ClaimedJob
 from .calls import Called, Caller
-from .outcomes import OutcomeBuffer
+from .outcomes import OutcomeBuffer, write_outcomes
 from .run import Run
 from .slots import Slots
 
@@ -43,6 +43,8 @@ class ConcurrentRun(Run):
             drain.pump()
             completed = True
         finally:
+            if not completed:
+                drain.finish_in_flight()
             drain.hand_back_the_rest()
             slots.close()
             self._flush(buffer, quietly=not completed)
@@ -142,16 +144,50 @@ class _Drain:
     def _collect(self, timeout: float) -> None:
         # Every turn of the main loop passes here, calls in flight or not.
         self.run.beat()
+        for called in self._finished(timeout):
+            self._record(called)
+
+    def _finished(self, timeout: float) -> list[Called]:
+        """Calls the slots finished (waiting up to `timeout` for the first), and those given
+        up on at their time limit."""
+        done: list[Called] = []
         for finished in self.slots.collect(timeout):
             result = finished.result
             if isinstance(result, Called):
-                self._record(result)
+                done.append(result)
             else:  # an exception raised into the slot outside the handler's call
                 assert isinstance(result, BaseException)
-                self._record(self.caller.crashed(finished.job, result, time.monotonic()))
+                done.append(self.caller.crashed(finished.job, result, time.monotonic()))
         for call in self.slots.expire():
             logger.info("job %d ran past its time limit; giving up on it", call.job.id)
-            self._record(self.caller.timed_out(call.job, call.started))
+            done.append(self.caller.timed_out(call.job, call.started))
+        return done
+
+    def finish_in_flight(self) -> None:
+        """The pass failed (a server went away): calls in flight get the grace period to end,
+        and their outcomes go straight to the table, since the journal may be what is away.
+        Handing them back instead would run each of them a second time."""
+        until = time.monotonic() + self.run.settings.grace
+        called: list[Called] = []
+        try:
+            while self.slots.busy and time.monotonic() < until:
+                self.run.beat()
+                called += self._finished(min(until - time.monotonic(), COLLECT_WAIT * 4))
+        except Exception as exc:  # noqa: BLE001 - already failing: their leases settle the rest
+            logger.error("could not wait for the calls in flight (%s)", exc)
+        if not called:
+            return
+        outcomes = [one.outcome for one in called]
+        try:
+            settled = write_outcomes(self.run.table, outcomes, self.run.token)
+        except Exception as exc:  # noqa: BLE001 - already failing
+            logger.error("could not record %d outcomes (%s); their leases will", len(called), exc)
+            return
+        for one in called:
+            self.due_by_id.pop(one.outcome.job.id, None)
+            self.caller.announce(one.report)
+        # Their retries and next occurrences are put on the schedule by the orphan sweep.
+        self.run._count(settled)
 
     def _record(self, called: Called) -> None:
         self.due_by_id.pop(called.outcome.job.id, None)
