@@ -46,17 +46,23 @@ def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
         server.kill()
 
 
-def test_a_loop_waits_out_a_redis_restart_and_goes_on(
-    backend, private_redis, cli_env, log, tmp_path
-):
+def queue_on(backend: dict[str, str], server: PrivateRedis, tmp_path: Path) -> delayq.Queue:
+    """An initialised Queue on the backend's database and the private Redis."""
     settings = Settings(
         database_url=backend["database_url"],
-        redis_url=private_redis.url,
+        redis_url=server.url,
         handlers=HANDLERS,
         home=tmp_path / "home",
     )
     queue = delayq.connect(settings)
     queue.init()
+    return queue
+
+
+def test_a_loop_waits_out_a_redis_restart_and_goes_on(
+    backend, private_redis, cli_env, log, tmp_path
+):
+    queue = queue_on(backend, private_redis, tmp_path)
     queue.add(H, "record", {"log": log, "n": "before"})
     env = {**cli_env, "DELAYQ_REDIS_URL": private_redis.url}
     runner = start(env, "run", "--loop", "--log-level", "warning")
@@ -113,14 +119,7 @@ def test_a_loop_pauses_while_redis_is_down_and_backs_off(
     backend, private_redis, cli_env, log, tmp_path
 ):
     env = {**cli_env, "DELAYQ_REDIS_URL": private_redis.url}
-    settings = Settings(
-        database_url=backend["database_url"],
-        redis_url=private_redis.url,
-        handlers=HANDLERS,
-        home=tmp_path / "home",
-    )
-    queue = delayq.connect(settings)
-    queue.init()
+    queue = queue_on(backend, private_redis, tmp_path)
     log_file = tmp_path / "run.log"
     runner = start(env, "run", "--loop", "--log-file", str(log_file))
     queue.add(H, "record", {"log": log, "n": "first"})
@@ -227,14 +226,7 @@ def test_a_loop_waits_out_a_database_outage_and_goes_on(queue, backend, cli_env,
 def test_a_job_that_finishes_while_redis_is_away_runs_once(
     backend, private_redis, cli_env, log, tmp_path, concurrency
 ):
-    settings = Settings(
-        database_url=backend["database_url"],
-        redis_url=private_redis.url,
-        handlers=HANDLERS,
-        home=tmp_path / "home",
-    )
-    queue = delayq.connect(settings)
-    queue.init()
+    queue = queue_on(backend, private_redis, tmp_path)
     job_id = queue.add(H, "slow", {"log": log, "n": "away", "seconds": 2})
     env = {**cli_env, "DELAYQ_REDIS_URL": private_redis.url, "DELAYQ_LEASE": "2"}
     runner = start(env, "run", "--loop", "--concurrency", concurrency)
