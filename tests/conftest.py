@@ -8,6 +8,7 @@ its tests are skipped with the reason.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -178,3 +179,18 @@ def cli_env(backend: dict[str, str], tmp_path: Path) -> dict[str, str]:
 
 
 DELAYQ = [sys.executable, "-m", "delayq"]
+
+
+# Processes a test started (tests/test_processes.start): none may outlive its test, or a
+# `run --loop` left behind by a failed assertion would go on claiming in later tests.
+STARTED: list[subprocess.Popen[bytes]] = []
+
+
+@pytest.fixture(autouse=True)
+def no_process_outlives_its_test() -> Iterator[None]:
+    yield
+    while STARTED:
+        process = STARTED.pop()
+        if process.poll() is None:
+            process.kill()  # a --processes parent's children die with it (PDEATHSIG)
+            process.wait(10)

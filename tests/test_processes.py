@@ -25,7 +25,7 @@ import pytest
 from delayq import JobSpec, Queue, Status
 from delayq.store.keys import schedule_key
 from delayq.store.table import Job
-from tests.conftest import DELAYQ, mysql_connect
+from tests.conftest import DELAYQ, STARTED, mysql_connect
 from tests.sample_handlers.jobs import read_log
 from tests.waiting import wait_for
 
@@ -51,12 +51,15 @@ def delayq(
 
 
 def start(env: dict[str, str], *args: str, **extra: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
+    """`delayq ARGS` started in the background; killed at the end of the test if still up."""
+    process = subprocess.Popen(
         [*DELAYQ, *args],
         env={**env, **extra},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
+    STARTED.append(process)
+    return process
 
 
 def statuses() -> dict[int, int]:
