@@ -57,13 +57,7 @@ def _mark_running(
         f"`lease_until` = %s, `modified` = %s WHERE `id` IN ({listed}) AND `status` = %s",
         (int(Status.RUNNING), token, lease_until, _stamp(now), int(Status.PENDING)),
     )
-    cursor = statements.execute(
-        table,
-        f"SELECT {statements.CLAIMED_SELECT} FROM `delay_queue` @BY_ID "
-        f"WHERE `id` IN ({listed}) AND `status` = %s AND `lease_token` = %s ORDER BY `id`",
-        (int(Status.RUNNING), token),
-    )
-    return [ClaimedJob._make(row) for row in cursor.fetchall()]
+    return _marked(table, listed, Status.RUNNING, token)
 
 
 def mark_missed(
@@ -83,11 +77,16 @@ def mark_missed(
         f"`modified` = %s WHERE `id` IN ({listed}) AND `status` = %s",
         (int(Status.MISSED), message, token, _stamp(now), int(Status.PENDING)),
     )
+    return _marked(table, listed, Status.MISSED, token)
+
+
+def _marked(table: Table, listed: str, status: Status, token: str) -> list[ClaimedJob]:
+    """The rows among `listed` in `status` under `token`: what a guarded UPDATE just took."""
     cursor = statements.execute(
         table,
         f"SELECT {statements.CLAIMED_SELECT} FROM `delay_queue` @BY_ID "
         f"WHERE `id` IN ({listed}) AND `status` = %s AND `lease_token` = %s ORDER BY `id`",
-        (int(Status.MISSED), token),
+        (int(status), token),
     )
     return [ClaimedJob._make(row) for row in cursor.fetchall()]
 
