@@ -7,9 +7,14 @@ from __future__ import annotations
 
 import math
 import re
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
+from typing import Any
 
 from .errors import BadInput
+
+# What the API takes wherever it takes a length of time or a moment.
+Duration = float | int | timedelta | str
+Instant = float | int | datetime | str
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 YEAR = 365 * 86400
@@ -22,20 +27,72 @@ HORIZON = 10 * YEAR
 _DURATION = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([smhdw]?)\s*$", re.IGNORECASE)
 
 
-def parse_duration(text: str | float | int, name: str = "duration") -> float:
-    """Seconds in `text`: a non-negative number, optionally suffixed s, m, h, d or w."""
-    if isinstance(text, int | float):
-        seconds = float(text)
-    else:
-        match = _DURATION.match(text)
-        if not match:
-            raise BadInput(f"{name} {text!r} is not a duration; use seconds or 90s, 15m, 2h, 1d")
-        seconds = float(match.group(1)) * _UNITS[(match.group(2) or "s").lower()]
-    if not math.isfinite(seconds) or seconds < 0:
-        raise BadInput(f"{name} must be a non-negative number of seconds, not {text!r}")
+def parse_duration(text: Duration, name: str = "duration") -> float:
+    """Seconds in `text`: a non-negative number or timedelta, or a number suffixed s, m, h,
+    d or w, at most MAX_DURATION."""
+    seconds = seconds_of(text, name)
+    if seconds < 0:
+        raise BadInput(f"{name} must be a non-negative number of seconds, not {shown(text)}")
     if seconds > MAX_DURATION:
-        raise BadInput(f"{name} {text!r} is longer than {MAX_DURATION // YEAR} years")
+        raise BadInput(f"{name} {shown(text)} is longer than {MAX_DURATION // YEAR} years")
     return seconds
+
+
+def seconds_of(value: Any, name: str) -> float:
+    """Seconds in a number, a timedelta or a duration string, or BadInput naming `name`;
+    only the type and finiteness are checked here, each caller checks its own range."""
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, str):
+        return _duration_text(value, name)
+    return _finite_number(value, name, "a number of seconds, a timedelta or a duration")
+
+
+def instant_of(value: Any, name: str) -> float:
+    """Epoch seconds of an aware datetime, an ISO 8601 string or epoch seconds; a naive
+    datetime is refused, since which clock it means is a guess."""
+    if isinstance(value, datetime):
+        if value.utcoffset() is None:
+            raise BadInput(
+                f"{name} is a naive datetime; give it a time zone, e.g. tzinfo=timezone.utc"
+            )
+        return value.timestamp()
+    if isinstance(value, str):
+        return parse_instant(value, name)
+    return _finite_number(value, name, "epoch seconds, an aware datetime or ISO 8601 text")
+
+
+def _finite_number(value: Any, name: str, expected: str) -> float:
+    # bool is an int to Python, but True seconds is a mistake, not a duration.
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise BadInput(f"{name} must be {expected}, not {shown(value)}")
+    try:
+        number = float(value)
+    except OverflowError:  # an int too large for a float
+        raise BadInput(f"{name} {shown(value)} is out of range") from None
+    if not math.isfinite(number):
+        raise BadInput(f"{name} must be a finite number, not {number}")
+    return number
+
+
+def _duration_text(text: str, name: str) -> float:
+    if len(text) > 64:
+        # A megabyte of digits is not parsed, and 64 characters keep the number finite.
+        raise BadInput(f"{name} {shown(text)} is {len(text)} characters, too long for a duration")
+    match = _DURATION.match(text)
+    if not match:
+        raise BadInput(f"{name} {shown(text)} is not a duration; use seconds or 90s, 15m, 2h, 1d")
+    return float(match.group(1)) * _UNITS[(match.group(2) or "s").lower()]
+
+
+def shown(value: Any, limit: int = 40) -> str:
+    """`value` as an error message may quote it: its repr (escaping control characters and
+    lone surrogates), cut short, so a hostile or huge input still makes one short line."""
+    try:
+        text = repr(value) if isinstance(value, str | int | float) else type(value).__name__
+    except ValueError:  # an int with more digits than Python will print
+        text = "a huge number"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def check_due(run_at: float, now: float, name: str = "the due time") -> float:
@@ -49,14 +106,27 @@ def check_due(run_at: float, now: float, name: str = "the due time") -> float:
     return run_at
 
 
-def parse_instant(text: str) -> float:
+def parse_instant(text: str, name: str = "--at") -> float:
     """Epoch seconds of an ISO 8601 date-time; without an offset it is local time."""
     try:
         return datetime.fromisoformat(text.strip()).timestamp()
     except (ValueError, OverflowError, OSError):
         # OverflowError and OSError: a date the platform's time functions cannot place.
         raise BadInput(
-            f"--at {text!r} is not an ISO 8601 date-time; use e.g. 2026-11-22T18:30:00+01:00"
+            f"{name} {shown(text)} is not an ISO 8601 date-time; use e.g. 2026-11-22T18:30:00+01:00"
+        ) from None
+
+
+def parse_utc_instant(text: str, name: str) -> float:
+    """Epoch seconds of an ISO 8601 date-time or date; without an offset it is UTC."""
+    try:
+        moment = datetime.fromisoformat(text.strip())
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=timezone.utc)
+        return moment.timestamp()
+    except (ValueError, OverflowError, OSError):
+        raise BadInput(
+            f"{name} {shown(text)} is not an ISO 8601 date-time; use e.g. 2026-11-22T18:30:00"
         ) from None
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 
 import pytest
 
@@ -114,7 +114,7 @@ def test_format_instant_is_local_iso_8601_that_parses_back(local_zone):
 
     assert text == "2026-01-01T09:00:00.500+09:00"
     assert parse_instant(text) == NEW_YEAR_UTC + 0.5
-    assert datetime.fromisoformat(text).astimezone(UTC).year == 2026
+    assert datetime.fromisoformat(text).astimezone(timezone.utc).year == 2026
 
 
 def test_format_instant_of_an_unknown_time_is_a_dash():
