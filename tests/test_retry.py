@@ -1,11 +1,11 @@
-"""delayq.retry: the fixed 15-step ladder and the due time of each automatic retry."""
+"""delayq.retry: the default 15-step ladder and the due time of each automatic retry."""
 
 from __future__ import annotations
 
 import pytest
 
 from delayq.durations import parse_duration
-from delayq.worker.retry import LADDER, MAX_RETRIES, next_run_at, should_retry
+from delayq.worker.retry import DEFAULT_POLICY, LADDER, MAX_RETRIES, retry_delay
 from tests.sample_handlers.jobs import read_log
 
 H = "tests.sample_handlers.jobs"
@@ -45,13 +45,13 @@ def test_a_job_that_always_fails_is_retried_fifteen_times_each_one_contract_step
 def test_retry_after_attempt_k_is_due_after_step_k_plus_one(retry_times):
     step = parse_duration(CONTRACT.split(",")[retry_times])
 
-    assert next_run_at(retry_times, NOW) == NOW + step
+    assert retry_delay(DEFAULT_POLICY, retry_times) == step
 
 
 def test_the_whole_ladder_spans_just_over_a_day():
     due = NOW
     for retry_times in range(MAX_RETRIES):
-        due = next_run_at(retry_times, due)
+        due += retry_delay(DEFAULT_POLICY, retry_times) or 0
 
     assert due - NOW == 15 + 15 + 30 + 180 + 600 + 1200 + 3 * 1800 + 3600 + 3 * 10800 + 2 * 21600
     assert due - NOW == 86_640  # 24h04m
@@ -59,9 +59,9 @@ def test_the_whole_ladder_spans_just_over_a_day():
 
 @pytest.mark.parametrize("retry_times", range(15))
 def test_every_attempt_before_the_fifteenth_retry_gets_another(retry_times):
-    assert should_retry(retry_times)
+    assert retry_delay(DEFAULT_POLICY, retry_times) is not None
 
 
 @pytest.mark.parametrize("retry_times", [15, 16, 100])
 def test_the_fifteenth_retry_is_the_last(retry_times):
-    assert not should_retry(retry_times)
+    assert retry_delay(DEFAULT_POLICY, retry_times) is None

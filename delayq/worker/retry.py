@@ -1,11 +1,20 @@
-"""The fixed retry ladder: how long the k-th automatic retry waits after a failure.
+"""Retry policies: the default 15-step ladder, a job's own (stored in its `retry_policy`
+column) and a handler's (declared with `@delayq.retry_policy`), and how long the k-th
+automatic retry waits after a failure; and when a recurring job's next occurrence is due.
 
-Only the runner consults it; a retry is always a new row, so the ladder never edits history.
+Only the runner consults them; a retry is always a new row, so a policy never edits history.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from ..durations import Duration
+from ..store.policies import RetryPolicy, check_policy, read_policy
+from ..store.schedules import from_column
+from ..store.table import ClaimedJob
 
 # Step k (1-based) is the wait before retry k: 15s, 15s, 30s, 3m, 10m, 20m, 30m, 30m, 30m,
 # 1h, 3h, 3h, 3h, 6h, 6h.
@@ -27,16 +36,52 @@ LADDER: tuple[float, ...] = (
     21600,
 )
 MAX_RETRIES = len(LADDER)
+DEFAULT_POLICY = RetryPolicy(MAX_RETRIES, LADDER)
+# `raise RetryLater(...)` this many times in a row on one attempt, and the attempt fails as
+# an ordinary failure: a handler that always defers then shows up in failed counts and
+# exhausts its retries, rather than looping unnoticed.
+MAX_DEFERRALS = 100
+POLICY_ATTRIBUTE = "__delayq_retry_policy__"
+F = TypeVar("F", bound=Callable[..., Any])
 
 
-def should_retry(retry_times: int) -> bool:
-    """Whether a job that has already been retried `retry_times` times gets another go."""
-    return retry_times < MAX_RETRIES
+def retry_policy(
+    *, retries: int | None = None, delays: Sequence[Duration] | None = None
+) -> Callable[[F], F]:
+    """Declare a handler's retry policy: `@delayq.retry_policy(retries=3, delays=["10s", "1m"])`.
+    A job's own `retries=` / `retry_delays=` beat it; it beats the default ladder."""
+    policy = check_policy(retries, delays)
+
+    def declare(handler: F) -> F:
+        setattr(handler, POLICY_ATTRIBUTE, policy)
+        return handler
+
+    return declare
 
 
-def next_run_at(retry_times: int, now: float) -> float:
-    """Due time of the retry that follows a failure of an attempt with `retry_times`."""
-    return now + LADDER[min(retry_times, MAX_RETRIES - 1)]
+def handler_policy(handler: object) -> RetryPolicy:
+    """The policy a handler declared (a bound method's is its function's), or none."""
+    declared = getattr(handler, POLICY_ATTRIBUTE, None)
+    return declared if isinstance(declared, RetryPolicy) else RetryPolicy()
+
+
+def effective_policy(stored: str | None, declared: RetryPolicy) -> RetryPolicy:
+    """The policy a failed attempt follows: each setting the job gives beats the handler's,
+    which beats the default ladder; a list of delays alone allows one retry per step."""
+    chosen = read_policy(stored).policy.over(declared)
+    if chosen.retries is None and chosen.delays is not None:
+        chosen = RetryPolicy(len(chosen.delays), chosen.delays)
+    return chosen.over(DEFAULT_POLICY)
+
+
+def retry_delay(policy: RetryPolicy, retry_times: int) -> float | None:
+    """Seconds before the retry that follows a failed attempt with `retry_times`, or None
+    when `policy` (made whole by effective_policy) allows no more; past its last step, the
+    last step repeats."""
+    assert policy.retries is not None and policy.delays is not None
+    if retry_times >= policy.retries:
+        return None
+    return policy.delays[min(retry_times, len(policy.delays) - 1)]
 
 
 def next_occurrence(due: float, every: float, now: float) -> float:
@@ -44,3 +89,18 @@ def next_occurrence(due: float, every: float, now: float) -> float:
     periods already past rather than running them in a burst, so the series never drifts."""
     periods = max(1, math.floor((now - due) / every) + 1)
     return due + periods * every
+
+
+def is_recurring(job: ClaimedJob) -> bool:
+    """Whether settling `job` re-arms a series: it has a period or a cron schedule."""
+    return job.every is not None or job.schedule is not None
+
+
+def next_due(job: ClaimedJob, now: float) -> float:
+    """The due time of recurring `job`'s next occurrence, from its own due time. BadInput
+    if its schedule column holds no schedule delayq can read."""
+    due = job.run_at or now
+    if job.schedule is not None:
+        return from_column(job.schedule).next_after(due, now)
+    assert job.every is not None
+    return next_occurrence(due, job.every, now)
