@@ -91,7 +91,7 @@ def test_two_runs_marking_one_occurrence_missed_re_arm_it_once(queue):
 def test_a_replayed_commit_re_arms_the_series_once(queue):
     job_id = queue.add(H, "record", {}, at=NOW, every=HOUR, ext="timer:r", now=NOW)
     (job,) = leases.mark_running(queue.table, [job_id], "token", NOW + 60, NOW)
-    outcome = Outcome(job, Status.SUCCESS, "", True, NOW + 1)
+    outcome = Outcome(job, Status.SUCCESS, "", None, NOW + 1)
 
     first = write_outcomes(queue.table, [outcome], "token")
     replay = write_outcomes(queue.table, [outcome], "token")  # as after a dropped connection

@@ -1,0 +1,124 @@
+"""Cron schedules of recurring jobs: the checks a `--cron` expression and its `--tz` zone
+pass, the `schedule` column's text ("0 9 * * MON-FRI Europe/Berlin": five cron fields, then
+the zone), and the due times a schedule gives.
+
+The matching itself is cronsim's, which follows Debian's cron across DST changes: a time
+the spring change skips runs at the change; a fixed time the autumn change repeats runs
+once, while a job with `*` in its minute or hour runs through both passes of that hour.
+outcomes.py decides when to re-arm; this module only says when.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from itertools import islice
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from cronsim import CronSim, CronSimError
+
+from ..errors import BadInput
+
+DEFAULT_ZONE = "UTC"
+CRON_MAX = 120  # characters; with the longest zone name it fits the column's 255
+ZONE_MAX = 64
+FIELDS = 5
+LOOK_AHEAD = 10  # matches read past one that lies before the start (see first_after)
+_FIELD = re.compile(r"[0-9A-Za-z*,/#-]+")
+# IANA names: letters, digits, `_+-`, components joined by `/`; never `.`, so never `..`.
+_ZONE = re.compile(r"[A-Za-z0-9_+-]+(/[A-Za-z0-9_+-]+)*")
+
+
+@dataclass(frozen=True)
+class CronSchedule:
+    """A cron expression read in one time zone."""
+
+    expression: str
+    zone: str
+
+    @property
+    def column(self) -> str:
+        """The text the `schedule` column holds."""
+        return f"{self.expression} {self.zone}"
+
+    def first_after(self, moment: float) -> float:
+        """The first match strictly after epoch `moment`.
+
+        Started inside the hour the autumn change repeats, cronsim may first yield a time
+        of that hour's first pass, before `moment`: a fixed time already run once. Only a
+        later match counts, so such a job never runs twice.
+        """
+        for match in islice(self._matches(moment), LOOK_AHEAD):
+            if match.timestamp() > moment:
+                return match.timestamp()
+        raise BadInput(f"cron {self.expression!r} has no match after {moment:.0f}")
+
+    def first_from(self, moment: float) -> float:
+        """The first match at or after epoch `moment` (matches are whole minutes)."""
+        return self.first_after(math.ceil(moment) - 1)
+
+    def next_after(self, due: float, now: float) -> float:
+        """The occurrence that follows the one due at `due`, skipping those already past
+        at `now` rather than running them in a burst."""
+        return self.first_after(max(due, now))
+
+    def _matches(self, start: float) -> Iterator[datetime]:
+        try:
+            yield from CronSim(self.expression, datetime.fromtimestamp(start, ZoneInfo(self.zone)))
+        except (CronSimError, StopIteration, ValueError, OverflowError):
+            return
+
+
+def parse_schedule(expression: Any, zone: Any = None) -> CronSchedule:
+    """A checked CronSchedule, or BadInput saying what is wrong with it."""
+    schedule = CronSchedule(_check_expression(expression), _check_zone(zone))
+    try:
+        CronSim(schedule.expression, datetime(2000, 1, 1, tzinfo=ZoneInfo(schedule.zone)))
+    except CronSimError as exc:
+        raise BadInput(f"--cron {schedule.expression!r} is not a cron expression: {exc}") from None
+    return schedule
+
+
+def from_column(text: str) -> CronSchedule:
+    """The schedule a `schedule` column holds (BadInput if a writer other than delayq left
+    something else there)."""
+    expression, _, zone = text.rstrip().rpartition(" ")
+    return parse_schedule(expression, zone)
+
+
+def _check_expression(expression: Any) -> str:
+    if not isinstance(expression, str):
+        raise BadInput(f"--cron must be text, not {type(expression).__name__}")
+    if len(expression) > CRON_MAX:
+        raise BadInput(f"--cron is {len(expression)} characters; the limit is {CRON_MAX}")
+    fields = expression.split()
+    if len(fields) != FIELDS or not all(_FIELD.fullmatch(field) for field in fields):
+        raise BadInput(
+            f"--cron {_shown(expression)} is not five cron fields "
+            '(minute hour day month weekday, e.g. "0 9 * * MON-FRI")'
+        )
+    return " ".join(fields)
+
+
+def _check_zone(zone: Any) -> str:
+    if zone is None:
+        return DEFAULT_ZONE
+    if not isinstance(zone, str):
+        raise BadInput(f"--tz must be text, not {type(zone).__name__}")
+    if len(zone) > ZONE_MAX or not _ZONE.fullmatch(zone):
+        raise BadInput(f"--tz {_shown(zone)} is not a time zone name such as Europe/Berlin")
+    try:
+        ZoneInfo(zone)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        raise BadInput(f"--tz {zone!r} is not a known time zone (e.g. Europe/Berlin)") from None
+    return zone
+
+
+def _shown(text: str) -> str:
+    """`text` for a one-line message: shortened, with control characters and lone
+    surrogates escaped by repr."""
+    return repr(text[:40] + ("..." if len(text) > 40 else ""))
