@@ -57,14 +57,14 @@ def test_log_json_lines_carry_the_job_fields(queue, cli_env, log, tmp_path):
     assert result.exit_code == 0, result.output
     entries = [json.loads(line) for line in path.read_text().splitlines()]
     (entry,) = [entry for entry in entries if "job_id" in entry]
-    assert set(entry) == BASE_KEYS | JOB_KEYS
+    assert set(entry) == BASE_KEYS | JOB_KEYS | {"error", "traceback"}
     assert (entry["job_id"], entry["class"], entry["method"], entry["queue"]) == (
         job_id,
         H,
         "fail",
         "mail",
     )
-    assert (entry["attempt"], entry["outcome"], entry["level"]) == (0, "failed", "info")
+    assert (entry["attempt"], entry["outcome"], entry["level"]) == (0, "failed", "warning")
     assert entry["will_retry"] is True
     assert 0 <= entry["duration"] < 5
     assert entry["logger"] == "delayq.worker.calls"
@@ -89,6 +89,31 @@ def test_warning_level_leaves_job_lines_out(queue, cli_env, log, tmp_path):
     invoke(cli_env, "run", "--log-file", str(path))
 
     assert " job " not in path.read_text()
+
+
+def test_a_log_file_at_the_default_level_gets_failed_attempts_only(queue, cli_env, log, tmp_path):
+    queue.add(H, "record", {"log": log})
+    failed = queue.add(H, "fail", {"log": log, "n": 7})
+    path = tmp_path / "delayq.log"
+
+    result = invoke(cli_env, "run", "--log-file", str(path))
+
+    assert (result.exit_code, result.stdout, result.stderr) == (0, "", "")
+    lines = path.read_text().splitlines()
+    job_lines = [line for line in lines if " job " in line]
+    assert (
+        len(job_lines) == 1 and f"WARNING job {failed} {H}.fail attempt 0: failed" in job_lines[0]
+    )
+    assert "    ValueError: boom 7" in lines
+    assert "    Traceback (most recent call last):" in lines
+
+
+def test_an_explicit_warning_level_on_stderr_still_leaves_job_failures_out(queue, cli_env, log):
+    queue.add(H, "fail", {"log": log})
+
+    result = invoke(cli_env, "run", "--log-level", "warning")
+
+    assert (result.exit_code, result.stdout, result.stderr) == (0, "", "")
 
 
 def test_unknown_level_is_bad_input():

@@ -25,6 +25,8 @@ QUEUE_KEYS = {
     "cancelled",
     "missed",
     "failed_last_hour",
+    "failed_retried",
+    "failed_terminal",
     "oldest_due_id",
     "oldest_due_at",
     "oldest_due_lag",
@@ -91,6 +93,28 @@ def test_failures_in_the_last_hour_count_only_recent_ones(queue, log):
     default = queue.status(now=NOW).queues["default"]
 
     assert (default.failed, default.failed_last_hour) == (2, 1)
+
+
+def test_failures_that_were_retried_are_told_apart_from_those_that_ended_a_chain(
+    queue, cli_env, log
+):
+    retried = queue.add(H, "fail", {"log": log, "n": 1}, now=NOW)
+    queue.add(H, "fail_for_good", {"log": log}, now=NOW)
+    queue.add(H, "fail", {"log": log, "n": 2}, queue="mail", now=NOW)
+    queue.run(now=NOW)
+    [retry] = [row for row in queue.history(retried) if row["id"] != retried]
+    queue.cancel(retry["id"], now=NOW)  # a cancelled retry is still a later attempt
+
+    body = json.loads(invoke(cli_env, "status", "--json").stdout)
+    lines = invoke(cli_env, "status").stdout.splitlines()
+
+    counts = {
+        name: (stats["failed"], stats["failed_terminal"], stats["failed_retried"])
+        for name, stats in body["queues"].items()
+    }
+    assert counts == {"default": (2, 1, 1), "mail": (1, 0, 1)}
+    timing = {line.split()[0]: line.split()[-2:] for line in lines[lines.index("") + 1 :]}
+    assert (timing["default"], timing["mail"]) == (["1", "1"], ["0", "1"])
 
 
 def test_index_that_lost_entries_shows_fewer_scheduled_than_pending(queue, log):
@@ -174,10 +198,14 @@ def test_status_table_names_each_queue_and_a_run_that_never_happened(queue, cli_
         "cancelled",
         "missed",
     ]
-    assert lines[3].split() == ["mail", "0", "1", "0", "0", "0", "0", "0"]
-    assert lines[4] == ""
-    assert lines[5].split() == ["queue", "oldest", "due", "late", "next", "due", "failed", "1h"]
-    assert lines[7].split()[:4] == ["mail", "-", "-", "in"]
+    # Not a terminal: no rule under the headers, rows right below them.
+    assert lines[2].split() == ["mail", "0", "1", "0", "0", "0", "0", "0"]
+    assert lines[3] == ""
+    assert lines[4].split() == [
+        *("queue", "oldest", "due", "late", "next", "due", "failed", "1h"),
+        *("terminal", "retried"),
+    ]
+    assert lines[5].split()[:4] == ["mail", "-", "-", "in"]
 
 
 def test_check_exits_1_with_one_line_per_problem_on_stderr(queue, cli_env, log):

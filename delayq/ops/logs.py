@@ -32,7 +32,10 @@ def setup_logging(
     if level.lower() not in LEVELS:
         raise BadInput(f"--log-level {level!r} is not one of {', '.join(LEVELS)}")
     handler = _open(path)
-    handler.setFormatter(JsonLinesFormatter() if json_lines else logging.Formatter(TEXT_FORMAT))
+    if path is None and logging.getLevelName(level.upper()) > logging.INFO:
+        # cron mails whatever reaches stderr: only the run's own errors, not its jobs'.
+        handler.addFilter(lambda record: getattr(record, "job_outcome", None) is None)
+    handler.setFormatter(JsonLinesFormatter() if json_lines else TextFormatter(TEXT_FORMAT))
     root = logging.getLogger()
     while _installed:
         old = _installed.pop()
@@ -70,10 +73,27 @@ class CurrentStderrHandler(logging.StreamHandler):
         """StreamHandler.__init__ assigns a stream; the current sys.stderr always wins."""
 
 
+class TextFormatter(logging.Formatter):
+    """The text format, with a failed job's error and traceback under its line, indented as
+    logging shows an exception."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        outcome: JobOutcome | None = getattr(record, "job_outcome", None)
+        if outcome is None:
+            return text
+        error, traceback = outcome.failure
+        if outcome.status.word != "failed" or not error:
+            return text
+        lines = [error, *(traceback.splitlines() if traceback else [])]
+        return "\n".join([text, *(f"    {line}" for line in lines)])
+
+
 class JsonLinesFormatter(logging.Formatter):
     """One JSON object per record: time, level, logger, message, any exception, and — when
     the runner attached a job's outcome with `extra={"job_outcome": ...}` — job_id, class,
-    method, queue, attempt, duration, outcome and will_retry."""
+    method, queue, attempt, duration, outcome and will_retry; for a failure also error (its
+    head line) and traceback (None when the failure had none)."""
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
@@ -92,13 +112,16 @@ class JsonLinesFormatter(logging.Formatter):
 
 def job_fields(outcome: JobOutcome) -> dict[str, Any]:
     """The per-job keys of a JSON log line, from the runner's JobOutcome."""
-    return {
+    fields = {
         "job_id": outcome.id,
         "class": outcome.class_path,
         "method": outcome.method,
         "queue": outcome.queue,
         "attempt": outcome.attempt,
         "duration": round(outcome.duration, 6),
-        "outcome": outcome.status.word,
+        "outcome": outcome.word,
         "will_retry": outcome.will_retry,
     }
+    if outcome.status.word == "failed":
+        fields["error"], fields["traceback"] = outcome.failure
+    return fields

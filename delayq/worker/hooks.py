@@ -1,0 +1,112 @@
+"""The on_failure hook (DELAYQ_ON_FAILURE, `on_failure` in delayq.toml, `run --on-failure`):
+a function the run calls after every failed attempt, with the job's facts and the exception.
+
+The hook is code the run imports, so it passes the handlers' allowlist (DELAYQ_HANDLERS) as
+a handler does: one rule says what a run may import. It runs on its own thread, bounded by
+HOOK_SECONDS: a hook that raises is logged, one that hangs is left behind and logged, and
+neither stops the queue nor changes the attempt's recorded outcome. At most MAX_HANGING
+hooks may hang at once; past that, failures are logged without calling the hook.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from ..config import Settings
+from ..errors import BadInput, ConfigError
+from .handlers import locate
+from .report import JobOutcome
+from .sentry import load_sentry
+from .tracebacks import describe
+
+HOOK_SECONDS = 10.0
+MAX_HANGING = 4
+logger = logging.getLogger(__name__)
+
+Hook = Callable[[dict[str, Any], BaseException | None], object]
+
+
+class FailureReporter(Protocol):
+    """What a run tells of each failed attempt: the hook, Sentry."""
+
+    def call(self, report: JobOutcome) -> None: ...
+
+
+def load_reporters(settings: Settings) -> tuple[FailureReporter, ...]:
+    """The configured hook and Sentry reporter, checked before a run claims anything."""
+    found = (load_hook(settings), load_sentry(settings))
+    return tuple(reporter for reporter in found if reporter is not None)
+
+
+class FailureHook:
+    """The resolved hook of one run, and the threads of its calls that have not returned."""
+
+    def __init__(self, path: str, function: Hook, seconds: float = HOOK_SECONDS) -> None:
+        self.path = path
+        self.function = function
+        self.seconds = seconds
+        self.free = threading.BoundedSemaphore(MAX_HANGING)
+
+    def call(self, report: JobOutcome) -> None:
+        """Call the hook for a failed attempt; returns within `seconds` whatever it does."""
+        if not self.free.acquire(blocking=False):
+            logger.error(
+                "on_failure hook %s skipped for job %d: too many hang", self.path, report.id
+            )
+            return
+        done = threading.Event()
+        thread = threading.Thread(
+            target=self._run, args=(report, done), name="delayq-on-failure", daemon=True
+        )
+        thread.start()
+        if not done.wait(self.seconds):
+            logger.error(
+                "on_failure hook %s still running for job %d after %gs; left behind",
+                *(self.path, report.id, self.seconds),
+            )
+
+    def _run(self, report: JobOutcome, done: threading.Event) -> None:
+        try:
+            self.function(failure_info(report), report.error)
+        except BaseException as exc:  # noqa: BLE001 - a hook's error is logged, never the run's
+            logger.error(
+                "on_failure hook %s raised for job %d: %s", self.path, report.id, describe(exc)
+            )
+        finally:
+            done.set()
+            self.free.release()
+
+
+def failure_info(report: JobOutcome) -> dict[str, Any]:
+    """What the hook is told of a failed attempt; `terminal`: no retry will follow."""
+    error, traceback = report.failure
+    return {
+        "id": report.id,
+        "queue": report.queue,
+        "class": report.class_path,
+        "method": report.method,
+        "ext": report.ext,
+        "attempt": report.attempt,
+        "error": error,
+        "traceback": traceback,
+        "will_retry": report.will_retry,
+        "terminal": not report.will_retry,
+    }
+
+
+def load_hook(settings: Settings) -> FailureHook | None:
+    """The configured hook, resolved under the allowlist, or ConfigError saying why not."""
+    path = settings.on_failure
+    if path is None:
+        return None
+    module, _, name = path.rpartition(".")
+    try:
+        _, function = locate(module, name, settings.handlers)
+    except BadInput as exc:
+        raise ConfigError(f"DELAYQ_ON_FAILURE {path!r}: {exc}") from None
+    if not callable(function):
+        raise ConfigError(f"DELAYQ_ON_FAILURE {path!r} is not callable")
+    return FailureHook(path, function)
