@@ -1,79 +1,221 @@
-"""Metrics for node_exporter's textfile collector: the exposition's names and values, the
-atomic replace, the lateness histogram, and `delayq run --metrics-file` on both backends."""
+"""Metrics for Prometheus: counters and histograms that separate `delayq run` processes add up
+in Redis, the queue gauges, the textfile (atomic, rewritten by a loop), `delayq metrics`, and
+what hostile names or a Redis outage do to them — on both backends, parsed with
+prometheus_client's own parser."""
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import stat
+import time
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from delayq import ConfigError
-from delayq.ops.metrics import write_metrics
-from delayq.ops.overview import QueueStats
-from delayq.worker.run import RunReport
+from delayq.ops.metrics import exposition
+from delayq.ops.textfile import write_file
+from delayq.store import queries
+from delayq.store.keys import METRICS_HANDLERS_KEY
+from delayq.store.table import Job, Status
+from delayq.store.tallies import MAX_HANDLERS, OTHER_HANDLERS, label
 from tests.invoke import invoke
 from tests.sample_handlers.jobs import read_log
+from tests.test_outages import private_redis, queue_on  # noqa: F401 - a fixture
+from tests.test_processes import delayq, start
+from tests.waiting import wait_for
 
 H = "tests.sample_handlers.jobs"
-REPORT = RunReport(claimed=5, succeeded=3, failed=2, retried=1, missed=4, elapsed=1.25)
-STATS = {
-    "default": QueueStats(pending=7, pending_due=2, oldest_due_id=9, oldest_due_lag=42.5),
-    "mail": QueueStats(pending=1),
-}
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
-def samples(path) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """{(sample name, sorted labels): value} of an exposition file."""
-    out = {}
-    for family in text_string_to_metric_families(path.read_text()):
+def parse(text: str) -> tuple[Samples, dict[str, str]]:
+    """({(sample name, sorted labels): value}, {family: type}) of an exposition."""
+    found, types = {}, {}
+    for family in text_string_to_metric_families(text):
+        types[family.name] = family.type
         for sample in family.samples:
-            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
-    return out
+            found[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return found, types
 
 
-def test_run_totals_duration_and_per_queue_backlog(tmp_path):
+def of(handler: str, queue: str = "default") -> tuple[tuple[str, str], ...]:
+    return (("handler", f"{H}.{handler}"), ("queue", queue))
+
+
+def test_counters_and_histograms_add_up_over_two_separate_runs(queue, cli_env, log, tmp_path):
     path = tmp_path / "delayq.prom"
+    queue.add(H, "record", {"log": log})
+    queue.add(H, "fail", {"log": log})
+    first = delayq(cli_env, "run", "--metrics-file", str(path))
+    queue.add(H, "record", {"log": log})
+    queue.add(H, "record", {"log": log}, queue="mail")
+    queue.add(H, "record", {"log": log}, delay=3600, queue="mail")
 
-    write_metrics(path, REPORT, STATS, now=1_800_000_000.0)
+    second = delayq(cli_env, "run", "--metrics-file", str(path))
 
-    found = samples(path)
-    for outcome, value in [
-        ("claimed", 5),
-        ("succeeded", 3),
-        ("failed", 2),
-        ("retried", 1),
-        ("missed", 4),
-    ]:
-        key = ("delayq_last_run_jobs", (("outcome", outcome), ("queue", "all")))
-        assert found[key] == value
-    assert found[("delayq_last_run_duration_seconds", ())] == 1.25
-    assert found[("delayq_last_run_timestamp_seconds", ())] == 1_800_000_000.0
-    assert found[("delayq_backlog_jobs", (("queue", "default"),))] == 2
+    assert (first.returncode, second.returncode) == (0, 0), first.stderr + second.stderr
+    assert (first.stdout, second.stdout) == (b"", b"")
+    found, types = parse(path.read_text())
+    assert found[("delayq_jobs_succeeded_total", of("record"))] == 2
+    assert found[("delayq_jobs_processed_total", of("record"))] == 2
+    assert found[("delayq_jobs_failed_total", of("fail"))] == 1
+    assert found[("delayq_jobs_retried_total", of("fail"))] == 1
+    assert found[("delayq_jobs_succeeded_total", of("record", "mail"))] == 1
+    assert found[("delayq_job_lateness_seconds_count", of("record"))] == 2
+    assert found[("delayq_job_duration_seconds_count", of("fail"))] == 1
+    assert found[("delayq_job_duration_seconds_sum", of("record"))] > 0
+    inf = (("handler", f"{H}.record"), ("le", "+Inf"), ("queue", "default"))
+    assert found[("delayq_job_lateness_seconds_bucket", inf)] == 2
+    assert types["delayq_jobs_succeeded"] == "counter"
+    assert types["delayq_job_lateness_seconds"] == "histogram"
+    assert found[("delayq_pending_jobs", (("queue", "mail"),))] == 1  # the one due later
     assert found[("delayq_backlog_jobs", (("queue", "mail"),))] == 0
-    assert found[("delayq_oldest_due_age_seconds", (("queue", "default"),))] == 42.5
-    assert found[("delayq_oldest_due_age_seconds", (("queue", "mail"),))] == 0
-    assert found[("delayq_last_run_lateness_seconds_count", (("queue", "all"),))] == 0
+    assert found[("delayq_pending_jobs", (("queue", "default"),))] == 1  # the retry, in 15 s
+    assert found[("delayq_backlog_jobs", (("queue", "default"),))] == 0
+    assert found[("delayq_last_run_jobs", (("outcome", "succeeded"),))] == 2  # this run's own
+    assert found[("delayq_last_run_duration_seconds", ())] > 0
 
 
-def test_lateness_histogram_comes_from_the_report(tmp_path):
+def test_the_text_has_help_and_type_lines_and_cumulative_buckets(queue, cli_env, log):
+    queue.add(H, "record", {"log": log})
+    assert delayq(cli_env, "run").returncode == 0
+
+    text = exposition(queue.table, queue.index, time.time()).decode()
+
+    assert "# TYPE delayq_jobs_succeeded_total counter" in text
+    assert "# HELP delayq_job_lateness_seconds " in text
+    found, _ = parse(text)
+    buckets = [
+        value
+        for (name, labels), value in found.items()
+        if name == "delayq_job_lateness_seconds_bucket" and ("queue", "default") in labels
+    ]
+    assert buckets == sorted(buckets) and buckets[-1] == 1
+
+
+def test_a_loop_rewrites_the_file_while_it_runs(queue, cli_env, log, tmp_path):
     path = tmp_path / "delayq.prom"
-    report = RunReport(succeeded=4)
-    for seconds in (0.0005, 0.003, 45, 4000):
-        report.lateness.observe(seconds)
+    args = ("--metrics-file", str(path), "--metrics-interval", "1s", "--log-level", "warning")
+    runner = start(cli_env, "run", "--loop", *args)
+    wait_for(path.exists, 30, "the first rewrite")
+    queue.add(H, "record", {"log": log})
 
-    write_metrics(path, report, STATS)
+    def counted() -> bool:
+        found, _ = parse(path.read_text())
+        return found.get(("delayq_jobs_succeeded_total", of("record"))) == 1
 
-    found = samples(path)
+    wait_for(counted, 30, "a rewrite counting the job")
+    assert runner.poll() is None  # rewritten by the running loop, not at its exit
+    runner.send_signal(signal.SIGTERM)
+    runner.communicate(timeout=30)
+    assert runner.returncode == 128 + signal.SIGTERM
+    assert ("delayq_last_run_jobs", (("outcome", "succeeded"),)) in parse(path.read_text())[0]
 
-    def bucket(le: str) -> float:
-        return found[("delayq_last_run_lateness_seconds_bucket", (("le", le), ("queue", "all")))]
 
-    assert (bucket("0.001"), bucket("0.005"), bucket("60.0"), bucket("300.0")) == (1, 2, 3, 3)
-    assert bucket("+Inf") == 4
-    assert found[("delayq_last_run_lateness_seconds_count", (("queue", "all"),))] == 4
-    assert found[("delayq_last_run_lateness_seconds_sum", (("queue", "all"),))] == 4045.0035
+def test_delayq_metrics_prints_the_exposition_or_writes_the_file(queue, cli_env, log, tmp_path):
+    queue.add(H, "record", {"log": log})
+    assert delayq(cli_env, "run").returncode == 0
+    path = tmp_path / "delayq.prom"
+
+    printed = invoke(cli_env, "metrics")
+    written = invoke(cli_env, "metrics", "--file", str(path))
+
+    assert (printed.exit_code, written.exit_code, written.stdout) == (0, 0, "")
+    assert parse(printed.stdout)[0][("delayq_jobs_succeeded_total", of("record"))] == 1
+    assert parse(path.read_text())[0][("delayq_jobs_succeeded_total", of("record"))] == 1
+    assert "delayq_last_run_jobs" not in printed.stdout  # no run of its own to report
+
+
+@pytest.mark.parametrize("where", ["missing/x.prom", "a-directory", "nul\0.prom"])
+def test_metrics_to_an_unwritable_file_is_one_line_and_exit_2(queue, cli_env, tmp_path, where):
+    (tmp_path / "a-directory").mkdir()
+
+    result = invoke(cli_env, "metrics", "--file", str(tmp_path / where))
+
+    assert (result.exit_code, result.stdout) == (2, "")
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("delayq: error: --metrics-file")
+
+
+@pytest.mark.parametrize("interval", ["0", "0.5s", "-1", "soon", "1e400"])
+def test_a_bad_metrics_interval_is_refused_before_any_job_runs(queue, cli_env, log, interval):
+    job_id = queue.add(H, "record", {"log": log})
+
+    result = invoke(cli_env, "run", "--loop", "--metrics-interval", interval)
+
+    assert (result.exit_code, result.stdout) == (2, "")
+    (line,) = result.stderr.splitlines()
+    assert "--metrics-interval" in line
+    assert queue.show(job_id)["status"] == "pending"
+    assert read_log(log) == []
+
+
+HOSTILE = 'a"b\\c\nd\udcff\x07{}="'
+
+
+def test_hostile_handler_names_are_escaped_labels_that_parse_back(queue, cli_env, log):
+    job_id = queue.add(H, "record", {"log": log}, now=time.time() - 600)
+    params = json.dumps({"class": HOSTILE, "method": "m\r", "data": {}})
+    Job.update(params=params).where(Job.id == job_id).execute()
+
+    result = delayq(cli_env, "run", "--since", "5m")
+
+    assert result.returncode == 0, result.stderr
+    assert queue.show(job_id)["status"] == "missed"
+    found, _ = parse(invoke(cli_env, "metrics").stdout)
+    expected = label(f"{HOSTILE}.m\r")
+    assert "\n" not in expected and "\udcff" not in expected and '"' in expected
+    assert found[("delayq_jobs_missed_total", (("handler", expected), ("queue", "default")))] == 1
+
+
+def test_handlers_past_the_cap_share_one_label(queue, cli_env, log):
+    queue.index.client.sadd(METRICS_HANDLERS_KEY, *[f"h{n}" for n in range(MAX_HANDLERS)])
+    queue.add(H, "record", {"log": log})
+
+    assert delayq(cli_env, "run").returncode == 0
+
+    found, _ = parse(invoke(cli_env, "metrics").stdout)
+    other = (("handler", OTHER_HANDLERS), ("queue", "default"))
+    assert found[("delayq_jobs_succeeded_total", other)] == 1
+    assert ("delayq_jobs_succeeded_total", of("record")) not in found
+    assert queue.index.client.scard(METRICS_HANDLERS_KEY) == MAX_HANDLERS
+
+
+def test_redis_gone_while_the_tally_is_written_loses_no_outcome(
+    backend,
+    private_redis,  # noqa: F811 - the fixture imported above
+    cli_env,
+    log,
+    tmp_path,
+):
+    queue = queue_on(backend, private_redis, tmp_path)
+    job_id = queue.add(H, "stop_redis", {"log": log, "url": private_redis.url})
+    env = {**cli_env, "DELAYQ_REDIS_URL": private_redis.url}
+
+    result = delayq(env, "run")
+
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1].startswith(b"delayq: error: Redis error"), result.stderr
+    assert b"Traceback" not in result.stderr
+    assert read_log(log) == ["stop_redis"]
+    assert Job.select().where(Job.id == job_id).get().status == Status.SUCCESS
+    queue.close()
+
+
+def test_the_running_gauge_reads_the_status_index_not_the_table(queue, backend):
+    if not backend["database_url"].startswith("mysql"):
+        pytest.skip("EXPLAIN's format is MariaDB's")
+    sql, params = queries.running_query(queue.table).sql()
+
+    plan = queue.db.execute_sql("EXPLAIN " + sql, params).fetchall()
+    columns = [column[0] for column in queue.db.execute_sql("EXPLAIN " + sql, params).description]
+    (row,) = [dict(zip(columns, line, strict=True)) for line in plan]
+
+    assert row["type"] in ("ref", "range"), row
+    assert "status" in (row["key"] or ""), row
 
 
 def test_file_is_replaced_whole_world_readable_with_no_temporary_left(tmp_path):
@@ -81,34 +223,17 @@ def test_file_is_replaced_whole_world_readable_with_no_temporary_left(tmp_path):
     path.write_text("old contents\n")
     inode = path.stat().st_ino
 
-    write_metrics(path, REPORT, STATS)
+    write_file(path, b"new\n")
 
     assert path.stat().st_ino != inode  # a new file renamed over the old one
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
     assert os.listdir(tmp_path) == ["delayq.prom"]
-    assert "old contents" not in path.read_text()
+    assert path.read_text() == "new\n"
 
 
 def test_a_directory_that_does_not_exist_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="--metrics-file"):
-        write_metrics(tmp_path / "missing" / "delayq.prom", REPORT, STATS)
-
-
-def test_run_writes_the_metrics_file(queue, cli_env, log, tmp_path):
-    queue.add(H, "record", {"log": log})
-    queue.add(H, "fail", {"log": log})
-    queue.add(H, "record", {"log": log}, delay=3600, queue="mail")
-    path = tmp_path / "delayq.prom"
-
-    result = invoke(cli_env, "run", "--metrics-file", str(path))
-
-    assert (result.exit_code, result.stdout) == (0, ""), result.output
-    found = samples(path)
-    assert found[("delayq_last_run_jobs", (("outcome", "succeeded"), ("queue", "all")))] == 1
-    assert found[("delayq_last_run_jobs", (("outcome", "retried"), ("queue", "all")))] == 1
-    assert found[("delayq_backlog_jobs", (("queue", "default"),))] == 0
-    assert found[("delayq_backlog_jobs", (("queue", "mail"),))] == 0
-    assert found[("delayq_last_run_duration_seconds", ())] > 0
+        write_file(tmp_path / "missing" / "delayq.prom", b"")
 
 
 def test_run_with_an_unwritable_metrics_path_says_so_and_exits_2(queue, cli_env, tmp_path):

@@ -1,145 +1,164 @@
-"""Prometheus text exposition of one run, for node_exporter's textfile collector.
+"""Prometheus text exposition: counters and histograms that every run adds to in Redis
+(store/tallies.py), the queues' gauges, and the last run's own figures when there is one.
 
-This module owns the metric names and writes the file atomically — a temporary file in the
-same directory, then os.replace — so the collector never reads half a file. It measures
-nothing itself: the caller hands in the run's report (with its lateness histogram) and the
-queues' stats.
+This module owns the metric names. It reads only what stays cheap at any table size: the
+tallies' hashes, ZCARD/ZCOUNT/the head of each schedule, and the running rows through the
+status index — never a GROUP BY over the whole table. Writing the file is textfile.py's.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import tempfile
-import time
-from collections.abc import Iterator, Mapping, Sequence
-from pathlib import Path
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Gauge, generate_latest
-from prometheus_client.core import HistogramMetricFamily
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from ..errors import ConfigError
-from ..worker.report import LATENESS_BUCKETS, Lateness, RunReport
-from .overview import QueueStats
+from ..config import DEFAULT_QUEUE
+from ..store import queries
+from ..store.index import ScheduleIndex
+from ..store.table import Table
+from ..store.tallies import (
+    DURATION_BOUNDS,
+    LATENESS_BOUNDS,
+    OUTCOMES,
+    SEPARATOR,
+    bucket_field,
+    read_counters,
+)
+from ..worker.report import RunReport
 
-# The run report has no per-queue split yet, so run totals carry this queue label.
-ALL_QUEUES = "all"
+LABELS = ["queue", "handler"]
 RUN_OUTCOMES = ("claimed", "succeeded", "failed", "retried", "missed")
 
 
-def write_metrics(
-    path: str | Path,
-    report: RunReport,
-    queue_stats: Mapping[str, QueueStats],
-    now: float | None = None,
-) -> None:
-    """Replace the file at `path` with the metrics of this run and these queues."""
-    registry = build_registry(report, queue_stats, time.time() if now is None else now)
-    _replace_file(Path(path), generate_latest(registry))
+@dataclass(frozen=True)
+class QueueGauges:
+    scheduled: int  # entries on the schedule: pending jobs
+    due: int  # of those, already due
+    running: int
+    oldest_due_age: float  # seconds the longest-due entry has waited; 0 when none is due
 
 
-def build_registry(
-    report: RunReport, queue_stats: Mapping[str, QueueStats], now: float
-) -> CollectorRegistry:
-    """A registry of its own (never the global one) holding every delayq metric."""
+def exposition(
+    table: Table, index: ScheduleIndex, now: float, report: RunReport | None = None
+) -> bytes:
+    """The whole exposition, in the text format, from a registry of its own."""
+    names = sorted({DEFAULT_QUEUE, *index.queues()})
     registry = CollectorRegistry(auto_describe=True)
-    jobs = Gauge(
-        "delayq_last_run_jobs",
-        "Jobs the last run handled, by outcome (queue=all: the run's totals).",
-        ["queue", "outcome"],
-        registry=registry,
-    )
-    for outcome in RUN_OUTCOMES:
-        jobs.labels(queue=ALL_QUEUES, outcome=outcome).set(getattr(report, outcome))
-    _gauge(registry, "delayq_last_run_duration_seconds", "How long the last run took.").set(
-        report.elapsed
-    )
-    _gauge(registry, "delayq_last_run_timestamp_seconds", "When the last run ended.").set(now)
-    _add_queue_gauges(registry, queue_stats)
-    registry.register(_LatenessCollector(report.lateness))
-    return registry
+    registry.register(_Tallies(read_counters(index.client, names)))
+    registry.register(_Queues(queue_gauges(table, index, names, now)))
+    if report is not None:
+        registry.register(_LastRun(report, now))
+    return generate_latest(registry)
 
 
-def _gauge(registry: CollectorRegistry, name: str, text: str) -> Gauge:
-    return Gauge(name, text, registry=registry)
+def queue_gauges(
+    table: Table, index: ScheduleIndex, names: list[str], now: float
+) -> dict[str, QueueGauges]:
+    """Each queue's gauges: one Redis round trip and one indexed query."""
+    running = queries.running_by_queue(table)
+    return {
+        name: QueueGauges(size, due, running.get(name, 0), _age(head, now))
+        for name, (size, due, head) in index.backlog(names, now).items()
+    }
 
 
-def _add_queue_gauges(registry: CollectorRegistry, queue_stats: Mapping[str, QueueStats]) -> None:
-    backlog = Gauge(
-        "delayq_backlog_jobs", "Pending jobs already due, per queue.", ["queue"], registry=registry
-    )
-    oldest = Gauge(
-        "delayq_oldest_due_age_seconds",
-        "How long the oldest due pending job has waited, per queue (0: none is due).",
-        ["queue"],
-        registry=registry,
-    )
-    for name, stats in queue_stats.items():
-        backlog.labels(queue=name).set(stats.pending_due)
-        oldest.labels(queue=name).set(stats.oldest_due_lag or 0.0)
+def _age(head: float | None, now: float) -> float:
+    return 0.0 if head is None or head > now else now - head
 
 
-class _LatenessCollector(Collector):
-    """The run's fixed-bucket lateness histogram as a Prometheus histogram."""
+class _Tallies(Collector):
+    """The counters and histograms summed over every run, by queue and handler."""
 
-    def __init__(self, lateness: Lateness) -> None:
-        self.lateness = lateness
+    def __init__(self, counters: Mapping[str, Mapping[str, float]]) -> None:
+        # {(queue, handler): {metric: value}}
+        self.series: dict[tuple[str, str], dict[str, float]] = {}
+        for queue, fields in counters.items():
+            for name, value in fields.items():
+                metric, _, handler = name.partition(SEPARATOR)
+                self.series.setdefault((queue, handler), {})[metric] = value
 
-    def collect(self) -> Sequence[HistogramMetricFamily]:
+    def collect(self) -> Iterable[CounterMetricFamily | HistogramMetricFamily]:
+        for outcome in ("processed", *OUTCOMES):
+            family = CounterMetricFamily(
+                f"delayq_jobs_{outcome}", _COUNTER_HELP[outcome], labels=LABELS
+            )
+            for labels, values in sorted(self.series.items()):
+                family.add_metric(list(labels), _count(values, outcome))
+            yield family
+        yield self._histogram("lateness", LATENESS_BOUNDS, "from a job's due time to its start")
+        yield self._histogram("duration", DURATION_BOUNDS, "a handler ran (wall time)")
+
+    def _histogram(self, name: str, bounds: tuple[float, ...], what: str) -> HistogramMetricFamily:
         family = HistogramMetricFamily(
-            "delayq_last_run_lateness_seconds",
-            "Seconds from a job's due time to its start, over the jobs of the last run.",
-            labels=["queue"],
+            f"delayq_job_{name}_seconds", f"Seconds {what}, over every run.", labels=LABELS
         )
-        cumulative, buckets = 0, []
-        for bound, count in zip(LATENESS_BUCKETS, self.lateness.counts, strict=True):
-            cumulative += count
-            buckets.append(("+Inf" if bound == float("inf") else repr(float(bound)), cumulative))
-        family.add_metric([ALL_QUEUES], buckets, self.lateness.total)
-        return [family]
+        for labels, values in sorted(self.series.items()):
+            cumulative, buckets = 0.0, []
+            for position, bound in enumerate(bounds):
+                cumulative += values.get(bucket_field(name, position), 0.0)
+                buckets.append(("+Inf" if math.isinf(bound) else repr(float(bound)), cumulative))
+            if cumulative:
+                family.add_metric(list(labels), buckets, values.get(f"{name}_sum", 0.0))
+        return family
 
 
-def check_writable(path: str | Path) -> None:
-    """Raise ConfigError now if the file could not be replaced after the run: a run that
-    finds out only then has already run its jobs, and exits 2 all the same."""
-    path = Path(path)
-    with _refusing(path):
-        if path.is_dir():
-            raise IsADirectoryError(21, "it is a directory")
-        fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        os.close(fd)
-        os.unlink(temp)
+_COUNTER_HELP = {
+    "processed": "Jobs whose handler ran to an outcome (succeeded + failed).",
+    "succeeded": "Jobs whose handler returned.",
+    "failed": "Jobs whose handler failed (retried ones included).",
+    "retried": "Failed jobs that were given a retry.",
+    "missed": "Jobs due longer ago than --since, marked missed instead of run.",
+}
 
 
-def _replace_file(path: Path, body: bytes) -> None:
-    with _refusing(path):
-        _write_then_rename(path, body)
+def _count(values: Mapping[str, float], outcome: str) -> float:
+    if outcome == "processed":
+        return values.get("succeeded", 0.0) + values.get("failed", 0.0)
+    return values.get(outcome, 0.0)
 
 
-@contextlib.contextmanager
-def _refusing(path: Path) -> Iterator[None]:
-    try:
-        yield
-    except ValueError:  # a NUL in the path
-        raise ConfigError(f"--metrics-file {str(path)!r} is not a path") from None
-    except OSError as exc:
-        raise ConfigError(
-            f"--metrics-file {str(path)!r} cannot be written: {exc.strerror or exc}"
-        ) from None
+class _Queues(Collector):
+    def __init__(self, gauges: Mapping[str, QueueGauges]) -> None:
+        self.gauges = gauges
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        for name, field, text in (
+            ("delayq_pending_jobs", "scheduled", "Jobs on the schedule, due or not."),
+            ("delayq_backlog_jobs", "due", "Pending jobs already due."),
+            ("delayq_running_jobs", "running", "Jobs whose handler a run holds."),
+            (
+                "delayq_oldest_due_age_seconds",
+                "oldest_due_age",
+                "How long the oldest due pending job has waited (0: none is due).",
+            ),
+        ):
+            family = GaugeMetricFamily(name, f"{text} Per queue.", labels=["queue"])
+            for queue, gauges in self.gauges.items():
+                family.add_metric([queue], getattr(gauges, field))
+            yield family
 
 
-def _write_then_rename(path: Path, body: bytes) -> None:
-    # The temporary name does not end in .prom, so the collector never picks it up.
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(body)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temp, 0o644)  # mkstemp makes it 0600; node_exporter runs as another user
-        os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp)
-        raise
+class _LastRun(Collector):
+    """What the run that writes the file did (the totals of a --loop run so far)."""
+
+    def __init__(self, report: RunReport, now: float) -> None:
+        self.report = report
+        self.now = now
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        jobs = GaugeMetricFamily(
+            "delayq_last_run_jobs", "Jobs the last run handled, by outcome.", labels=["outcome"]
+        )
+        for outcome in RUN_OUTCOMES:
+            jobs.add_metric([outcome], getattr(self.report, outcome))
+        yield jobs
+        yield GaugeMetricFamily(
+            "delayq_last_run_duration_seconds", "How long the last run took.", self.report.elapsed
+        )
+        yield GaugeMetricFamily(
+            "delayq_last_run_timestamp_seconds", "When the last run ended.", self.now
+        )

@@ -12,6 +12,8 @@ INDEXED_KEY = "delay_queue_indexed"
 # A hash each run overwrites with when it started, how long it took, its outcome and how
 # many jobs it ran; `delayq status` reads it to tell whether cron is alive.
 LAST_RUN_KEY = "delay_queue_last_run"
+# The handlers that have a metrics label of their own (tallies.HandlerLabels).
+METRICS_HANDLERS_KEY = "delay_queue_metrics_handlers"
 # Outcomes a run journaled but has not yet written to the table live this long at most.
 JOURNAL_TTL = 7 * 86400
 
@@ -41,6 +43,11 @@ def schedule_key(queue: str) -> str:
 def queue_key(queue: str, suffix: str) -> str:
     """A helper key of a queue, in the schedule's hash slot so scripts work on a Cluster."""
     return f"{{{schedule_key(queue)}}}:{suffix}"
+
+
+def minute_key(queue: str, minute: int) -> str:
+    """The hash of one queue's aggregates over the minute starting at epoch second `minute`."""
+    return queue_key(queue, f"minute:{minute}")
 
 
 def text(value: bytes | str) -> str:
