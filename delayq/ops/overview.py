@@ -18,7 +18,7 @@ import redis
 from peewee import SQL, ModelSelect, NodeList, Value, fn
 
 from ..config import validate_queue_name, validate_text
-from ..durations import format_delta, parse_duration
+from ..durations import Duration, format_delta, parse_duration
 from ..store import queries
 from ..store.index import ScheduleIndex
 from ..store.keys import LAST_RUN_KEY, job_id_of, schedule_key
@@ -41,6 +41,7 @@ class QueueStats:
     cancelled: int = 0
     missed: int = 0
     failed_last_hour: int = 0
+    failed_retried: int = 0  # failed attempts with a later attempt in their chain
     oldest_due_id: int | None = None
     oldest_due_at: float | None = None
     oldest_due_lag: float | None = None
@@ -51,8 +52,15 @@ class QueueStats:
     def pending_later(self) -> int:
         return self.pending - self.pending_due
 
+    @property
+    def failed_terminal(self) -> int:
+        """Failures that ended their chain: retries exhausted, NoRetry, poison, refused."""
+        return self.failed - self.failed_retried
+
     def as_json(self) -> dict[str, Any]:
-        return dict(asdict(self), pending_later=self.pending_later)
+        return dict(
+            asdict(self), pending_later=self.pending_later, failed_terminal=self.failed_terminal
+        )
 
 
 @dataclass(frozen=True)
@@ -119,22 +127,30 @@ def status_report(table: Table, index: ScheduleIndex, now: float) -> StatusRepor
 
 def queue_stats(table: Table, index: ScheduleIndex, now: float) -> dict[str, QueueStats]:
     """{queue: QueueStats} for every queue with rows or an index entry, sorted by name."""
-    Job = table.model
     counts = queries.counts_by_queue(table)
     stats = {name: QueueStats() for name in sorted(set(counts) | set(index.queues()))}
     for name, by_status in counts.items():
         for status, count in by_status.items():
             if status in KNOWN_STATUSES:  # a number delayq never writes counts nowhere
                 setattr(stats[name], Status(status).word, count)
-    for name, count in _grouped_count(table, _is_due(table, now)).items():
+    fill_live(table, index, stats, now)
+    return stats
+
+
+def fill_live(table: Table, index: ScheduleIndex, stats: dict[str, QueueStats], now: float) -> None:
+    """Each queue's due count, failures in the last hour, due times and schedule size:
+    ranges of the (status, queue, run_at) and (status, modified) indexes."""
+    Job = table.model
+    for name, count in grouped_count(table, _is_due(table, now)).items():
         stats[name].pending_due = count
     failed_since = (Job.status == Status.FAILED) & (Job.modified >= utc_stamp(now - FAILED_WINDOW))
-    for name, count in _grouped_count(table, failed_since).items():
+    for name, count in grouped_count(table, failed_since).items():
         stats[name].failed_last_hour = count
+    for name, count in grouped_count(table, _was_retried(table)).items():
+        stats[name].failed_retried = count
     for name, entry in stats.items():
-        _fill_times(table, entry, name, now)
+        fill_times(table, entry, name, now)
         entry.scheduled = index.size(name)
-    return stats
 
 
 def _is_due(table: Table, now: float) -> Any:
@@ -142,14 +158,24 @@ def _is_due(table: Table, now: float) -> Any:
     return (Job.status == Status.PENDING) & ((Job.run_at <= now) | Job.run_at.is_null())
 
 
-def _grouped_count(table: Table, condition: Any) -> dict[str, int]:
+def _was_retried(table: Table) -> Any:
+    """A failed row that has a later attempt in its chain (on the chain_id index)."""
+    Job = table.model
+    Later = Job.alias("later")
+    later = Later.select(SQL("1")).where(
+        (Later.chain_id == fn.COALESCE(Job.chain_id, Job.id)) & (Later.id > Job.id)
+    )
+    return (Job.status == Status.FAILED) & fn.EXISTS(later)
+
+
+def grouped_count(table: Table, condition: Any) -> dict[str, int]:
     Job = table.model
     query = Job.select(Job.queue, fn.COUNT(Job.id).alias("n")).where(condition).group_by(Job.queue)
     rows: Iterable[tuple[str, int]] = query.tuples()  # type: ignore[assignment]  # not models
     return dict(rows)
 
 
-def _fill_times(table: Table, entry: QueueStats, queue: str, now: float) -> None:
+def fill_times(table: Table, entry: QueueStats, queue: str, now: float) -> None:
     Job = table.model
     oldest = oldest_due(table, queue, now)
     if oldest is not None:
@@ -203,7 +229,9 @@ class JobFilter:
     queue: str | None = None
     ext: str | None = None
     class_path: str | None = None
-    since: float | None = None  # seconds: rows whose last change is at most this old
+    since: Duration | None = None  # rows whose last change is at most this old
+    changed_from: float | None = None  # epoch seconds: last change at or after
+    changed_to: float | None = None  # epoch seconds: last change before
 
     def __post_init__(self) -> None:
         # An empty value is most often an unset shell variable; refused rather than read as
@@ -227,7 +255,12 @@ class JobFilter:
         if self.ext is not None:
             query = query.where(Job.ext_string == self.ext)
         if self.since is not None:
-            query = query.where(Job.modified >= utc_stamp(now - self.since))
+            since = parse_duration(self.since, "--since")  # seconds, a timedelta or "2h"
+            query = query.where(Job.modified >= utc_stamp(now - since))
+        if self.changed_from is not None:
+            query = query.where(Job.modified >= utc_stamp(self.changed_from))
+        if self.changed_to is not None:
+            query = query.where(Job.modified < utc_stamp(self.changed_to))
         if self.class_path is not None:
             query = query.where(_params_mention(table, self.class_path))
         return query

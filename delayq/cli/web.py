@@ -1,0 +1,70 @@
+"""`delayq web`: serve the operator's page (delayq/web/) with uvicorn.
+
+It binds 127.0.0.1 unless told otherwise; behind a reverse proxy, `--root-path` is where the
+proxy mounts it and `--forwarded-allow-ips` the proxies whose X-Forwarded-* headers count.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Annotated
+
+import typer
+
+from ..errors import BadInput, ConfigError
+from .app import app, open_queue, reporting_errors
+
+WEB_EXTRA = "delayq web needs the web extra: pip install 'delayq[web]'"
+
+
+@app.command()
+def web(
+    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=1, max=65535, help="Port.")] = 8800,
+    root_path: Annotated[
+        str, typer.Option("--root-path", help="Path a reverse proxy serves the page under.")
+    ] = "",
+    forwarded_allow_ips: Annotated[
+        str,
+        typer.Option(
+            "--forwarded-allow-ips", help="Proxies whose X-Forwarded-For/-Proto are trusted."
+        ),
+    ] = "127.0.0.1",
+) -> None:
+    """Serve the operator's page: queues, job search and detail; retry, cancel and requeue
+    after logging in with DELAYQ_WEB_TOKEN (without it the page is read-only)."""
+    with reporting_errors():
+        _check_host(host)
+        _check_root_path(root_path)
+        try:
+            import uvicorn
+
+            from ..web import create_app
+        except ImportError:
+            raise ConfigError(WEB_EXTRA) from None
+        queue = open_queue()
+        page = create_app(queue, token=queue.settings.web_token)
+    uvicorn.run(
+        page,
+        host=host,
+        port=port,
+        root_path=root_path.rstrip("/"),
+        proxy_headers=True,
+        forwarded_allow_ips=forwarded_allow_ips,
+        log_level="warning",
+    )
+
+
+def _check_host(host: str) -> None:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        if not host.replace("-", "").replace(".", "").isalnum() or not host.isascii():
+            raise BadInput(f"--host {host!r} is neither an IP address nor a host name") from None
+
+
+def _check_root_path(root_path: str) -> None:
+    if root_path and (
+        not root_path.startswith("/") or not root_path.isascii() or not root_path.isprintable()
+    ):
+        raise BadInput("--root-path must be a path beginning with /, e.g. /delayq")

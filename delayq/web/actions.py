@@ -1,0 +1,132 @@
+"""The pages that write: logging in with DELAYQ_WEB_TOKEN, and retry, cancel and requeue,
+each a POST carrying the session's CSRF token.
+
+Every action is one Queue call, the same the CLI makes (`retry`, `cancel`, `requeue`), so
+the page follows the same rules with the same atomicity. Without a token configured there
+is no login and every action answers 403: the page only reads.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from ..store.table import Status
+from .pages import job_filter, search_fields
+from .rendering import render, root_path
+from .security import SESSION_COOKIE, csrf_token, is_right_token, new_session, read_form
+from .security import session_nonce as nonce_of
+
+log = logging.getLogger(__name__)
+
+NO_TOKEN = "actions are off: start `delayq web` with DELAYQ_WEB_TOKEN set to enable them"
+TOO_MANY = "too many wrong tokens from this address: try again in {} seconds"
+SESSION_SECONDS = 12 * 3600
+REQUEUE_FIELDS = ("ext", "handler", "queue", "since", "from", "to")
+
+
+async def login_form(request: Request) -> Response:
+    if request.app.state.token is None:
+        return render(request, "error.html", 403, message=NO_TOKEN)
+    return render(request, "login.html")
+
+
+async def login(request: Request) -> Response:
+    token = request.app.state.token
+    if token is None:
+        return render(request, "error.html", 403, message=NO_TOKEN)
+    throttle = request.app.state.login_throttle
+    address = request.client.host if request.client else "unknown"
+    wait = throttle.retry_after(address)
+    if wait is not None:
+        log.warning("login refused from %r: too many wrong tokens, retry in %ss", address, wait)
+        refused = render(request, "error.html", 429, message=TOO_MANY.format(wait))
+        refused.headers["Retry-After"] = str(wait)
+        return refused
+    form = await read_form(request)
+    if not is_right_token(form.get("token", ""), token):
+        count = throttle.failed(address)
+        log.warning("failed login from %r: wrong token (%d in the last minute)", address, count)
+        return render(request, "login.html", 403, failed=True)
+    throttle.succeeded(address)
+    response = RedirectResponse(f"{root_path(request)}/", 303)
+    response.set_cookie(
+        SESSION_COOKIE,
+        new_session(token),
+        max_age=SESSION_SECONDS,
+        path=f"{root_path(request)}/",
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+    return response
+
+
+async def logout(request: Request) -> Response:
+    refused = await _refusal(request)
+    if refused is not None:
+        return refused
+    response = RedirectResponse(f"{root_path(request)}/", 303)
+    response.delete_cookie(SESSION_COOKIE, path=f"{root_path(request)}/")
+    return response
+
+
+async def retry(request: Request) -> Response:
+    refused = await _refusal(request)
+    if refused is not None:
+        return refused
+    queue = request.app.state.queue
+    attempt_id = await run_in_threadpool(queue.retry, request.path_params["job_id"])
+    return RedirectResponse(f"{root_path(request)}/jobs/{attempt_id}", 303)
+
+
+async def cancel(request: Request) -> Response:
+    refused = await _refusal(request)
+    if refused is not None:
+        return refused
+    job_id = request.path_params["job_id"]
+    await run_in_threadpool(request.app.state.queue.cancel, job_id)
+    return RedirectResponse(f"{root_path(request)}/jobs/{job_id}", 303)
+
+
+async def requeue_preview(request: Request) -> Response:
+    """What a requeue of the search's failed jobs would retry, and a button to do it."""
+    given = search_fields(request)
+    given.pop("before_id", None)
+    given.pop("status", None)  # a requeue retries failed chains, whatever the search showed
+    filters = job_filter(given, (Status.FAILED,))
+    queue = request.app.state.queue
+    result = await run_in_threadpool(lambda: queue.requeue(filters, dry_run=True))
+    return render(request, "requeue.html", given=given, result=result, done=False)
+
+
+async def requeue(request: Request) -> Response:
+    refused = await _refusal(request)
+    if refused is not None:
+        return refused
+    form = await read_form(request)
+    given = {name: value for name, value in form.items() if name in REQUEUE_FIELDS and value}
+    filters = job_filter(given, (Status.FAILED,))
+    queue = request.app.state.queue
+    result = await run_in_threadpool(lambda: queue.requeue(filters))
+    return render(request, "requeue.html", given=given, result=result, done=True)
+
+
+async def _refusal(request: Request) -> Response | None:
+    """Why this POST may not act (no token configured, not logged in, wrong CSRF token),
+    as the response to send; None when it may."""
+    token = request.app.state.token
+    if token is None:
+        return render(request, "error.html", 403, message=NO_TOKEN)
+    nonce = nonce_of(request, token)
+    if nonce is None:
+        return render(request, "error.html", 403, message="log in first: your session ended")
+    form = await read_form(request)
+    given = form.get("csrf", "").encode()
+    if not hmac.compare_digest(given, csrf_token(token, nonce).encode()):
+        return render(request, "error.html", 403, message="the form is stale; reload the page")
+    return None

@@ -1,0 +1,65 @@
+"""The Starlette application: routes, the template environment, and the one mapping of
+delayq's errors to HTTP statuses (bad input 400, unknown job 404, backend down 503).
+
+rendering.py turns pages into escaped HTML; security.py guards the actions.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import TYPE_CHECKING
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from ..errors import BackendUnavailable, BadInput, DelayqError, JobNotFound
+from . import actions, pages
+from .rendering import render
+from .security import SecurityHeaders
+from .throttle import LoginThrottle
+
+if TYPE_CHECKING:
+    from ..queue import Queue
+
+ERROR_STATUSES: dict[type[DelayqError], int] = {
+    BadInput: 400,
+    JobNotFound: 404,
+    BackendUnavailable: 503,
+}
+
+
+def create_app(queue: Queue, *, token: str | None = None) -> Starlette:
+    """The page over `queue`; `token` (DELAYQ_WEB_TOKEN) enables logging in and the
+    actions, without it the page only reads."""
+    static = StaticFiles(directory=str(resources.files("delayq.web") / "static"))
+    routes = [
+        Route("/", pages.overview, name="overview"),
+        Route("/jobs", pages.search, name="search"),
+        Route("/jobs/{job_id:int}", pages.detail, name="detail"),
+        Route("/login", actions.login_form, name="login", methods=["GET"]),
+        Route("/login", actions.login, methods=["POST"]),
+        Route("/logout", actions.logout, methods=["POST"]),
+        Route("/jobs/{job_id:int}/retry", actions.retry, methods=["POST"]),
+        Route("/jobs/{job_id:int}/cancel", actions.cancel, methods=["POST"]),
+        Route("/requeue", actions.requeue_preview, methods=["GET"]),
+        Route("/requeue", actions.requeue, methods=["POST"]),
+        Mount("/static", app=static, name="static"),
+    ]
+    app = Starlette(
+        routes=routes,
+        middleware=[Middleware(SecurityHeaders)],
+        exception_handlers={DelayqError: _error_page},
+    )
+    app.state.queue = queue
+    app.state.token = token
+    app.state.login_throttle = LoginThrottle()
+    return app
+
+
+def _error_page(request: Request, exc: Exception) -> Response:
+    status = next((code for cls, code in ERROR_STATUSES.items() if isinstance(exc, cls)), 500)
+    return render(request, "error.html", status, message=str(exc))

@@ -1,0 +1,142 @@
+"""The overview's charts: jobs finished and their lateness (p50, p99) over the last hour or
+day, drawn as SVG on the server from the per-minute aggregates (ops/minutes.py).
+
+Each chart is bins of merged minutes (all queues, or one): an hour is 60 bins of a minute, a
+day 48 of half an hour. The SVG uses classes for colour and no style attribute, so it needs
+nothing the page's CSP forbids.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..ops.minutes import Minute, merge, per_minute
+
+WINDOWS = {"hour": (60, 1), "day": (1440, 30)}  # name: (minutes read, minutes per bin)
+WIDTH = 600.0
+HEIGHT = 120.0
+
+
+@dataclass(frozen=True)
+class Bin:
+    """What the jobs of one bin did, as the charts draw it."""
+
+    start: float
+    finished: int
+    failed: int
+    p50: float | None
+    p99: float | None
+
+
+@dataclass(frozen=True)
+class Bar:
+    x: float
+    y: float
+    width: float
+    height: float
+    label: str
+
+
+@dataclass(frozen=True)
+class Chart:
+    """One chart's shapes in a WIDTH × HEIGHT box, and its largest value for the axis."""
+
+    bars: list[Bar]
+    lines: dict[str, str]  # class: SVG polyline points
+    top: float
+
+
+def read_window(queue: Any, window: str) -> list[Minute]:
+    """Every queue's minutes over the window: one Redis round trip."""
+    return per_minute(queue, minutes=WINDOWS[window][0])
+
+
+def lateness_by_queue(read: list[Minute], since: float) -> dict[str, Minute]:
+    """{queue: its minutes from `since` on, merged}, for the overview's p50 and p99."""
+    by_queue: dict[str, list[Minute]] = {}
+    for minute in read:
+        if minute.start >= since:
+            by_queue.setdefault(minute.queue, []).append(minute)
+    return {name: merge(items) for name, items in by_queue.items()}
+
+
+def bins_of(read: list[Minute], window: str) -> list[Bin]:
+    """The window's bins, oldest first, merged across queues."""
+    per_bin = WINDOWS[window][1]
+    by_start: dict[float, list[Minute]] = {}
+    for minute in read:
+        by_start.setdefault(minute.start, []).append(minute)
+    starts = sorted(by_start)
+    if not starts:
+        return []
+    first = starts[0]
+    grouped: dict[int, list[Minute]] = {}
+    for start, items in by_start.items():
+        grouped.setdefault(int((start - first) // (60 * per_bin)), []).extend(items)
+    return [_bin(first + 60 * per_bin * slot, grouped[slot]) for slot in sorted(grouped)]
+
+
+def _bin(start: float, minutes: list[Minute]) -> Bin:
+    total = merge(minutes)
+    return Bin(
+        start=start,
+        finished=total.succeeded + total.failed,
+        failed=total.failed,
+        p50=total.lateness_quantile(0.5),
+        p99=total.lateness_quantile(0.99),
+    )
+
+
+def throughput_chart(bins: list[Bin], label: Any) -> Chart:
+    """A bar per bin, as tall as the jobs that finished in it."""
+    top = float(max((item.finished for item in bins), default=0)) or 1.0
+    step = WIDTH / max(len(bins), 1)
+    bars = [
+        Bar(
+            x=round(index * step, 1),
+            y=round(HEIGHT - HEIGHT * item.finished / top, 1),
+            width=round(max(step - 1, 1), 1),
+            height=round(HEIGHT * item.finished / top, 1),
+            label=f"{label(item.start)}: {item.finished} finished, {item.failed} failed",
+        )
+        for index, item in enumerate(bins)
+    ]
+    return Chart(bars, {}, top)
+
+
+def lateness_chart(bins: list[Bin], label: Any) -> Chart:
+    """Lines of each bin's p50 and p99 lateness; bins without jobs leave gaps in neither."""
+    values = [value for item in bins for value in (item.p50, item.p99) if value is not None]
+    top = max(values, default=0.0) or 1.0
+    step = WIDTH / max(len(bins), 1)
+    lines = {}
+    for name in ("p50", "p99"):
+        points = [
+            f"{index * step + step / 2:.1f},{_y(value, top):.1f}"
+            for index, item in enumerate(bins)
+            if (value := getattr(item, name)) is not None
+        ]
+        lines[name] = " ".join(points)
+    bars = [
+        Bar(
+            x=round(index * step, 1),
+            y=0.0,
+            width=round(max(step, 1), 1),
+            height=HEIGHT,
+            label=f"{label(item.start)}: p50 {_ms(item.p50)}, p99 {_ms(item.p99)}",
+        )
+        for index, item in enumerate(bins)
+        if item.p99 is not None
+    ]
+    return Chart(bars, lines, top)
+
+
+def _y(value: float, top: float) -> float:
+    """A line's height for `value`: HEIGHT * (1 - value / top) can round to -0.0 at the top,
+    which SVG takes but a reader of the points should not have to."""
+    return max(0.0, min(HEIGHT - HEIGHT * value / top, HEIGHT))  # max keeps 0.0 over -0.0
+
+
+def _ms(seconds: float | None) -> str:
+    return "–" if seconds is None else f"{seconds * 1000:.0f} ms"

@@ -1,0 +1,153 @@
+"""The pages that only read: the overview of every queue with what runs next, the job
+search paged by id, and one job with its retry chain.
+
+Each asks the Queue what the CLI's status, list, peek, show and history ask, so the page
+and the terminal never disagree. `?fragment=1` answers the live part of a page alone, for
+static/refresh.js to swap in without a full reload.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+from urllib.parse import urlencode
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from ..durations import parse_duration, parse_utc_instant
+from ..errors import BadInput
+from ..ops.dashboard import dashboard_report
+from ..ops.minutes import Minute
+from ..ops.overview import JobFilter, StatusReport
+from ..store.failures import backend_errors
+from ..store.table import Status
+from . import charts
+from .rendering import render, root_path
+
+if TYPE_CHECKING:
+    from ..queue import Queue
+
+PAGE_SIZE = 50
+UPCOMING = 10
+SEARCH_FIELDS = ("id", "ext", "handler", "status", "queue", "since", "from", "to", "before_id")
+MAX_FIELD = 1000  # longer than any ext (255) or class path a search could match
+
+
+def overview(request: Request) -> Response:
+    queue = request.app.state.queue
+    window = request.query_params.get("window", "hour")
+    if window not in charts.WINDOWS:
+        raise BadInput(f"window must be one of {', '.join(charts.WINDOWS)}")
+    report, read = _read_overview(queue, window)
+    bins = charts.bins_of(read, window)
+    template = "overview_live.html" if _is_fragment(request) else "overview.html"
+    return render(
+        request,
+        template,
+        report=report,
+        upcoming=queue.peek(UPCOMING),
+        window=window,
+        lateness=charts.lateness_by_queue(read, report.now - 3600),
+        throughput=charts.throughput_chart(bins, bin_label),
+        late=charts.lateness_chart(bins, bin_label),
+        chart=charts,
+    )
+
+
+@backend_errors
+def _read_overview(queue: Queue, window: str) -> tuple[StatusReport, list[Minute]]:
+    """The queues' live figures (index ranges only, see ops/dashboard.py) and the window's
+    per-minute aggregates."""
+    report = dashboard_report(queue.table, queue.index, queue.index.now())
+    return report, charts.read_window(queue, window)
+
+
+def bin_label(epoch: float) -> str:
+    """How a bin's start reads in a chart's tooltip: the time of day, UTC."""
+    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%H:%M UTC")
+
+
+def search(request: Request) -> Response:
+    given = search_fields(request)
+    if "id" in given:
+        return RedirectResponse(f"{root_path(request)}/jobs/{_positive(given['id'], 'id')}", 303)
+    filters = job_filter(given)
+    before_id = _positive(given["before_id"], "before_id") if "before_id" in given else None
+    rows = request.app.state.queue.list_jobs(filters, limit=PAGE_SIZE, before_id=before_id)
+    next_page = None
+    if len(rows) == PAGE_SIZE:
+        next_page = urlencode(dict(given, before_id=rows[-1]["id"]))
+    requeue_query = urlencode({k: v for k, v in given.items() if k != "before_id"})
+    return render(
+        request,
+        "search.html",
+        given=given,
+        rows=rows,
+        next_page=next_page,
+        requeue_query=requeue_query,
+        statuses=[status.word for status in Status],
+    )
+
+
+def detail(request: Request) -> Response:
+    queue = request.app.state.queue
+    job_id = request.path_params["job_id"]
+    job = queue.show(job_id)
+    chain = queue.history(job_id)
+    template = "detail_live.html" if _is_fragment(request) else "detail.html"
+    return render(request, template, job=job, chain=chain)
+
+
+def search_fields(request: Request) -> dict[str, str]:
+    """The search's non-empty fields from the query string, checked for size and text."""
+    given = {}
+    for name in SEARCH_FIELDS:
+        value = request.query_params.get(name, "").strip()
+        if not value:
+            continue
+        if len(value) > MAX_FIELD:
+            raise BadInput(f"{name} is longer than {MAX_FIELD} characters")
+        given[name] = value
+    return given
+
+
+def job_filter(given: dict[str, str], statuses: tuple[Status, ...] = ()) -> JobFilter:
+    """The JobFilter a search's fields describe; JobFilter itself refuses hostile text."""
+    if set(given) - {"status", "before_id"} == set() and statuses:
+        # As the CLI's requeue: a bulk write over every failed chain needs a narrower search.
+        raise BadInput("narrow the search (ext, handler, queue or a time) before a requeue")
+    if "status" in given:
+        statuses = (_status(given["status"]),)
+    since = parse_duration(given["since"], "since") if "since" in given else None
+    changed_from = parse_utc_instant(given["from"], "from") if "from" in given else None
+    changed_to = parse_utc_instant(given["to"], "to") if "to" in given else None
+    if changed_from is not None and changed_to is not None and changed_from >= changed_to:
+        raise BadInput("from must be before to")
+    return JobFilter(
+        statuses=statuses,
+        queue=given.get("queue"),
+        ext=given.get("ext"),
+        class_path=given.get("handler"),
+        since=since,
+        changed_from=changed_from,
+        changed_to=changed_to,
+    )
+
+
+def _status(word: str) -> Status:
+    try:
+        return Status.from_word(word)
+    except KeyError:
+        known = ", ".join(status.word for status in Status)
+        raise BadInput(f"status must be one of {known}") from None
+
+
+def _positive(text: str, name: str) -> int:
+    if not (text.isascii() and text.isdigit()) or not 0 < int(text) < 2**63:
+        raise BadInput(f"{name} must be a job id: a whole number above 0")
+    return int(text)
+
+
+def _is_fragment(request: Request) -> bool:
+    return request.query_params.get("fragment") == "1"

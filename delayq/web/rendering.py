@@ -1,0 +1,90 @@
+"""How a page becomes HTML: one Jinja2 environment with autoescape on everything, the
+filters templates use, and `render`, which adds what every page needs (root path, login
+state, CSRF token).
+
+`visible` spells control and format characters (an RTL override, an escape sequence) as
+escapes before autoescape, so a job's writer can neither inject markup nor reorder what the
+operator reads.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from functools import cache
+from typing import Any
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+from starlette.requests import Request
+from starlette.responses import HTMLResponse
+
+from ..ops.printing import printable
+from .security import csrf_token, session_nonce
+
+# A job's message longer than one line (a traceback) or than this shows collapsed to its
+# first line, cut here, in a <details> the operator opens: no script, so the CSP holds.
+SUMMARY_CHARS = 200
+
+
+@cache
+def templates() -> Environment:
+    env = Environment(
+        loader=PackageLoader("delayq.web", "templates"),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+    )
+    env.filters.update(visible=visible, clock=clock, seconds=seconds, pretty=pretty_json)
+    env.globals["SUMMARY_CHARS"] = SUMMARY_CHARS
+    return env
+
+
+def render(request: Request, name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
+    """Template `name` with what every page needs: the root path and the login state."""
+    token = request.app.state.token
+    nonce = session_nonce(request, token)
+    html = (
+        templates()
+        .get_template(name)
+        .render(
+            root=root_path(request),
+            actions_enabled=token is not None,
+            logged_in=nonce is not None,
+            csrf=csrf_token(token, nonce) if token and nonce else "",
+            where=request.app.state.queue.describe(),
+            **context,
+        )
+    )
+    return HTMLResponse(html, status_code)
+
+
+def root_path(request: Request) -> str:
+    """Where the page is mounted behind a reverse proxy (`--root-path`), without a final /."""
+    return str(request.scope.get("root_path", "")).rstrip("/")
+
+
+def visible(value: object) -> str:
+    """`value` with control and format characters shown as escapes (then autoescaped);
+    line breaks stay, so tracebacks and pretty JSON read as written."""
+    text = "" if value is None else str(value)
+    return "\n".join(printable(line) for line in text.split("\n"))
+
+
+def clock(epoch: float | None) -> str:
+    """An epoch as UTC date and time to the second, or a dash."""
+    if epoch is None:
+        return "–"
+    return datetime.fromtimestamp(float(epoch), timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def seconds(value: float | None) -> str:
+    """A duration as the shortest honest figure: 4.2s, 17m, 3.1h."""
+    if value is None:
+        return "–"
+    for unit, size in (("h", 3600.0), ("m", 60.0)):
+        if value >= size:
+            return f"{value / size:.1f}{unit}"
+    return f"{value:.1f}s"
+
+
+def pretty_json(value: Any) -> str:
+    """Params data as indented JSON, non-ASCII kept (escaped for display by `visible`)."""
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
