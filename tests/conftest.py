@@ -8,8 +8,10 @@ its tests are skipped with the reason.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ from delayq.config import Settings
 from delayq.store import embedded
 from delayq.store.database import sqlite_url
 from delayq.store.table import Job
+from tests.embedded_processes import embedded_processes_under
 
 ROOT = Path(__file__).resolve().parent.parent
 HANDLERS = ("tests.sample_handlers",)
@@ -77,9 +80,33 @@ def mariadb_url() -> str:
     return MARIADB_URL
 
 
+# How long servers stopped at the end of their tests may take to exit, with their keepers.
+STOPPING = 15.0
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_embedded_server_outlives_the_suite(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[None]:
+    """Fail the session if an embedded Redis server or keeper started under the suite's
+    temporary directories is still alive at its end (after stopping it, so none is left)."""
+    base = tmp_path_factory.getbasetemp()
+    yield
+    deadline = time.monotonic() + STOPPING
+    while embedded_processes_under(base) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = embedded_processes_under(base)
+    for pid in left:
+        os.kill(pid, signal.SIGTERM)
+    assert not left, f"embedded Redis processes outlived the suite: {left}"
+
+
 @pytest.fixture(scope="session")
-def embedded_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A DELAYQ_HOME whose embedded Redis server lives for the whole session."""
+def embedded_home(
+    tmp_path_factory: pytest.TempPathFactory, no_embedded_server_outlives_the_suite: None
+) -> Iterator[Path]:
+    """A DELAYQ_HOME whose embedded Redis server lives for the whole session. It asks for
+    the check so that every pytest tears the check down after this server is stopped."""
     home = tmp_path_factory.mktemp("home")
     embedded.redis_url(home)
     yield home

