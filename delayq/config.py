@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
+from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -21,6 +23,8 @@ DEFAULTS: dict[str, Any] = {
     "redis_url": None,  # None: a Redis server embedded under home
     "handlers": (),  # module prefixes whose code jobs may call; empty allows nothing
     "home": ".delayq",
+    "embedded_idle": 600.0,  # seconds without a client before the embedded Redis stops
+    "path": (),  # directories the commands import handlers from, besides the working directory
     "lease": 60.0,  # seconds a claimed job stays ours without a heartbeat
     "batch_size": 500,  # jobs claimed per Redis call and per guarded UPDATE
     "since": 86400.0,  # how far back `run` looks; older due jobs become `missed`
@@ -29,7 +33,11 @@ DEFAULTS: dict[str, Any] = {
     "concurrency": 1,  # jobs in flight in one run: 1 calls handlers on the main thread
     "grace": 25.0,  # on SIGTERM, how long jobs in flight may take to finish
     "php_classes": (),  # (PHP class name, Python dotted path) pairs, for PHP producers' jobs
+    "web_token": None,  # what logs in to `delayq web`'s actions; None: the page is read-only
+    "on_failure": None,  # dotted path of a function called after each failed attempt
+    "sentry_dsn": None,  # where failed attempts are reported (the `sentry` extra)
 }
+MIN_WEB_TOKEN = 16
 MAX_CONCURRENCY = 1000
 ENV_PREFIX = "DELAYQ_"
 CONFIG_FILE = "delayq.toml"
@@ -44,6 +52,8 @@ class Settings:
     redis_url: str | None = None
     handlers: tuple[str, ...] = ()
     home: Path = Path(".delayq")
+    embedded_idle: float = 600.0
+    path: tuple[Path, ...] = ()
     lease: float = 60.0
     batch_size: int = 500
     since: float = 86400.0
@@ -52,26 +62,50 @@ class Settings:
     concurrency: int = 1
     grace: float = 25.0
     php_classes: tuple[tuple[str, str], ...] = ()
+    web_token: str | None = dataclass_field(default=None, repr=False)  # a secret: never in a repr
+    on_failure: str | None = None
+    sentry_dsn: str | None = dataclass_field(default=None, repr=False)  # holds a key
 
     def validate(self) -> Settings:
         """Return self, or raise ConfigError naming the variable that is wrong."""
-        if self.timeout <= 0:
-            raise ConfigError("DELAYQ_TIMEOUT must be more than 0 seconds")
+        for name in ("timeout", "embedded_idle"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"DELAYQ_{name.upper()} must be more than 0 seconds")
         if self.lease < 2:
             raise ConfigError("DELAYQ_LEASE must be at least 2 seconds")
         if not 1 <= self.batch_size <= 5000:
             raise ConfigError("DELAYQ_BATCH_SIZE must be between 1 and 5000")
         if not 1 <= self.concurrency <= MAX_CONCURRENCY:
             raise ConfigError(f"DELAYQ_CONCURRENCY must be between 1 and {MAX_CONCURRENCY}")
+        _check_directories(self.path)
+        self._check_hooks()
         for prefix in self.handlers:
             if not all(part.isidentifier() for part in prefix.split(".")):
                 raise ConfigError(f"DELAYQ_HANDLERS entry {prefix!r} is not a dotted module path")
         return self
 
+    def _check_hooks(self) -> None:
+        if self.web_token is not None and len(self.web_token.strip()) < MIN_WEB_TOKEN:
+            raise ConfigError(f"DELAYQ_WEB_TOKEN must be at least {MIN_WEB_TOKEN} characters")
+        if self.on_failure is not None and not _is_dotted(self.on_failure, parts=2):
+            raise ConfigError(
+                f"DELAYQ_ON_FAILURE {str(self.on_failure)[:100]!r} must be a dotted path to a "
+                "function of at most 255 characters, e.g. billing.alerts.job_failed"
+            )
+
     def with_overrides(self, **overrides: Any) -> Settings:
         """A copy with the given non-None fields replaced, coerced and validated."""
         given = {key: value for key, value in overrides.items() if value is not None}
         return replace(self, **_coerce(given)).validate()
+
+
+def _check_directories(path: tuple[Path, ...]) -> None:
+    for directory in path:
+        if not directory.is_dir():
+            raise ConfigError(
+                f"DELAYQ_PATH entry {str(directory)!r} is not a directory; list the "
+                "directories that hold your handler modules"
+            )
 
 
 def load_settings(
@@ -173,9 +207,7 @@ def _read_file(path: str | Path | None) -> dict[str, Any]:
             raise ConfigError(f"DELAYQ_CONFIG names {str(candidate)!r}, which does not exist")
         return {}
     try:
-        import tomllib  # only when there is a file to read
-
-        data = tomllib.loads(candidate.read_text())
+        data = _toml_module().loads(candidate.read_text())
     except (OSError, ValueError) as exc:  # TOMLDecodeError is a ValueError
         raise ConfigError(f"cannot read config file {str(candidate)!r}: {exc}") from None
     known = {field.name for field in fields(Settings)}
@@ -183,6 +215,18 @@ def _read_file(path: str | Path | None) -> dict[str, Any]:
     if unknown:
         raise ConfigError(f"config file {str(candidate)!r} has unknown keys: {', '.join(unknown)}")
     return data
+
+
+def _toml_module() -> Any:
+    """tomllib, or its backport tomli before Python 3.11; imported only when there is a file
+    to read, so a run without one does not pay for it."""
+    if sys.version_info >= (3, 11):
+        import tomllib  # novermin: imported on 3.11 and newer only
+
+        return tomllib
+    import tomli
+
+    return tomli
 
 
 def _coerce(values: dict[str, Any]) -> dict[str, Any]:
@@ -193,7 +237,9 @@ def _coerce(values: dict[str, Any]) -> dict[str, Any]:
         out["php_classes"] = _php_classes(out["php_classes"])
     if "home" in out:
         out["home"] = Path(out["home"]).expanduser()
-    for name in ("lease", "since", "max_seconds", "timeout", "grace"):
+    if "path" in out:
+        out["path"] = _directories(out["path"])
+    for name in ("embedded_idle", "lease", "since", "max_seconds", "timeout", "grace"):
         if name in out:
             out[name] = _number(name, out[name])
     for name in ("batch_size", "concurrency"):
@@ -209,6 +255,18 @@ def _integer(name: str, value: Any) -> int:
         return int(value)
     except ValueError:
         raise ConfigError(f"{ENV_PREFIX}{name.upper()} must be a whole number") from None
+
+
+def _directories(value: Any) -> tuple[Path, ...]:
+    """DELAYQ_PATH's `dir:dir` (os.pathsep), or the file's list of strings, as paths."""
+    items = value.split(os.pathsep) if isinstance(value, str) else value
+    if not isinstance(items, list | tuple) or not all(
+        isinstance(item, str | os.PathLike) for item in items
+    ):
+        raise ConfigError("DELAYQ_PATH must be a list of directories")
+    if any("\0" in str(item) for item in items):
+        raise ConfigError("DELAYQ_PATH contains a NUL character")
+    return tuple(Path(item).expanduser() for item in items if str(item).strip())
 
 
 def _split_handlers(value: Any) -> tuple[str, ...]:
@@ -236,6 +294,12 @@ def _php_classes(value: Any) -> tuple[tuple[str, str], ...]:
             )
         checked.append((php.lstrip("\\"), python))
     return tuple(checked)
+
+
+def _is_dotted(value: Any, parts: int = 1) -> bool:
+    """Whether `value` is a dotted path of at least `parts` Python identifiers."""
+    names = value.split(".") if isinstance(value, str) and len(value) <= 255 else []
+    return len(names) >= parts and all(name.isidentifier() for name in names)
 
 
 def _number(name: str, value: Any) -> float:

@@ -1,4 +1,4 @@
-"""The error tree delayq raises, and NoRetry for handler authors.
+"""The error tree delayq raises, and NoRetry and RetryLater for handler authors.
 
 Every DelayqError carries a one-line message that says what was wrong and how to fix it;
 cli/app.py maps the classes to exit codes.
@@ -33,3 +33,12 @@ class BackendUnavailable(DelayqError):
 
 class NoRetry(Exception):  # noqa: N818 - the name handler authors raise, like huey's CancelExecution
     """Raised by a handler: the job fails and is not retried."""
+
+
+class RetryLater(Exception):  # noqa: N818 - the name handler authors raise, as NoRetry
+    """Raised by a handler: run this same attempt again `delay` later (seconds, a timedelta
+    or "90s") without counting a failure, as a rate-limited API's Retry-After asks."""
+
+    def __init__(self, delay: object, reason: str = "") -> None:
+        super().__init__(reason)
+        self.delay = delay

@@ -40,7 +40,7 @@ BAD_TIMES = {
     "at-year-9999": {"at": 253_370_764_800.0},
     "at-beyond-horizon": {"at": NOW + HORIZON + 1},
     "at-huge-int": {"at": 10**400},
-    "at-text": {"at": "2030-01-01"},
+    "at-text": {"at": "next tuesday"},
     "delay-nan": {"delay": math.nan},
     "delay-inf": {"delay": math.inf},
     "delay-negative": {"delay": -1.0},

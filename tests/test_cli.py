@@ -21,7 +21,10 @@ from tests.conftest import DELAYQ
 
 HANDLERS = ("tests.sample_handlers",)
 H = "tests.sample_handlers.jobs"
-VIEW_KEYS = {"id", "status", "retry_times", "message", "ext", "run_at", "class", "method", "data"}
+VIEW_KEYS = {
+    *("id", "status", "retry_times", "message", "traceback", "ext", "run_at", "class", "method"),
+    "data",
+}
 STATUS_WORDS = {"pending", "running", "success", "failed", "cancelled", "missed"}
 SETTINGS_VARIABLES = (
     "DELAYQ_CONFIG",
@@ -144,11 +147,25 @@ BAD_ADDS = {
     "at-year-1": ([H, "echo", "--at", "0001-01-01T00:00:00+01:00"], "before 1970"),
     "at-before-1970": ([H, "echo", "--at", "1969-12-31T23:59:59+00:00"], "before 1970"),
     "delay-11-years": ([H, "echo", "--delay", f"{11 * 365}d"], "10 years ahead"),
-    "delay-many-digits": ([H, "echo", "--delay", "9" * 400], "non-negative number"),
+    "delay-many-digits": ([H, "echo", "--delay", "9" * 400], "too long for a duration"),
     "every-11-years": ([H, "echo", "--every", f"{11 * 365}d"], "--every must be between"),
     "timeout-101-years": ([H, "echo", "--timeout", f"{101 * 365}d"], "longer than 100 years"),
     "queue-trailing-newline": ([H, "echo", "--queue", "default\n"], "queue name"),
     "ext-not-utf8": ([H, "echo", "--ext", "a\udcffb"], "ext is not valid UTF-8"),
+    "cron-six-fields": ([H, "echo", "--cron", "0 0 9 * * MON"], "is not five cron fields"),
+    "cron-minute-61": ([H, "echo", "--cron", "61 * * * *"], "is not a cron expression: "),
+    "cron-never-matches": ([H, "echo", "--cron", "0 0 31 2 *"], "Bad day-of-month"),
+    "cron-control-chars": ([H, "echo", "--cron", "0 9 * * \x1b[2J"], "not five cron fields"),
+    "cron-surrogate": ([H, "echo", "--cron", "0 9 * * \udcff"], "not five cron fields"),
+    "cron-huge": ([H, "echo", "--cron", "0 " * 100_000], "the limit is 120"),
+    "cron-and-every": ([H, "echo", "--cron", "0 9 * * *", "--every", "1h"], "not both"),
+    "tz-without-cron": ([H, "echo", "--tz", "Europe/Berlin"], "--tz needs --cron"),
+    "tz-unknown": ([H, "echo", "--cron", "0 9 * * *", "--tz", "Mars/Olympus"], "not a known"),
+    "tz-path": ([H, "echo", "--cron", "0 9 * * *", "--tz", "../../etc/passwd"], "not a time zone"),
+    "tz-absolute": ([H, "echo", "--cron", "0 9 * * *", "--tz", "/etc/localtime"], "not a time"),
+    "tz-directory": ([H, "echo", "--cron", "0 9 * * *", "--tz", "Europe"], "not a known"),
+    "tz-surrogate": ([H, "echo", "--cron", "0 9 * * *", "--tz", "Europe/\udcff"], "not a time"),
+    "tz-huge": ([H, "echo", "--cron", "0 9 * * *", "--tz", "A" * 100_000], "not a time zone"),
 }
 
 

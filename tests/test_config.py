@@ -121,6 +121,12 @@ def test_lease_takes_a_duration(text, seconds):
     assert load_settings({"DELAYQ_LEASE": text}).lease == seconds
 
 
+def test_embedded_idle_limit_is_ten_minutes_unless_given_as_a_duration():
+    assert load_settings({}).embedded_idle == 600.0
+    assert load_settings({"DELAYQ_EMBEDDED_IDLE": "2s"}).embedded_idle == 2.0
+    assert load_settings({"DELAYQ_EMBEDDED_IDLE": "1h"}).embedded_idle == 3600.0
+
+
 def test_since_and_max_seconds_take_durations():
     settings = load_settings({"DELAYQ_SINCE": "2d", "DELAYQ_MAX_SECONDS": "45s"})
 
@@ -173,6 +179,10 @@ def test_bad_batch_size_in_the_file_is_a_config_error_naming_the_variable(tmp_pa
         ("DELAYQ_LEASE", "1s"),
         ("DELAYQ_SINCE", "yesterday"),
         ("DELAYQ_MAX_SECONDS", "5 minutes"),
+        ("DELAYQ_EMBEDDED_IDLE", "0"),
+        ("DELAYQ_EMBEDDED_IDLE", "-5s"),
+        ("DELAYQ_EMBEDDED_IDLE", "inf"),
+        ("DELAYQ_EMBEDDED_IDLE", "never"),
     ],
 )
 def test_bad_duration_is_a_config_error_naming_the_variable(name, value):
@@ -233,3 +243,14 @@ def test_redact_url_of_no_url_says_embedded():
 
 def test_redact_url_keeps_the_brackets_of_an_ipv6_host():
     assert redact_url("redis://:s3cret@[::1]:6379/0") == "redis://:***@[::1]:6379/0"
+
+
+def test_the_web_token_comes_from_the_environment_is_long_and_never_in_a_repr():
+    token = "a-long-enough-web-token"
+    settings = load_settings({"DELAYQ_WEB_TOKEN": token})
+
+    assert settings.web_token == token
+    assert token not in repr(settings)
+    assert load_settings({}).web_token is None
+    with pytest.raises(ConfigError, match="DELAYQ_WEB_TOKEN must be at least 16"):
+        load_settings({"DELAYQ_WEB_TOKEN": "short  " + " " * 20})

@@ -1,11 +1,14 @@
 """The deployment examples still say what they mean: crontab.example's lines parse with a
-real cron parser and fire every minute, and the systemd units pass `systemd-analyze verify`
-(only that check is skipped where systemd-analyze is absent)."""
+real cron parser and fire every minute, the systemd units pass `systemd-analyze verify`
+(only that check is skipped where systemd-analyze is absent), and the per-queue template's
+command line, run as written, serves its queue and stops on SIGTERM as systemd expects."""
 
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
+import signal
 import subprocess
 import sys
 from datetime import datetime
@@ -15,10 +18,15 @@ import pytest
 from croniter import croniter
 
 from delayq.config import DEFAULTS
+from delayq.durations import parse_duration
+from tests.sample_handlers.jobs import read_log
+from tests.test_processes import start
+from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 CRONTAB = ROOT / "crontab.example"
 CONTRIB = ROOT / "contrib"
+TEMPLATE = CONTRIB / "delayq@.service"
 ENV_LINE = re.compile(r"^[A-Z_][A-Z0-9_]*=\S*$")
 
 
@@ -102,22 +110,64 @@ needs_systemd_analyze = pytest.mark.skipif(
 )
 
 
-@needs_systemd_analyze
-def test_units_pass_systemd_analyze_verify(tmp_path):
-    # verify checks that ExecStart exists: point the example's install path at this checkout.
+def test_the_template_runs_one_loop_per_queue_and_outlasts_the_grace_on_stop():
+    service = unit(TEMPLATE)["Service"]
+
+    (command,) = service["ExecStart"]
+    assert command.split()[1:] == ["run", "--loop", "--queue", "%i"]
+    assert service["Restart"] == ["always"]
+    assert (service["KillSignal"], service["KillMode"]) == (["SIGTERM"], ["mixed"])
+    (stop_timeout,) = service["TimeoutStopSec"]
+    assert parse_duration(stop_timeout, "TimeoutStopSec") > DEFAULTS["grace"] + 5
+    assert service["SuccessExitStatus"] == [str(128 + signal.SIGTERM)]
+    assert unit(TEMPLATE)["Install"]["WantedBy"] == ["multi-user.target"]
+
+
+def test_the_templates_command_serves_its_queue_alone_and_exits_as_systemd_expects(
+    queue, cli_env, log
+):
+    service = unit(TEMPLATE)["Service"]
+    (command,) = service["ExecStart"]
+    other = queue.add("tests.sample_handlers.jobs", "record", {"log": log, "n": "other"})
+    worker = start(cli_env, *shlex.split(command.replace("%i", "sms"))[1:])
+    job_id = queue.add("tests.sample_handlers.jobs", "record", {"log": log, "n": 1}, queue="sms")
+
+    wait_for(lambda: queue.show(job_id)["status"] == "success", 60, "the sms job to run")
+    worker.send_signal(signal.SIGTERM)
+    (stop_timeout,) = service["TimeoutStopSec"]
+    _, stderr = worker.communicate(timeout=parse_duration(stop_timeout, "TimeoutStopSec"))
+
+    assert str(worker.returncode) in service["SuccessExitStatus"], stderr
+    (line,) = stderr.decode().splitlines()  # the stop, logged once; nothing else
+    assert line.endswith("received SIGTERM: finishing the current job, handing the rest back")
+    assert read_log(log) == ["1"]
+    assert queue.show(other)["status"] == "pending"
+
+
+def verify_copies(tmp_path: Path, *names: str) -> None:
+    """Paths of the units, copied with the example's install path pointed at this checkout:
+    verify checks that ExecStart exists."""
     delayq = Path(sys.executable).with_name("delayq")
-    for name in ("delayq.service", "delayq.timer"):
+    for name in names:
         text = (CONTRIB / name).read_text()
         text = text.replace("/opt/app/.venv/bin/delayq", str(delayq)).replace("/opt/app", str(ROOT))
         (tmp_path / name).write_text(text)
 
+
+@needs_systemd_analyze
+@pytest.mark.parametrize(
+    ("names", "verified"),
+    [
+        (("delayq.service", "delayq.timer"), ("delayq.service", "delayq.timer")),
+        (("delayq@.service",), ("delayq@default.service", "delayq@sms.service")),
+    ],
+    ids=["timer", "template"],
+)
+def test_units_pass_systemd_analyze_verify(tmp_path, names, verified):
+    verify_copies(tmp_path, *names)
+
     result = subprocess.run(
-        [
-            SYSTEMD_ANALYZE,
-            "verify",
-            str(tmp_path / "delayq.service"),
-            str(tmp_path / "delayq.timer"),
-        ],
+        [SYSTEMD_ANALYZE, "verify", *(str(tmp_path / name) for name in verified)],
         capture_output=True,
         text=True,
         check=False,

@@ -33,6 +33,8 @@ TEMPLATES = [
     ["add", H, "echo", "--queue", "{}"],
     ["add", H, "echo", "--timeout", "{}"],
     ["add", H, "echo", "--every", "{}"],
+    ["add", H, "echo", "--cron", "{}"],
+    ["add", H, "echo", "--cron", "0 9 * * *", "--tz", "{}"],
     ["cancel", "{}"],
     ["cancel", "--ext", "{}"],
     ["cancel", "--ext", "x", "--queue", "{}"],

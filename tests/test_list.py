@@ -29,6 +29,7 @@ ROW_KEYS = {
     "chain_id",
     "created",
     "modified",
+    "schedule",
 }
 
 
@@ -144,7 +145,7 @@ def test_list_table_and_a_hint_for_the_next_page_on_stderr(queue, cli_env, log):
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert lines[0].split() == ["id", "status", "queue", "call", "ext", "try", "run_at", "message"]
-    assert [line.split()[:3] for line in lines[2:]] == [
+    assert [line.split()[:3] for line in lines[1:]] == [
         ["3", "pending", "default"],
         ["2", "pending", "default"],
     ]

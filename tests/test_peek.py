@@ -61,7 +61,17 @@ def test_peek_json_has_time_until_due_and_the_row_fields(queue, cli_env, log):
     body = json.loads(result.stdout)
     assert set(body) == {"now", "jobs"}
     (view,) = body["jobs"]
-    assert set(view) == {"id", "queue", "run_at", "due_in", "class", "method", "ext", "status"}
+    assert set(view) == {
+        "id",
+        "queue",
+        "run_at",
+        "due_in",
+        "class",
+        "method",
+        "ext",
+        "status",
+        "schedule",
+    }
     assert (view["id"], view["method"], view["ext"], view["status"]) == (
         job_id,
         "record",
@@ -79,4 +89,4 @@ def test_peek_table(queue, cli_env, log):
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert lines[0].split() == ["id", "queue", "due", "call", "ext", "status"]
-    assert lines[2].split() == [str(job_id), "default", "in", "60m", f"{H}.record", "pending"]
+    assert lines[1].split() == [str(job_id), "default", "in", "60m", f"{H}.record", "pending"]

@@ -9,7 +9,7 @@ import unicodedata
 
 import pytest
 
-from delayq.cli.app import printable
+from delayq.ops.printing import printable
 from tests.invoke import invoke
 
 H = "tests.sample_handlers.jobs"

@@ -3,6 +3,7 @@ terminal (cron) it prints the lines alone. A real pseudo-terminal comes from scr
 
 from __future__ import annotations
 
+import json
 import shlex
 import shutil
 import subprocess
@@ -17,18 +18,23 @@ def backlog(queue: delayq.Queue, count: int) -> None:
     queue.add_many([delayq.JobSpec(H, "echo", n) for n in range(count)])
 
 
-def test_verbose_run_on_a_terminal_shows_a_progress_bar(queue, cli_env):
+def on_a_terminal(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """`delayq ARGS` with a pseudo-terminal as stdout; its output and the exit code."""
     script = shutil.which("script")
     assert script, "script(1) from util-linux provides the pseudo-terminal for this test"
-    backlog(queue, 60)
-
-    result = subprocess.run(
-        [script, "-qec", shlex.join([*DELAYQ, "run", "-v"]), "/dev/null"],
-        env=cli_env,
+    return subprocess.run(
+        [script, "-qec", shlex.join([*DELAYQ, *args]), "/dev/null"],
+        env=env,
         capture_output=True,
         text=True,
         timeout=60,
     )
+
+
+def test_verbose_run_on_a_terminal_shows_a_progress_bar(queue, cli_env):
+    backlog(queue, 60)
+
+    result = on_a_terminal(cli_env, "run", "-v")
 
     assert result.returncode == 0, result.stdout
     assert "60/60" in result.stdout
@@ -56,3 +62,14 @@ def test_add_before_init_says_to_run_init(backend, cli_env):
     assert result.stderr == (
         "delayq: error: the delay_queue table does not exist here; run `delayq init` first\n"
     )
+
+
+def test_verbose_json_run_on_a_terminal_prints_json_lines_and_no_bar(queue, cli_env):
+    backlog(queue, 60)
+
+    result = on_a_terminal(cli_env, "run", "-v", "--json")
+
+    assert result.returncode == 0, result.stdout
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [line["record"] for line in lines] == ["job"] * 60 + ["summary"]
+    assert lines[-1]["succeeded"] == 60

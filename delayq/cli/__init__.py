@@ -5,30 +5,56 @@ and clean-ups, setup.py for init and doctor. Only cli/ prints or chooses an exit
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import typer
 
+from ..config import load_settings
+from ..errors import DelayqError
 from ..ops.logs import setup_logging
-from . import jobs, ops, running, setup  # noqa: F401 - importing them registers their commands on `app`
-from .app import OneLineCommand, app
+from . import jobs, ops, running, setup, web  # noqa: F401 - importing them registers their commands on `app`
+from .app import CONTEXT_SETTINGS, HELP_MARKUP, OneLineCommand, app
 from .running import run
 
 
 def main() -> None:
     """Console-script entry point."""
     setup_logging()
+    put_application_on_path()
     if sys.argv[1:2] == ["run"]:
         # Cron starts `delayq run` every minute (loop.sh every few seconds): build only that
         # command instead of the whole app, whose sixteen commands typer would inspect first.
-        single = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+        single = typer.Typer(
+            add_completion=False,
+            pretty_exceptions_enable=False,
+            context_settings=CONTEXT_SETTINGS,
+            rich_markup_mode=HELP_MARKUP,
+        )
         single.command(cls=OneLineCommand)(run)
         single(args=sys.argv[2:], prog_name=f"{_program_name()} run")
         return
-    app()
+    app(prog_name=_program_name())
 
 
 def _program_name() -> str:
     name = Path(sys.argv[0]).name
     return "delayq" if name in ("__main__.py", "-c") else name
+
+
+def put_application_on_path() -> None:
+    """Let jobs name modules in the directory `delayq` runs in (`tasks.Mailer`), as `python -m`
+    does, and in the directories DELAYQ_PATH lists (`src`, say), so an application's root is
+    where its commands are started from.
+
+    Appended, not put first as `python -m` does: a stray `redis.py` in the directory cron
+    starts from must not replace a package delayq itself imports.
+    """
+    try:
+        configured = [str(directory.resolve()) for directory in load_settings().path]
+    except DelayqError:
+        configured = []  # the command reports a bad setting itself, as one line and exit 2
+    for directory in [*configured, os.getcwd()]:
+        if directory not in sys.path:
+            sys.path.append(directory)

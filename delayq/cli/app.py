@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import sys
-import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated, Any
@@ -18,8 +17,9 @@ import typer
 import typer.core
 from typer.core import TyperCommand, TyperGroup
 
-from ..durations import parse_duration
+from ..durations import parse_duration, shown
 from ..errors import BackendUnavailable, BadInput, ConfigError, DelayqError, JobNotFound
+from ..ops.printing import printable
 
 if TYPE_CHECKING:
     from ..queue import Queue
@@ -39,7 +39,8 @@ class OneLineUsageErrors:
             exc.show()
             sys.exit(exc.exit_code)
         except _CLICK.exceptions.ClickException as exc:
-            typer.echo(f"delayq: error: {printable(_usage_message(exc))}", err=True)
+            message = _usage_message(exc, kwargs.get("prog_name"))
+            typer.echo(f"delayq: error: {printable(message)}", err=True)
             sys.exit(exc.exit_code)
         except typer.Abort:
             typer.echo("Aborted!", err=True)
@@ -53,27 +54,70 @@ _CLICK: Any = getattr(typer.core, "_click", None) or typer.core.click  # type: i
 _HELP_INSTEAD = getattr(_CLICK.exceptions, "NoArgsIsHelpError", ())
 
 
-def _usage_message(exc: Any) -> str:
+def _usage_message(exc: Any, program: str | None) -> str:
     context = getattr(exc, "ctx", None)
+    path = context.command_path if context else getattr(exc, "command_path", program)
     message = exc.format_message()
-    return f"{message} (see {context.command_path} --help)" if context else message
+    return f"{message} (see {path} --help)" if path else message
 
 
 class OneLineGroup(OneLineUsageErrors, TyperGroup):
     """The `delayq` app."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except _CLICK.exceptions.UsageError as exc:
+            # click's parser raises some errors ("requires an argument") without the
+            # command's context; the command being parsed is the one the group picked.
+            if exc.ctx is None and ctx.invoked_subcommand:
+                exc.command_path = f"{ctx.command_path} {ctx.invoked_subcommand}"
+            raise
 
 
 class OneLineCommand(OneLineUsageErrors, TyperCommand):
     """A command built alone (`delayq run`, see cli/__init__.py)."""
 
 
+# -h as well as --help, on every command.
+CONTEXT_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"]}
+# Help framed in rich's boxes on a terminal, plain text anywhere else: piped into a pager, a
+# file or cron mail, the box-drawing characters are only noise. Both streams count, since
+# `delayq` alone prints its help to stderr.
+HELP_MARKUP: Any = "rich" if sys.stdout.isatty() and sys.stderr.isatty() else None
+
 app = typer.Typer(
     cls=OneLineGroup,
-    add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    context_settings=CONTEXT_SETTINGS,
+    rich_markup_mode=HELP_MARKUP,
     help="Durable delayed jobs on MySQL + Redis, driven by cron.",
 )
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"delayq {version('delayq')}")
+        except PackageNotFoundError:
+            typer.echo("delayq: error: delayq is not installed, so it has no version", err=True)
+            raise typer.Exit(1) from None
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version", is_eager=True, callback=_print_version, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Options of `delayq` itself, given before the command."""
 
 
 EXIT_CODES: dict[type[DelayqError], int] = {
@@ -103,29 +147,6 @@ def exit_code(exc: DelayqError) -> int:
     return 1
 
 
-# Characters a terminal acts on instead of showing: controls (ESC starts a sequence that
-# can recolour, move the cursor or retitle the window; CR overwrites the line), format
-# characters such as the bidi override U+202E that reorders what follows, line and
-# paragraph separators, and lone surrogates.
-_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
-
-
-def printable(value: object) -> str:
-    """`value` as text a terminal shows rather than obeys: every control or format
-    character written as its Python escape (\\x1b, \\r, \\u202e), on one line.
-
-    Applied to everything a job's writer chose (class, method, ext, data, result, error)
-    in the table and plain-text outputs, piped or not; --json output is escaped already.
-    """
-    text = "" if value is None else str(value)
-    if text.isascii() and text.isprintable():
-        return text
-    return "".join(
-        repr(char)[1:-1] if unicodedata.category(char) in _HIDDEN_CATEGORIES else char
-        for char in text
-    )
-
-
 @contextmanager
 def reporting_errors() -> Iterator[None]:
     """Turn a DelayqError into one line on stderr and its exit code; never a traceback."""
@@ -136,10 +157,10 @@ def reporting_errors() -> Iterator[None]:
         raise typer.Exit(exit_code(exc)) from None
 
 
-def open_queue() -> Queue:
-    from ..queue import connect  # imported here so `delayq --help` stays fast
+def open_queue(**overrides: Any) -> Queue:
+    from ..connection import connect  # imported here so `delayq --help` stays fast
 
-    return connect()
+    return connect(**overrides)
 
 
 def print_json(obj: Any) -> None:
@@ -148,6 +169,15 @@ def print_json(obj: Any) -> None:
 
 def duration_or_none(text: str | None, name: str) -> float | None:
     return parse_duration(text, name) if text is not None else None
+
+
+def whole_or_none(text: str | None, name: str) -> int | None:
+    """A whole number given as text, read here so a bad one is delayq's one-line error."""
+    if text is None:
+        return None
+    if not (text.isascii() and text.strip().isdigit()) or len(text) > 9:
+        raise BadInput(f"{name} must be a whole number, not {shown(text)}")
+    return int(text)
 
 
 def parse_json(text: str) -> Any:

@@ -19,6 +19,7 @@ from .app import (
     print_json,
     printable,
     reporting_errors,
+    whole_or_none,
 )
 
 
@@ -38,14 +39,32 @@ def add(
         str | None,
         typer.Option("--every", help="Recurring: run again this long after each due time."),
     ] = None,
+    cron: Annotated[
+        str | None,
+        typer.Option("--cron", help='Recurring: due at each match, e.g. "0 9 * * MON-FRI".'),
+    ] = None,
+    tz: Annotated[
+        str | None, typer.Option("--tz", help="Time zone --cron is read in (default UTC).")
+    ] = None,
     replace: Annotated[
         bool, typer.Option("--replace", help="Move the pending job with this --ext instead.")
+    ] = False,
+    retries: Annotated[
+        str | None, typer.Option("--retries", help="Retries after failures (0: none).")
+    ] = None,
+    retry_delays: Annotated[
+        str | None,
+        typer.Option("--retry-delays", help="Waits before each retry, e.g. 10s,1m,5m."),
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the job as one JSON object, not just its id.")
     ] = False,
 ) -> None:
     """Schedule CLASS.METHOD(data); prints the new job id."""
     with reporting_errors():
         payload = parse_json(data)
-        job_id = open_queue().add(
+        queue = open_queue()
+        job_id = queue.add(
             class_path,
             method,
             payload,
@@ -55,9 +74,16 @@ def add(
             queue=queue_name,
             timeout=duration_or_none(timeout, "--timeout"),
             every=duration_or_none(every, "--every"),
+            cron=cron,
+            tz=tz,
+            retries=whole_or_none(retries, "--retries"),
+            retry_delays=None if retry_delays is None else retry_delays.split(","),
             replace=replace,
         )
-        typer.echo(job_id)
+        if as_json:
+            print_json({**queue.show(job_id), "queue": queue_name})
+        else:
+            typer.echo(job_id)
 
 
 @app.command()
@@ -103,7 +129,14 @@ def show(
             typer.echo(f"{key:<12}{printable(view[key])}")
         typer.echo(f"{'data':<12}{printable(json.dumps(view['data'], ensure_ascii=False))}")
         typer.echo(f"{'run_at':<12}{format_instant(view['run_at'])}")
+        schedule = queue.schedule_of(job_id)
+        if schedule is not None:
+            typer.echo(f"{'schedule':<12}{printable(schedule)}")
         chain = queue.history(job_id)
         if len(chain) > 1:
             steps = " -> ".join(f"{step['id']} {step['status']}" for step in chain)
             typer.echo(f"{'attempts':<12}{steps}")
+        if view["traceback"]:  # last: the innermost frame, where it failed, ends the output
+            typer.echo("traceback")
+            for line in view["traceback"].splitlines():
+                typer.echo(f"  {printable(line)}")

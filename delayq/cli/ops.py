@@ -41,14 +41,17 @@ def _console() -> Console:
 
 
 def _table(headers: str, right: str = "", wrap: str = "") -> Table:
-    from rich import box
-    from rich.table import Table
-
     """A borderless table with these space-separated headers (`|` stands for a space);
     those named in `right` are right-aligned. On a narrow terminal only the columns named in
     `wrap` give up width (their text wraps, or is cut with an ellipsis); the others keep
     their values whole."""
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    from rich import box
+    from rich.table import Table
+
+    # The rule under the header only on a terminal: cron mail and `| grep` get plain
+    # aligned text, with no box-drawing characters to trip over.
+    rule = box.SIMPLE_HEAD if sys.stdout.isatty() else None
+    table = Table(box=rule, show_edge=False, pad_edge=False)
     for header in headers.split():
         table.add_column(
             header.replace("|", " "),
@@ -119,7 +122,8 @@ def _print_status(report: StatusReport) -> None:
     # Two narrow tables rather than one wide one: each fits an 80-column terminal.
     counts = "due later running success failed cancelled missed"
     jobs = _table(f"queue {counts}", right=counts)
-    timing = _table("queue oldest|due late next|due failed|1h", right="late next|due failed|1h")
+    failures = "failed|1h terminal retried"
+    timing = _table(f"queue oldest|due late next|due {failures}", right=f"late next|due {failures}")
     for name, stats in report.queues.items():
         jobs.add_row(printable(name), *_count_cells(stats))
         timing.add_row(printable(name), *_timing_cells(stats, report.now))
@@ -139,7 +143,8 @@ def _timing_cells(stats: QueueStats, now: float) -> list[str]:
         oldest = f"#{stats.oldest_due_id} {_clock(stats.oldest_due_at)}"
         late = format_delta(stats.oldest_due_lag)
     upcoming = "-" if stats.next_due_at is None else _relative(stats.next_due_at - now)
-    return [oldest, late, upcoming, str(stats.failed_last_hour)]
+    failures = [stats.failed_last_hour, stats.failed_terminal, stats.failed_retried]
+    return [oldest, late, upcoming, *map(str, failures)]
 
 
 def _clock(epoch: float | None) -> str:
@@ -216,13 +221,19 @@ def _print_rows(rows: list[dict[str, Any]]) -> None:
             str(row["id"]),
             row["status"],
             printable(row["queue"]),
-            printable(f"{row['class']}.{row['method']}"),
+            printable(_call(row)),
             printable(row["ext"]),
             str(row["retry_times"]),
             _clock(row["run_at"]),
             _shorten(row["message"] or "", 60),
         )
     console.print(table)
+
+
+def _call(view: dict[str, Any]) -> str:
+    """What a row calls, and when it recurs by cron."""
+    call = f"{view['class']}.{view['method']}"
+    return f"{call} ({view['schedule']})" if view.get("schedule") else call
 
 
 def _shorten(text: str, width: int) -> str:
@@ -249,7 +260,7 @@ def peek(
         return
     table = _table("id queue due call ext status", right="id", wrap="call ext")
     for view in (_upcoming_view(entry, now) for entry in upcoming):
-        call = printable(f"{view['class']}.{view['method']}") if view["status"] else "(no row)"
+        call = printable(_call(view)) if view["status"] else "(no row)"
         due = _relative(view["due_in"])
         status_text = view["status"] or "-"
         ext = printable(view["ext"])
@@ -270,6 +281,7 @@ def _upcoming_view(entry: Upcoming, now: float) -> dict[str, Any]:
         "method": payload.get("method"),
         "ext": entry.row.ext_string if entry.row else None,
         "status": status_word(entry.row.status) if entry.row else None,
+        "schedule": entry.row.schedule if entry.row else None,
     }
 
 
@@ -339,3 +351,20 @@ def requeue(
     for job_id, reason in result.skipped:
         typer.echo(f"delayq: skipped job {job_id}: {printable(reason)}", err=True)
     typer.echo(len(result.ids))
+
+
+@app.command()
+def metrics(
+    file: Annotated[
+        str | None, typer.Option("--file", help="Replace this file instead of printing.")
+    ] = None,
+) -> None:
+    """Print the Prometheus exposition (counters summed over every run, queue gauges)."""
+    with reporting_errors():
+        if file is not None:
+            from ..ops.textfile import check_writable, write_file
+
+            check_writable(file)
+            write_file(file, open_queue().metrics())
+            return
+        sys.stdout.buffer.write(open_queue().metrics())

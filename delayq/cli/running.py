@@ -1,5 +1,5 @@
 """`delayq run`, the command cron starts every minute: silent when all is well, one line
-per job with -v, a progress bar on a terminal."""
+per job with -v (a JSON object with --json), a progress bar on a terminal."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import typer
 from ..config import load_settings
 from ..durations import parse_duration
 from ..errors import BadInput
-from ..ops.logs import setup_logging
+from ..ops.logs import job_fields, setup_logging
 from ..worker.allowlist import check_allowlist
 from ..worker.interrupts import graceful_stop
-from .app import app, duration_or_none, open_queue, printable, reporting_errors
+from .app import app, duration_or_none, open_queue, print_json, printable, reporting_errors
 
 if TYPE_CHECKING:
     from ..queue import Queue
@@ -25,7 +25,11 @@ if TYPE_CHECKING:
 
 PROGRESS_MIN_JOBS = 50  # a bar for a handful of jobs is noise
 MAX_PROCESSES = 64
-FLAGS = {"loop_for": "--for", "weighted": "--queues"}  # parameters not named as their flag
+FLAGS = {
+    "loop_for": "--for",
+    "weighted": "--queues",
+    "as_json": "--json",
+}  # parameters not named as their flag
 
 
 @app.command()
@@ -47,10 +51,17 @@ def run(
         str | None, typer.Option("--for", help="With --loop: stop after this long.")
     ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="One line per job.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="With -v: a JSON object per job and one to sum up.")
+    ] = False,
     # Paths taken as text: typer's Path type raises on a NUL before delayq can refuse it.
     metrics_file: Annotated[
         str | None, typer.Option("--metrics-file", help="Write Prometheus metrics here.")
     ] = None,
+    metrics_interval: Annotated[
+        str,
+        typer.Option("--metrics-interval", help="With --loop, rewrite the metrics this often."),
+    ] = "15s",
     log_file: Annotated[
         str | None, typer.Option("--log-file", help="Append log records here, not stderr.")
     ] = None,
@@ -58,6 +69,10 @@ def run(
         str, typer.Option("--log-level", help="debug, info (a line per job), warning, error.")
     ] = "warning",
     log_json: Annotated[bool, typer.Option("--log-json", help="One JSON object a line.")] = False,
+    on_failure: Annotated[
+        str | None,
+        typer.Option("--on-failure", help="Call this function (a dotted path) on each failure."),
+    ] = None,
     concurrency: Annotated[
         int | None,
         typer.Option("--concurrency", "-c", help="Jobs in flight at once (default 1)."),
@@ -82,13 +97,14 @@ def run(
     if processes != 1:
         _supervise(processes, dict(locals()))
     with reporting_errors():
+        printer = _job_printer(verbose, as_json)  # first: a refusal leaves no log file behind
         _prepare_outputs(log_level, log_file, log_json, metrics_file)
         options: dict[str, Any] = {
             "since": parse_duration(since, "--since") if since is not None else None,
             "limit": limit,
             "max_seconds": duration_or_none(max_seconds, "--max-seconds"),
             "queues": queues,
-            "on_outcome": _print_outcome if verbose else None,
+            "on_outcome": printer,
             "concurrency": concurrency,
             "grace": duration_or_none(grace, "--grace"),
             "liveness": _liveness(liveness_fd),
@@ -99,8 +115,13 @@ def run(
         duration = duration_or_none(loop_for, "--for")
         if duration is not None and not loop:
             raise BadInput("--for needs --loop")
-        queue = open_queue()
-        with graceful_stop() as stop, _progress(queue, verbose and not loop, queues) as bar:
+        interval = _metrics_interval(metrics_interval)
+        queue = open_queue(on_failure=on_failure)
+        with (
+            graceful_stop() as stop,
+            _progress(queue, verbose and not (loop or as_json), queues) as bar,
+            _rewriting(queue, metrics_file if loop else None, interval),
+        ):
             if bar is not None:
                 options["on_outcome"] = bar
             if loop:
@@ -108,11 +129,11 @@ def run(
             else:
                 report = queue.run(stop=stop, **options)
         if metrics_file is not None:
-            from ..ops.metrics import write_metrics  # prometheus_client only when asked for
+            from ..ops.textfile import write_file  # prometheus_client only when asked for
 
-            write_metrics(metrics_file, report, queue.status().queues)
+            write_file(metrics_file, queue.metrics(report))
         if verbose:
-            typer.echo(_summary(report))
+            _print_summary(report, as_json)
     if report.interrupted is not None:
         raise typer.Exit(128 + report.interrupted)
     if report.stuck:
@@ -131,7 +152,7 @@ def _prepare_outputs(
     run that found out only afterwards had run its jobs and still exited 2."""
     setup_logging(log_level, log_file, log_json)
     if metrics_file is not None:
-        from ..ops.metrics import check_writable  # prometheus_client only when asked for
+        from ..ops.textfile import check_writable
 
         check_writable(metrics_file)
 
@@ -141,8 +162,12 @@ def _supervise(processes: int, params: dict[str, Any]) -> None:
     with reporting_errors():
         if not 1 <= processes <= MAX_PROCESSES:
             raise BadInput(f"--processes must be between 1 and {MAX_PROCESSES}")
+        from ..worker.hooks import load_reporters  # imports handler code: only for -p
+
         # Refused once here, rather than by every child on its own line.
-        check_allowlist(load_settings().handlers)
+        settings = load_settings().with_overrides(on_failure=params["on_failure"])
+        check_allowlist(settings.handlers)
+        load_reporters(settings)
     from ..worker.processes import Supervisor
 
     child = [sys.executable, "-m", "delayq", "run", *_child_options(params)]
@@ -198,11 +223,48 @@ def parse_weighted(text: str) -> tuple[list[str], dict[str, int]]:
 
 def _summary(report: RunReport) -> str:
     jobs = "job" if report.ran == 1 else "jobs"
+    deferred = f", {report.deferred} deferred" if report.deferred else ""
     return (
         f"ran {report.ran} {jobs}: {report.succeeded} succeeded, {report.failed} failed "
-        f"({report.retried} retried), {report.missed} missed, {report.dropped} dropped, "
+        f"({report.retried} retried){deferred}, {report.missed} missed, {report.dropped} dropped, "
         f"{report.recovered} recovered, {report.reindexed} re-indexed in {report.elapsed:.2f}s"
     )
+
+
+def _job_printer(verbose: bool, as_json: bool) -> Callable[[JobOutcome], None] | None:
+    if as_json and not verbose:
+        raise BadInput("--json shapes the lines of -v; add -v")
+    if not verbose:
+        return None
+    return _print_outcome_json if as_json else _print_outcome
+
+
+def _print_summary(report: RunReport, as_json: bool) -> None:
+    if as_json:
+        print_json(summary_fields(report))
+    else:
+        typer.echo(_summary(report))
+
+
+def summary_fields(report: RunReport) -> dict[str, Any]:
+    """The last line of `run -v --json`: the counts of the -v summary, by name."""
+    counts = "ran succeeded failed retried deferred missed dropped recovered reindexed stuck"
+    fields: dict[str, Any] = {name: getattr(report, name) for name in counts.split()}
+    fields.update(
+        record="summary",
+        elapsed=round(report.elapsed, 6),
+        stopped_early=report.stopped_early,
+        interrupted=report.interrupted,
+    )
+    return fields
+
+
+def _print_outcome_json(outcome: JobOutcome) -> None:
+    """A job's line of `run -v --json`: the job keys of a --log-json record, plus what the
+    handler said (`detail`) and how late the job started."""
+    fields = job_fields(outcome)
+    fields.update(record="job", detail=outcome.message, lateness=round(outcome.lateness, 6))
+    print_json(fields)
 
 
 def _print_outcome(outcome: JobOutcome) -> None:
@@ -210,12 +272,32 @@ def _print_outcome(outcome: JobOutcome) -> None:
 
 
 def _outcome_line(outcome: JobOutcome) -> str:
-    message = f" {outcome.message}" if outcome.message else ""
+    message = f" {outcome.summary}" if outcome.summary else ""
     retry = " (will retry)" if outcome.will_retry else ""
     return printable(
         f"{outcome.id} {outcome.class_path}.{outcome.method} attempt {outcome.attempt} "
-        f"{outcome.status.word} {outcome.duration * 1000:.1f}ms{message}{retry}"
+        f"{outcome.word} {outcome.duration * 1000:.1f}ms{message}{retry}"
     )
+
+
+def _metrics_interval(text: str) -> float:
+    interval = parse_duration(text, "--metrics-interval")
+    if interval < 1:
+        raise BadInput(f"--metrics-interval must be at least 1s, not {text!r}")
+    return interval
+
+
+@contextmanager
+def _rewriting(queue: Queue, metrics_file: str | None, interval: float) -> Iterator[None]:
+    """While a loop runs, its metrics file is rewritten every `interval` seconds."""
+    if metrics_file is None:
+        yield
+        return
+    from ..ops.textfile import Rewriter
+
+    # The thread's own database connection is closed when it ends.
+    with Rewriter(metrics_file, interval, queue.metrics, queue.db.close):
+        yield
 
 
 @contextmanager

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
+from enum import Enum
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ..errors import DelayqError
-from .app import app, open_queue, reporting_errors
+from .app import JsonOption, app, open_queue, print_json, reporting_errors
 
 if TYPE_CHECKING:
     from ..ops.doctor import Check
@@ -34,11 +36,16 @@ def init(
 
 
 @app.command()
-def reconcile() -> None:
+def reconcile(as_json: JsonOption = False) -> None:
     """Compare the index with the table both ways and fix what differs; prints what it did."""
     with reporting_errors():
         result = open_queue().reconcile()
         names = sorted(set(result.reindexed) | set(result.removed))
+        if as_json:
+            counts = {"reindexed": result.reindexed, "removed": result.removed}
+            queues = {name: {key: counts[key][name] for key in counts} for name in names}
+            print_json({"queues": queues})
+            return
         for name in names:
             typer.echo(
                 f"{name}: re-indexed {result.reindexed[name]}, removed {result.removed[name]}"
@@ -59,13 +66,16 @@ def embedded_stop() -> None:
 
 
 @app.command()
-def doctor() -> None:
+def doctor(as_json: JsonOption = False) -> None:
     """Check settings, servers, table, handlers and Redis; one line each; exit 1 on a FAIL."""
     from ..ops.doctor import FAIL
 
     checks = _diagnose()
-    for check in checks:
-        typer.echo(f"{check.level:<5} {check.name:<9} {check.detail}")
+    if as_json:
+        print_json({"checks": [asdict(check) for check in checks]})
+    else:
+        for check in checks:
+            typer.echo(f"{check.level:<5} {check.name:<9} {check.detail}")
     if any(check.level == FAIL for check in checks):
         raise typer.Exit(1)
 
@@ -73,6 +83,7 @@ def doctor() -> None:
 def _diagnose() -> list[Check]:
     """Every check, in order; stops early only when there is nothing left to check against."""
     from ..config import load_settings
+    from ..connection import connect
     from ..ops.consistency import consistency_checks
     from ..ops.doctor import (
         FAIL,
@@ -82,7 +93,6 @@ def _diagnose() -> list[Check]:
         redis_checks,
         settings_check,
     )
-    from ..queue import connect
 
     try:
         settings = load_settings()
@@ -101,3 +111,23 @@ def _diagnose() -> list[Check]:
         return checks
     finally:
         queue.close()
+
+
+class Shell(str, Enum):  # noqa: UP042 - StrEnum is new in Python 3.11
+    BASH = "bash"
+    ZSH = "zsh"
+    FISH = "fish"
+    POWERSHELL = "powershell"
+
+
+@app.command()
+def completion(shell: Annotated[Shell, typer.Argument(help="Your shell.")]) -> None:
+    """Print the shell completion script, e.g. `delayq completion bash >
+    ~/.local/share/bash-completion/completions/delayq` (--install-completion does it for
+    the shell you are in)."""
+    from typer._completion_shared import get_completion_script  # what --install-completion writes
+
+    script = get_completion_script(
+        prog_name="delayq", complete_var="_DELAYQ_COMPLETE", shell=shell.value
+    )
+    typer.echo(script)
