@@ -26,8 +26,11 @@ CREATE TABLE IF NOT EXISTS `delay_queue` (
   `lost_leases` int NOT NULL DEFAULT 0,          -- runs that died holding this job
   `timeout` double DEFAULT NULL,                 -- handler time limit; NULL: DELAYQ_TIMEOUT
   `every` double DEFAULT NULL,                   -- recurring period; NULL: runs once
+  `schedule` varchar(255) DEFAULT NULL,          -- recurring cron expression and time zone
+  `retry_policy` varchar(255) DEFAULT NULL,      -- JSON: retries, delays, deferrals; NULL: default
   PRIMARY KEY (`id`),
   KEY `job_status_queue_run_at` (`status`, `queue`, `run_at`),
   KEY `job_ext_string` (`ext_string`),
-  KEY `job_chain_id` (`chain_id`)
+  KEY `job_chain_id` (`chain_id`),
+  KEY `job_status_modified` (`status`, `modified`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;

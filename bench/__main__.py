@@ -15,7 +15,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from importlib import metadata
 from typing import Any
 
@@ -99,7 +99,7 @@ def _summary(
     ]
     return {
         "bench": "delayq",
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": _machine(),
         "quick": args.quick,
         "repeat": sizes.repeat,

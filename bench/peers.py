@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import subprocess
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import redis
@@ -250,7 +250,7 @@ def lateness(peer: str, n: int, spread: float, limit: float) -> list[float]:
 def _late_huey(dues: list[float]) -> None:
     task = huey_tasks()["lateness"]
     for due in dues:
-        task.schedule(args=(due,), eta=datetime.fromtimestamp(due, UTC))
+        task.schedule(args=(due,), eta=datetime.fromtimestamp(due, timezone.utc))
 
 
 def _late_rq(dues: list[float]) -> None:
@@ -258,7 +258,7 @@ def _late_rq(dues: list[float]) -> None:
 
     queue = Queue(RQ_QUEUE, connection=client("rq"))
     for due in dues:
-        queue.enqueue_at(datetime.fromtimestamp(due, UTC), "bench.peers.rq_lateness", due)
+        queue.enqueue_at(datetime.fromtimestamp(due, timezone.utc), "bench.peers.rq_lateness", due)
 
 
 def _late_dramatiq(dues: list[float]) -> None:

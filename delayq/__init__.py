@@ -1,6 +1,9 @@
 """delayq: durable delayed jobs — a MySQL table as the truth, a Redis sorted set as the
 schedule, and a cron-driven `delayq run` that calls `class.method(data)` when due."""
 
+from importlib.metadata import PackageNotFoundError, version
+
+from .connection import connect
 from .context import JobContext, current_job
 from .errors import (
     BackendUnavailable,
@@ -10,11 +13,17 @@ from .errors import (
     HandlerNotAllowed,
     JobNotFound,
     NoRetry,
+    RetryLater,
 )
-from .queue import JobSpec, Queue, connect
+from .queue import JobSpec, Queue
 from .store.table import Status
+from .worker.retry import retry_policy
 
-__version__ = "0.1.0"
+try:
+    # pyproject.toml holds the one version number; the installed metadata carries it here.
+    __version__ = version("delayq")
+except PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "BackendUnavailable",
@@ -27,8 +36,10 @@ __all__ = [
     "JobSpec",
     "NoRetry",
     "Queue",
+    "RetryLater",
     "Status",
     "__version__",
     "connect",
     "current_job",
+    "retry_policy",
 ]

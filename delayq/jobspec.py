@@ -8,17 +8,27 @@ Every check runs before anything is written, so bad input leaves no trace.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from .config import DEFAULT_QUEUE, validate_queue_name
-from .durations import HORIZON, MAX_DURATION, YEAR, check_due
+from .durations import (
+    HORIZON,
+    MAX_DURATION,
+    YEAR,
+    Duration,
+    Instant,
+    check_due,
+    instant_of,
+    seconds_of,
+)
 from .errors import BadInput
 from .store import table
 from .store.params import may_nest_deeper, nests_deeper, payload_or_empty, too_deep
+from .store.policies import check_policy, policy_text
+from .store.schedules import parse_schedule
 from .store.table import Job, Status
 from .worker.handlers import locate
 
@@ -33,12 +43,16 @@ class JobSpec:
     class_path: str
     method: str
     data: Any = None
-    delay: float | None = None
-    at: float | None = None
+    delay: Duration | None = None
+    at: Instant | None = None
     ext: str = ""
     queue: str = DEFAULT_QUEUE
-    timeout: float | None = None  # seconds the handler may run; None: DELAYQ_TIMEOUT
-    every: float | None = None  # recurring: re-arm this many seconds after each due time
+    timeout: Duration | None = None  # how long the handler may run; None: DELAYQ_TIMEOUT
+    every: Duration | None = None  # recurring: re-arm this long after each due time
+    cron: str | None = None  # recurring: due at each match of this cron expression...
+    tz: str | None = None  # ...read in this IANA time zone (default UTC)
+    retries: int | None = None  # retries after failures; None: the handler's or the ladder's
+    retry_delays: Sequence[Duration] | None = None  # the wait before each retry, in order
 
 
 def to_row(
@@ -58,9 +72,10 @@ def to_row(
         "params": encode_params(spec.class_path, spec.method, spec.data),
         "ext_string": check_ext(spec.ext),
         "queue": spec.queue,
-        "run_at": run_at_of(spec.delay, spec.at, now),
         "timeout": check_timeout(spec.timeout),
         "every": check_every(spec.every),
+        **_timing(spec, now),
+        "retry_policy": policy_text(check_policy(spec.retries, spec.retry_delays)),
         "status": Status.PENDING,
         "retry_times": 0,
         "created": stamp or table.utc_stamp(now),
@@ -69,13 +84,18 @@ def to_row(
 
 
 def job_view(job: Job) -> dict[str, Any]:
-    """The contract's JSON object for a job (a PHP producer's class as it wrote it)."""
+    """The contract's JSON object for a job (a PHP producer's class as it wrote it); a
+    failure's message is its head line, with the traceback the runner kept beside it."""
     payload = payload_or_empty(job.params)
+    message, traceback = job.message, None
+    if job.status == Status.FAILED:
+        message, traceback = table.failure_parts(job.message)
     return {
         "id": job.id,
         "status": table.status_word(job.status),
         "retry_times": job.retry_times,
-        "message": job.message,
+        "message": message,
+        "traceback": traceback,
         "ext": job.ext_string,
         "run_at": job.run_at,
         "class": payload.get("class"),
@@ -85,13 +105,17 @@ def job_view(job: Job) -> dict[str, Any]:
 
 
 def row_view(job: Job) -> dict[str, Any]:
-    """`job_view` plus where the row sits: queue, chain and when it was created and changed."""
+    """`job_view` without the traceback, plus where the row sits: queue, chain, cron schedule
+    and when it was created and changed."""
     from .ops import overview
 
+    view = job_view(job)
+    del view["traceback"]  # a list is one line per job; `show` has the traceback
     return dict(
-        job_view(job),
+        view,
         queue=job.queue,
         chain_id=job.chain_id,
+        schedule=job.schedule,
         created=overview.epoch_of(job.created),
         modified=overview.epoch_of(job.modified),
     )
@@ -140,22 +164,39 @@ def check_key(ext: str) -> str:
     return check_ext(ext)
 
 
-def check_every(every: float | None) -> float | None:
+def check_every(every: Duration | None) -> float | None:
     if every is None:
         return None
-    every = _number(every, "--every")
-    if not math.isfinite(every) or not MIN_EVERY <= every <= HORIZON:
+    every = seconds_of(every, "--every")
+    if not MIN_EVERY <= every <= HORIZON:
         raise BadInput(
             f"--every must be between {MIN_EVERY:g} second and {HORIZON // YEAR} years, not {every}"
         )
     return every
 
 
-def check_timeout(timeout: float | None) -> float | None:
+def _timing(spec: JobSpec, now: float) -> dict[str, Any]:
+    """The row's `run_at` and `schedule`. With a cron schedule the job is due at its first
+    match after now, or, given a delay or an `at`, at its first match from then on."""
+    if spec.cron is None:
+        if spec.tz is not None:
+            raise BadInput("--tz needs --cron: the zone a cron expression is read in")
+        return {"run_at": run_at_of(spec.delay, spec.at, now), "schedule": None}
+    if spec.every is not None:
+        raise BadInput("give --every or --cron, not both")
+    schedule = parse_schedule(spec.cron, spec.tz)
+    if spec.delay is None and spec.at is None:
+        run_at = schedule.first_after(now)
+    else:
+        run_at = schedule.first_from(run_at_of(spec.delay, spec.at, now))
+    return {"run_at": check_due(run_at, now, "--cron"), "schedule": schedule.column}
+
+
+def check_timeout(timeout: Duration | None) -> float | None:
     if timeout is None:
         return None
-    timeout = _number(timeout, "timeout")
-    if not math.isfinite(timeout) or not 0 < timeout <= MAX_DURATION:
+    timeout = seconds_of(timeout, "timeout")
+    if not 0 < timeout <= MAX_DURATION:
         raise BadInput(
             f"timeout must be a positive number of seconds, at most {MAX_DURATION // YEAR} years,"
             f" not {timeout}"
@@ -163,22 +204,13 @@ def check_timeout(timeout: float | None) -> float | None:
     return timeout
 
 
-def run_at_of(delay: float | None, at: float | None, now: float) -> float:
+def run_at_of(delay: Duration | None, at: Instant | None, now: float) -> float:
     """The due time of a new job, within the horizon durations.check_due allows."""
     if delay is not None and at is not None:
         raise BadInput("give a delay or an --at time, not both")
     if at is not None:
-        return check_due(_number(at, "--at"), now, "--at")
-    delay = 0.0 if delay is None else _number(delay, "delay")
-    if not math.isfinite(delay) or delay < 0:
-        raise BadInput(f"delay must be a non-negative number of seconds, not {delay}")
-    return check_due(now + delay, now, f"delay {delay:g}s")
-
-
-def _number(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise BadInput(f"{name} must be a number of seconds, not {value!r}")
-    try:
-        return float(value)
-    except OverflowError:  # an int too large for a float
-        raise BadInput(f"{name} {value} is out of range") from None
+        return check_due(instant_of(at, "--at"), now, "--at")
+    seconds = 0.0 if delay is None else seconds_of(delay, "delay")
+    if seconds < 0:
+        raise BadInput(f"delay must be a non-negative number of seconds, not {seconds}")
+    return check_due(now + seconds, now, f"delay {seconds:g}s")

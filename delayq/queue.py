@@ -16,40 +16,35 @@ import redis
 from .config import (
     DEFAULT_QUEUE,
     Settings,
-    load_settings,
     redact_url,
     validate_queue_name,
 )
-from .errors import BadInput, JobNotFound
-from .jobspec import JobSpec, check_key, job_view, row_view, run_at_of, to_row
-from .store import chains, embedded, inserts, queries
-from .store.database import open_database, sqlite_url
+from .durations import Duration, Instant, parse_duration
+from .errors import BadInput
+from .jobspec import JobSpec, check_key, run_at_of, to_row
+from .reading import QueueReads
+from .store import chains, inserts, queries
 from .store.failures import backend_errors, one_line
 from .store.index import ScheduleIndex
-from .store.keys import MAX_ID
 from .store.params import read_call
-from .store.table import Job, Status, Table, create_tables, utc_stamp
+from .store.table import Status, Table, create_tables, utc_stamp
 from .store.upgrade import upgrade_table
-from .store.urls import open_redis
 from .worker.handlers import locate
 from .worker.interrupts import GracefulStop
 from .worker.liveness import Liveness
 from .worker.looping import run_loop
 from .worker.passes import RunOptions, run_once
 from .worker.report import OutcomeCallback, RunReport
-from .worker.run import known_queues
 
 if TYPE_CHECKING:  # loaded by the methods that use them, so `delayq run` does without
     from .ops.maintenance import RequeueResult
-    from .ops.overview import JobFilter, StatusReport, Upcoming
+    from .ops.overview import JobFilter
     from .worker.recovery import Reconciled
 
 logger = logging.getLogger(__name__)
 
-MAX_PAGE = 10_000  # rows `list` or `peek` shows at once; more is a page of its own
 
-
-class Queue:
+class Queue(QueueReads):
     """Add, cancel, retry, inspect and run delayed jobs."""
 
     def __init__(self, settings: Settings, db: peewee.Database, index: ScheduleIndex) -> None:
@@ -82,21 +77,31 @@ class Queue:
         method: str,
         data: Any = None,
         *,
-        delay: float | None = None,
-        at: float | None = None,
+        delay: Duration | None = None,
+        at: Instant | None = None,
         ext: str = "",
         queue: str = DEFAULT_QUEUE,
-        timeout: float | None = None,
-        every: float | None = None,
+        timeout: Duration | None = None,
+        every: Duration | None = None,
+        cron: str | None = None,
+        tz: str | None = None,
+        retries: int | None = None,
+        retry_delays: Sequence[Duration] | None = None,
         replace: bool = False,
         now: float | None = None,
     ) -> int:
-        """Schedule `class_path.method(data)` after `delay` seconds (or at epoch `at`).
+        """Schedule `class_path.method(data)` after `delay` (or at `at`): seconds, a
+        timedelta or "90s"; epoch seconds, an aware datetime or ISO 8601 text.
 
-        `every`: re-arm after each run, `every` seconds after the previous due time.
-        `replace`: move the pending job with this `ext` instead of adding a second one.
+        `every`: re-arm after each run, `every` after the previous due time. `cron`: due at
+        each match of this expression, read in time zone `tz` (default UTC). `retries`,
+        `retry_delays`: this job's retry policy. `replace`: move the pending job with this
+        `ext` instead of adding a second one.
         """
-        spec = JobSpec(class_path, method, data, delay, at, ext, queue, timeout, every)
+        spec = JobSpec(
+            class_path, method, data, delay, at, ext, queue, timeout, every, cron, tz, retries,
+            retry_delays,
+        )  # fmt: skip
         if replace:
             return self._replace(spec, now)
         return self.add_many([spec], now=now)[0]
@@ -178,7 +183,7 @@ class Queue:
         return count
 
     @backend_errors
-    def retry(self, job_id: int, *, delay: float = 0.0, now: float | None = None) -> int:
+    def retry(self, job_id: int, *, delay: Duration = 0.0, now: float | None = None) -> int:
         """Run the job's chain again, due after `delay` seconds; the id of its pending attempt.
 
         A chain with a pending attempt has that attempt moved ("retry now"); a finished chain
@@ -198,73 +203,18 @@ class Queue:
         return attempt_id
 
     @backend_errors
-    def show(self, job_id: int) -> dict[str, Any]:
-        """The contract view of one job: id, status, retry_times, message, ext, run_at,
-        class, method, data."""
-        return job_view(self._get(job_id))
-
-    @backend_errors
-    def history(self, job_id: int) -> list[dict[str, Any]]:
-        """Every attempt in the job's retry chain, oldest first."""
-        return [job_view(row) for row in queries.chain_of(self.table, self._get(job_id))]
-
-    @backend_errors
-    def status(self, *, now: float | None = None) -> StatusReport:
-        """Every queue's counts, backlog and next due time, and what the last run recorded."""
-        from .ops import overview
-
-        return overview.status_report(
-            self.table, self.index, self.index.now() if now is None else now
-        )
-
-    @backend_errors
-    def list_jobs(
-        self,
-        filters: JobFilter,
-        *,
-        limit: int = 50,
-        before_id: int | None = None,
-        now: float | None = None,
-    ) -> list[dict[str, Any]]:
-        """Rows matching `filters`, newest first, as `list --json` shows them."""
-        if not 1 <= limit <= MAX_PAGE:
-            raise BadInput(f"--limit must be between 1 and {MAX_PAGE}")
-        if before_id is not None and not 1 <= before_id <= MAX_ID:
-            raise BadInput(f"--before-id must be between 1 and {MAX_ID}")
-        now = self.index.now() if now is None else now
-        from .ops import overview
-
-        return [
-            row_view(row) for row in overview.list_jobs(self.table, filters, now, limit, before_id)
-        ]
-
-    @backend_errors
-    def peek(self, count: int = 10, *, queues: Sequence[str] | None = None) -> list[Upcoming]:
-        """The next `count` scheduled jobs across `queues` (default all), without claiming."""
-        if not 1 <= count <= MAX_PAGE:
-            raise BadInput(f"peek needs a count between 1 and {MAX_PAGE}")
-        if queues:
-            names = [validate_queue_name(name) for name in queues]
-        else:
-            # The default schedule's key is the contract's, so producers ZADD it directly.
-            names = sorted({DEFAULT_QUEUE, *self.index.queues()})
-        from .ops import overview
-
-        return overview.next_scheduled(self.table, self.index, names, count)
-
-    @backend_errors
     def run(
         self,
         *,
-        since: float | None = None,
+        since: Duration | None = None,
         limit: int | None = None,
-        max_seconds: float | None = None,
+        max_seconds: Duration | None = None,
         queues: Sequence[str] | None = None,
         now: float | None = None,
         on_outcome: OutcomeCallback | None = None,
         stop: GracefulStop | None = None,
         concurrency: int | None = None,
-        grace: float | None = None,
+        grace: Duration | None = None,
         weights: Mapping[str, int] | None = None,
         liveness: Liveness | None = None,
     ) -> RunReport:
@@ -282,15 +232,15 @@ class Queue:
     def run_loop(
         self,
         *,
-        duration: float | None = None,
-        since: float | None = None,
+        duration: Duration | None = None,
+        since: Duration | None = None,
         limit: int | None = None,
-        max_seconds: float | None = None,
+        max_seconds: Duration | None = None,
         queues: Sequence[str] | None = None,
         on_outcome: OutcomeCallback | None = None,
         stop: GracefulStop | None = None,
         concurrency: int | None = None,
-        grace: float | None = None,
+        grace: Duration | None = None,
         weights: Mapping[str, int] | None = None,
         liveness: Liveness | None = None,
     ) -> RunReport:
@@ -298,14 +248,10 @@ class Queue:
         the next job is due, as `delayq run --loop`."""
         options = RunOptions(since, limit, max_seconds, queues, weights, concurrency, grace)
         settings, limits = options.plan(self.settings)
+        seconds = None if duration is None else parse_duration(duration, "--for")
         return run_loop(
-            settings, self.table, self.index, queues, limits, duration, on_outcome, stop, liveness
+            settings, self.table, self.index, queues, limits, seconds, on_outcome, stop, liveness
         )
-
-    @backend_errors
-    def due_count(self, queues: Sequence[str] | None = None) -> int:
-        """How many jobs are due now on the schedule of `queues` (default: all)."""
-        return self.index.due_count(list(queues) if queues else known_queues(self.index))
 
     @backend_errors
     def reconcile(self) -> Reconciled:
@@ -317,7 +263,7 @@ class Queue:
     @backend_errors
     def purge(
         self,
-        older_than: float,
+        older_than: Duration,
         statuses: Sequence[Status] | None = None,
         *,
         dry_run: bool = False,
@@ -327,9 +273,8 @@ class Queue:
         """Delete finished rows last changed more than `older_than` seconds ago; the count."""
         from .ops import maintenance
 
-        if older_than < 0:
-            raise BadInput("--older-than must not be negative")
-        before = (self.index.now() if now is None else now) - older_than
+        age = parse_duration(older_than, "--older-than")
+        before = (self.index.now() if now is None else now) - age
         statuses = maintenance.PURGEABLE if statuses is None else statuses
         if dry_run:
             return sum(len(ids) for ids in maintenance.purgeable_ids(self.table, statuses, before))
@@ -355,13 +300,6 @@ class Queue:
             php_classes=dict(self.settings.php_classes),
         )
 
-    def _get(self, job_id: int) -> Job:
-        # An id no column can hold names no job; asked as it is, the database would fail.
-        job = queries.get_job(self.table, job_id) if 0 < job_id <= MAX_ID else None
-        if job is None:
-            raise JobNotFound(f"no job with id {job_id}")
-        return job
-
     def close(self) -> None:
         """Close the database connection and the Redis pool."""
         self.db.close()
@@ -379,14 +317,3 @@ class Queue:
             f"database {redact_url(self.settings.database_url)}, "
             f"redis {redact_url(self.settings.redis_url)}"
         )
-
-
-def connect(settings: Settings | None = None, **overrides: Any) -> Queue:
-    """A Queue from `settings` (default: the environment and config file) plus overrides,
-    e.g. connect(database_url=..., redis_url=..., handlers=[...])."""
-    settings = (settings or load_settings()).with_overrides(**overrides)
-    database_url = settings.database_url or sqlite_url(embedded.database_file(settings.home))
-    redis_url = settings.redis_url or embedded.redis_url(settings.home)
-    db = open_database(database_url)
-    client = open_redis(redis_url, socket_connect_timeout=5, socket_timeout=30)
-    return Queue(settings, db, ScheduleIndex(client))

@@ -5,6 +5,8 @@ heartbeat, the insert helper) block the signals the main thread must receive.
 from __future__ import annotations
 
 import signal
+import threading
+from collections.abc import Callable
 
 # The signals whose handlers must run in the main thread, at once.
 MAIN_THREAD_SIGNALS = {signal.SIGALRM, signal.SIGTERM, signal.SIGINT}
@@ -19,3 +21,37 @@ def keep_signals_off_this_thread() -> None:
     helper thread, a hung handler's time limit never fired.
     """
     signal.pthread_sigmask(signal.SIG_BLOCK, MAIN_THREAD_SIGNALS)
+
+
+class Periodic:
+    """A helper thread that calls `action` every `interval` seconds until the `with` block
+    ends, then `finish` (say, closing the thread's own database connection)."""
+
+    def __init__(
+        self,
+        name: str,
+        interval: float,
+        action: Callable[[], None],
+        finish: Callable[[], object] = lambda: None,
+    ) -> None:
+        self.interval = interval
+        self.action = action
+        self.finish = finish
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def __enter__(self) -> Periodic:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopped.set()
+        self.thread.join()
+
+    def _run(self) -> None:
+        keep_signals_off_this_thread()
+        try:
+            while not self.stopped.wait(self.interval):
+                self.action()
+        finally:
+            self.finish()

@@ -287,17 +287,27 @@ def unexplained_duplicates(log: Path, exposed_ids: set[int]) -> int:
 
 
 def runner_crashes(runners_log: Path) -> int:
-    """Runners that stopped for a reason other than the soak's kill -9 or the documented
-    exit of a run whose handler threads are all stuck (the hanging jobs do that): a
-    traceback, any other error line, a child dying with another code, or killed silent."""
+    """Runners that stopped for a reason other than the soak's kill -9 or a documented exit
+    (`_documented_exit`: the hanging jobs leave all threads stuck; a Redis restart can meet
+    a runner starting): a traceback, any other error line, a child dying with another
+    code, or killed silent."""
     text = runners_log.read_text(errors="replace") if runners_log.exists() else ""
     errors = re.findall(r"^delayq: error: (.*)$", text, re.MULTILINE)
     codes = re.findall(r"runner process \d+ died \(exit (-?\d+)\)", text)
     return (
         text.count("Traceback (most recent call last)")
-        + sum("handler threads are stuck" not in error for error in errors)
+        + sum(not _documented_exit(error) for error in errors)
         + sum(code not in ("-9", "1") for code in codes)
         + text.count("made no progress")
+    )
+
+
+def _documented_exit(error: str) -> bool:
+    """A runner's own exit the README documents: all its handler threads stuck, or, for a
+    runner that starts while a restarted Redis is not yet back, that server unreachable at
+    start (exit 1; its parent or cron starts another)."""
+    return "handler threads are stuck" in error or (
+        error.startswith("Redis error:") and "Connection refused" in error
     )
 
 

@@ -28,9 +28,12 @@ H = "tests.sample_handlers.jobs"
 P = "tests.sample_handlers.procs"
 
 
-def slow_jobs(queue: delayq.Queue, log: str, count: int, seconds: float, **kwargs) -> list[int]:
+def slow_jobs(
+    queue: delayq.Queue, log: str, count: int, seconds: float, handlers: str = H, **kwargs
+) -> list[int]:
     specs = [
-        JobSpec(H, "slow", {"log": log, "n": n, "seconds": seconds}, **kwargs) for n in range(count)
+        JobSpec(handlers, "slow", {"log": log, "n": n, "seconds": seconds}, **kwargs)
+        for n in range(count)
     ]
     return queue.add_many(specs, now=time.time() - 1)
 
@@ -185,8 +188,13 @@ def started(log: str) -> int:
     return sum(1 for line in read_log(log) if line.startswith("start"))
 
 
-def test_sigterm_lets_calls_in_flight_finish_and_hands_back_the_rest(queue, cli_env, log):
-    ids = slow_jobs(queue, log, 8, 1.5)
+# Plain handlers on slot threads, and async ones as tasks on the run's event loop.
+SLOW_KINDS = pytest.mark.parametrize("handlers", [H, "tests.sample_handlers.aio"])
+
+
+@SLOW_KINDS
+def test_sigterm_lets_calls_in_flight_finish_and_hands_back_the_rest(queue, cli_env, log, handlers):
+    ids = slow_jobs(queue, log, 8, 1.5, handlers)
     runner = start(cli_env, "run", "--concurrency", "3", "--grace", "20s")
     wait_for(lambda: started(log) == 3, 30, "three calls in flight")
 
@@ -203,8 +211,9 @@ def test_sigterm_lets_calls_in_flight_finish_and_hands_back_the_rest(queue, cli_
     assert queue.index.client.zcard(schedule_key("default")) == 5
 
 
-def test_calls_still_running_after_the_grace_period_are_handed_back(queue, cli_env, log):
-    ids = slow_jobs(queue, log, 2, 30)
+@SLOW_KINDS
+def test_calls_still_running_after_the_grace_period_are_handed_back(queue, cli_env, log, handlers):
+    ids = slow_jobs(queue, log, 2, 30, handlers)
     runner = start(cli_env, "run", "--concurrency", "2", "--grace", "0.5s")
     wait_for(lambda: started(log) == 2, 30, "two calls in flight")
 

@@ -1,4 +1,4 @@
-"""The package's shape: imports point one way, cli -> façade -> ops -> worker -> store ->
+"""The package's shape: imports point one way, cli and web -> façade -> ops -> worker -> store ->
 base (config, errors, durations, context, threads), and no modules import each other in a
 circle.
 
@@ -23,6 +23,7 @@ LAYERS = {
     "ops": 3,
     "facade": 4,
     "cli": 5,
+    "web": 5,  # the page sits beside the command line, on the same Queue
 }
 BASE_MODULES = {"config", "errors", "durations", "context", "threads"}
 
@@ -38,7 +39,7 @@ def layer_of(module: str) -> str:
         return "facade"  # delayq/__init__.py: the public face
     if parts[1] == "__main__":
         return "cli"  # `python -m delayq` is the command line
-    if parts[1] in ("store", "worker", "ops", "cli"):
+    if parts[1] in ("store", "worker", "ops", "cli", "web"):
         return parts[1]
     if parts[1] in BASE_MODULES:
         return "base"
@@ -121,6 +122,17 @@ def test_imports_point_down_the_layers() -> None:
     assert upward == []
 
 
+def test_the_web_page_does_not_import_the_command_line() -> None:
+    """`delayq web` starts the page, but what both need (printable, say) lives below them."""
+    crossing = [
+        f"{name} imports {target}"
+        for name, targets in sorted(import_graph().items())
+        for target in sorted(targets)
+        if layer_of(name) == "web" and layer_of(target) == "cli"
+    ]
+    assert crossing == []
+
+
 def test_the_cycle_finder_finds_a_cycle() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert find_cycle(graph) == ["a", "b", "c", "a"]
@@ -137,6 +149,7 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
         ("delayq.worker.run", "worker"),
         ("delayq.ops.overview", "ops"),
         ("delayq.cli.app", "cli"),
+        ("delayq.web.pages", "web"),
     ],
 )
 def test_modules_fall_in_their_folders_layer(module: str, layer: str) -> None:

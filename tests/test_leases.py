@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 import time
-from urllib.parse import urlparse
 
 import pymysql
 import pytest
@@ -14,6 +13,7 @@ from delayq import Status
 from delayq.store import leases
 from delayq.store.database import run_reconnecting
 from delayq.store.table import Job
+from tests.conftest import mysql_connect
 from tests.waiting import wait_for
 
 H = "tests.sample_handlers.jobs"
@@ -49,14 +49,7 @@ def test_a_lease_still_lapsed_is_taken_over(queue, log):
 @pytest.mark.parametrize("backend", ["mariadb"], indirect=True)
 def test_a_transaction_chosen_as_deadlock_victim_is_run_again(queue, backend):
     first, second, *filler = [Job.insert(params="{}", run_at=1.0).execute() for _ in range(52)]
-    parts = urlparse(backend["database_url"])
-    rival_db = pymysql.connect(
-        host=parts.hostname,
-        port=parts.port or 3306,
-        user=parts.username,
-        password=parts.password or "",
-        database=parts.path.lstrip("/"),
-    )
+    rival_db = mysql_connect(backend["database_url"])
     attempts = []
     we_hold_first = threading.Event()
 
@@ -117,14 +110,7 @@ def test_a_lease_check_or_hand_back_chosen_as_deadlock_victim_is_run_again(queue
     now = time.time()
     leases.mark_running(queue.table, [first, second], "run-a", now + 60, now)
     ours = queue.db.connection().thread_id()
-    parts = urlparse(backend["database_url"])
-    rival_db = pymysql.connect(
-        host=parts.hostname,
-        port=parts.port or 3306,
-        user=parts.username,
-        password=parts.password or "",
-        database=parts.path.lstrip("/"),
-    )
+    rival_db = mysql_connect(backend["database_url"])
     rival_holds_second = threading.Event()
 
     def rival() -> None:

@@ -6,7 +6,7 @@ with a reason while the run goes on. The real PHP producer is in test_php_produc
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -182,7 +182,7 @@ def test_a_run_gives_a_php_producers_future_job_its_due_time_so_status_is_right(
     later = Job.create(
         params=php_params("App\\Jobs\\Refund", "run", php_order(log, 9)),
         status=Status.PENDING,
-        created=datetime.fromtimestamp(NOW - 600, UTC).replace(tzinfo=None),
+        created=datetime.fromtimestamp(NOW - 600, timezone.utc).replace(tzinfo=None),
     )
     queue.index.client.zadd("delay_queue_job", {str(later.id): NOW + 3600})
     assert queue.status(now=NOW).queues["default"].pending_due == 1  # due at `created`

@@ -42,12 +42,15 @@ COLUMNS = [
     "lost_leases",
     "timeout",
     "every",
+    "schedule",
+    "retry_policy",
 ]
 INDEXES = {
     "PRIMARY": ["id"],
     "job_status_queue_run_at": ["status", "queue", "run_at"],
     "job_ext_string": ["ext_string"],
     "job_chain_id": ["chain_id"],
+    "job_status_modified": ["status", "modified"],
 }
 
 
@@ -282,6 +285,8 @@ def test_init_upgrades_a_seed_table_and_its_rows_still_run(backend, tmp_path):
     added = queue.init()
 
     assert "added column run_at" in added and "added column every" in added
+    assert "added column schedule" in added
+    assert "added column retry_policy" in added
     assert "added index (status, queue, run_at)" in added
     assert queue.init() == []
     queue.run()

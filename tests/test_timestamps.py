@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 
 import pymysql
 import pytest
@@ -59,7 +59,7 @@ def server_time_zone(backend: dict[str, str]) -> Iterator[Callable[[str], None]]
 
 
 def utc(epoch: float) -> datetime:
-    return datetime.fromtimestamp(epoch, UTC).replace(tzinfo=None)
+    return datetime.fromtimestamp(epoch, timezone.utc).replace(tzinfo=None)
 
 
 def test_created_and_modified_are_written_in_utc_in_any_local_time_zone(

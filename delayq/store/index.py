@@ -25,13 +25,14 @@ from .keys import (
     schedule_key,
     text,
 )
+from .tallies import HandlerLabels, Tally
 
 ADD_CHUNK = 2000
 CLOCK_REFRESH = 60.0
 
 
 def _load_script(client: redis.Redis, name: str) -> Script:
-    source = resources.files(__package__).joinpath("lua", f"{name}.lua").read_text()
+    source = (resources.files(__package__) / "lua" / f"{name}.lua").read_text()
     return client.register_script(source)
 
 
@@ -45,6 +46,7 @@ class ScheduleIndex:
         self._offset = 0.0
         self._known_queues: set[str] = set()
         self.journal = Journal(client)
+        self.handler_labels = HandlerLabels(client)
         self._offset_checked = float("-inf")
 
     def now(self) -> float:
@@ -116,7 +118,7 @@ class ScheduleIndex:
     ) -> None:
         """The claimed members are now leased (or dropped) in the table: forget the claims,
         and note the order run `token` will call the batch in (see `orders`), or that it
-        notes each job it starts (`note_start`); one round trip.
+        notes each job it starts (`note_starts`); one round trip.
         """
         pipe = self.client.pipeline(transaction=False)
         if members:
@@ -188,6 +190,23 @@ class ScheduleIndex:
                 heads[queue] = float(head[0][1])
         return heads
 
+    def backlog(
+        self, queues: Sequence[str], now: float
+    ) -> dict[str, tuple[int, int, float | None]]:
+        """{queue: (entries, entries due by `now`, earliest due time or None)}, one round
+        trip: ZCARD, ZCOUNT and the head, each O(log n)."""
+        pipe = self.client.pipeline(transaction=False)
+        for queue in queues:
+            pipe.zcard(schedule_key(queue))
+            pipe.zcount(schedule_key(queue), "-inf", repr(now))
+            pipe.zrange(schedule_key(queue), 0, 0, withscores=True)
+        replies = pipe.execute()
+        found = {}
+        for position, queue in enumerate(queues):
+            size, due, head = replies[3 * position : 3 * position + 3]
+            found[queue] = (int(size), int(due), float(head[0][1]) if head else None)
+        return found
+
     def wait_for_wake(self, queues: Sequence[str], timeout: float) -> bool:
         """Block until a job due sooner is added to one of `queues`, or `timeout` passes."""
         keys = [queue_key(queue, "wake") for queue in queues]
@@ -199,12 +218,27 @@ class ScheduleIndex:
         journaled_ids: Sequence[int],
         retries: Sequence[tuple[int, float]],
         started: tuple[str, Sequence[int]] | None = None,
+        tally: Tally | None = None,
     ) -> None:
         """After outcomes reached the table: index their retries and forget their journal,
-        and the start notes (run token, ids) of their jobs."""
+        and the start notes (run token, ids) of their jobs; add their tally in that write."""
         if retries:
             self.add_many(queue, retries)
-        self.journal.forget(queue, journaled_ids, started)
+        commands = []
+        if tally:
+            self.handler_labels.apply(tally)
+            commands = tally.commands()
+        self.journal.forget(queue, journaled_ids, started, commands)
+
+    def add_tally(self, tally: Tally) -> None:
+        """Add a tally on its own (missed jobs, found while claiming): one round trip."""
+        if not tally:
+            return
+        self.handler_labels.apply(tally)
+        pipe = self.client.pipeline(transaction=False)
+        for command in tally.commands():
+            pipe.execute_command(*command)
+        pipe.execute()
 
     def record_run(self, started_at: float, duration: float, outcome: str, jobs: int) -> None:
         """Note this run for `delayq status`."""

@@ -35,6 +35,8 @@ _TABLE_DEFAULTS: dict[str, Any] = {
     "chain_id": None,
     "timeout": None,
     "every": None,
+    "schedule": None,
+    "retry_policy": None,
 }
 
 

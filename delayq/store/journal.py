@@ -25,7 +25,12 @@ class Journal:
         self._lock = threading.Lock()
 
     def write(self, queue: str, job_id: int, record: str) -> None:
-        """Write down one job's outcome before the table has it, without waiting for Redis.
+        """Write down one job's outcome before the table has it, without waiting for Redis."""
+        self.write_many(queue, [(job_id, record)])
+
+    def write_many(self, queue: str, records: Sequence[tuple[int, str]]) -> None:
+        """Write down outcomes (job id, record) before the table has them, in one HSET,
+        without waiting for Redis.
 
         The command goes out on a connection of its own on which Redis sends no replies
         (CLIENT REPLY OFF): with nothing ever waiting to be read on it, a process killed
@@ -35,18 +40,22 @@ class Journal:
         journal covers kill -9 at the cost of a write(2), not a round trip. The expiry is
         refreshed once per batch, in `ScheduleIndex.leased`.
         """
+        fields = [part for job_id, record in records for part in (b"%d" % job_id, record.encode())]
+        if fields:
+            self._send(pack(b"HSET", self._key(queue), *fields))
+
+    def note_starts(self, queue: str, token: str, job_ids: Sequence[int]) -> None:
+        """Write down, without waiting for Redis, that run `token` starts these jobs' handlers:
+        with many jobs in flight no order tells which had started when the run died."""
+        fields = [part for job_id in job_ids for part in (start_field(token, job_id), b"1")]
+        if fields:
+            self._send(pack(b"HSET", self._key(queue), *fields))
+
+    def _key(self, queue: str) -> bytes:
         key = self._keys.get(queue)
         if key is None:
-            key = self._keys[queue] = bulk(queue_key(queue, "journal").encode())
-        # Packed here rather than by redis-py: this runs once per job.
-        packed = b"*4\r\n$4\r\nHSET\r\n" + key + bulk(b"%d" % job_id) + bulk(record.encode())
-        self._send(packed)
-
-    def note_start(self, queue: str, token: str, job_id: int) -> None:
-        """Write down, without waiting for Redis, that run `token` started this job's handler:
-        with many jobs in flight no order tells which had started when the run died."""
-        key = queue_key(queue, "journal").encode()
-        self._send(pack(b"HSET", key, start_field(token, job_id), b"1"))
+            key = self._keys[queue] = queue_key(queue, "journal").encode()
+        return key
 
     def close(self) -> None:
         """Turn replies back on and give the journal's connection back to the pool (at the
@@ -88,16 +97,24 @@ class Journal:
             raise
 
     def forget(
-        self, queue: str, job_ids: Sequence[int], started: tuple[str, Sequence[int]] | None
+        self,
+        queue: str,
+        job_ids: Sequence[int],
+        started: tuple[str, Sequence[int]] | None,
+        also: Sequence[tuple[str, ...]] = (),
     ) -> None:
         """Drop these jobs' outcomes and the start notes (run token, ids) once the table has
-        them. Sent on the journal's own connection, Redis applies it after every HSET sent
-        before it: a late HSET can never re-add what this removes."""
+        them, and send the commands `also` in the same write (the tallies of those outcomes:
+        no round trip of their own). Sent on the journal's own connection, Redis applies it
+        after every HSET sent before it: a late HSET can never re-add what this removes."""
         fields = [b"%d" % job_id for job_id in job_ids]
         if started is not None:
             fields += [start_field(started[0], job_id) for job_id in started[1]]
+        packed = [pack(*(arg.encode() for arg in command)) for command in also]
         if fields:
-            self._send(pack(b"HDEL", queue_key(queue, "journal").encode(), *fields))
+            packed.insert(0, pack(b"HDEL", queue_key(queue, "journal").encode(), *fields))
+        if packed:
+            self._send(b"".join(packed))
 
     def forget_order(self, queue: str, token: str) -> None:
         self.client.hdel(queue_key(queue, "journal"), f"order:{token}", f"starts:{token}")

@@ -12,7 +12,17 @@ from typing import Any, NamedTuple
 
 from . import statements
 from .database import run_reconnecting
-from .table import ClaimedJob, Job, Status, Table, claimed_fields, storable, tuples, utc_stamp
+from .table import (
+    TEXT_MAX,
+    ClaimedJob,
+    Job,
+    Status,
+    Table,
+    claimed_fields,
+    storable,
+    tuples,
+    utc_stamp,
+)
 
 # Up to this many different messages in a group commit cost one UPDATE each; more, one
 # UPDATE with a CASE over the ids.
@@ -107,17 +117,45 @@ def finish_many(
         return 0
     by_message: dict[str, list[int]] = {}
     for job_id, text in outcomes:
-        by_message.setdefault(storable(text), []).append(job_id)
+        by_message.setdefault(storable(text, TEXT_MAX), []).append(job_id)
     if len(by_message) > DISTINCT_MESSAGES:
         whens = " ".join(["WHEN %s THEN %s"] * len(outcomes))
         cases: list[Any] = []
         for job_id, text in outcomes:
-            cases += [int(job_id), storable(text)]
+            cases += [int(job_id), storable(text, TEXT_MAX)]
         ids = [job_id for job_id, _ in outcomes]
         return _finish(table, status, f"CASE `id` {whens} END", cases, ids, token, now)
     return sum(
         _finish(table, status, "%s", [message], ids, token, now)
         for message, ids in by_message.items()
+    )
+
+
+def defer(
+    table: Table,
+    job_id: int,
+    token: str | None,
+    run_at: float,
+    message: str,
+    policy: str | None,
+    now: float,
+) -> bool:
+    """Put a held job back to PENDING, due at `run_at`, as the same attempt (its handler
+    raised RetryLater); False if its lease was taken over meanwhile."""
+    Job = table.model
+    held = Job.lease_token.is_null() if token is None else Job.lease_token == token
+    return bool(
+        Job.update(
+            status=Status.PENDING,
+            run_at=run_at,
+            message=storable(message),
+            retry_policy=policy,
+            lease_token=None,
+            lease_until=None,
+            modified=utc_stamp(now),
+        )
+        .where(Job.id == job_id, Job.status == Status.RUNNING, held)
+        .execute()
     )
 
 

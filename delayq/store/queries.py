@@ -13,6 +13,7 @@ from typing import Any
 
 from peewee import Case, OperationalError, fn
 
+from .policies import fresh_policy
 from .table import ClaimedJob, Job, Status, Table, due_column, tuples, utc_stamp
 
 
@@ -23,11 +24,11 @@ def insert_next_occurrence(table: Table, job: ClaimedJob, run_at: float, now: fl
     orders it against `stop_series`, so a cancel never loses to a re-arm.
     """
     Job = table.model
-    query = Job.select(Job.every).where(Job.id == job.id)
+    query = Job.select(Job.every, Job.schedule).where(Job.id == job.id)
     if table.mysql:
         query = query.for_update()
     row = query.first()
-    if row is None or row.every is None:
+    if row is None or (row.every is None and row.schedule is None):
         return None
     return Job.insert(
         params=job.params,
@@ -36,6 +37,8 @@ def insert_next_occurrence(table: Table, job: ClaimedJob, run_at: float, now: fl
         run_at=run_at,
         timeout=job.timeout,
         every=row.every,
+        schedule=row.schedule,
+        retry_policy=fresh_policy(job.retry_policy),
         status=Status.PENDING,
         created=utc_stamp(now),
         modified=utc_stamp(now),
@@ -80,7 +83,10 @@ def replace_pending(table: Table, row: dict[str, Any], now: float) -> tuple[int,
             .order_by(Job.id)
         )
     ]
-    moved = {key: row[key] for key in ("params", "run_at", "timeout", "every", "modified")}
+    moved = {
+        key: row[key]
+        for key in ("params", "run_at", "timeout", "every", "schedule", "retry_policy", "modified")
+    }
     if not pending or not (
         Job.update(**moved).where(Job.id == pending[0], Job.status == Status.PENDING).execute()
     ):
@@ -93,7 +99,8 @@ def replace_pending(table: Table, row: dict[str, Any], now: float) -> tuple[int,
 def stop_series(table: Table, ext: str, queue: str | None) -> int:
     """Stop the recurring series with this business key from re-arming."""
     Job = table.model
-    query = Job.update(every=None).where(Job.ext_string == ext, Job.every.is_null(False))
+    recurring = Job.every.is_null(False) | Job.schedule.is_null(False)
+    query = Job.update(every=None, schedule=None).where(Job.ext_string == ext, recurring)
     if queue is not None:
         query = query.where(Job.queue == queue)
     return query.execute()
@@ -116,6 +123,8 @@ def insert_retry(table: Table, row: Job | ClaimedJob, run_at: float, now: float)
         run_at=run_at,
         timeout=row.timeout,
         every=None,  # a retry is a one-off; the series re-arms from the occurrence itself
+        schedule=None,
+        retry_policy=fresh_policy(row.retry_policy),
         status=Status.PENDING,
         created=utc_stamp(now),
         modified=utc_stamp(now),
@@ -241,3 +250,19 @@ def counts_by_queue(table: Table) -> dict[str, dict[int, int]]:
         fields: dict = row  # type: ignore[assignment]  # .dicts() yields dicts, not models
         out.setdefault(fields["queue"], {})[fields["status"]] = fields["n"]
     return out
+
+
+def running_query(table: Table) -> Any:
+    """{queue, count} of running rows: a range of the (status, queue, run_at) index, so its
+    cost follows the jobs in flight, not the table's size."""
+    Job = table.model
+    return (
+        Job.select(Job.queue, fn.COUNT(Job.id))
+        .where(Job.status == Status.RUNNING)
+        .group_by(Job.queue)
+    )
+
+
+def running_by_queue(table: Table) -> dict[str, int]:
+    """{queue: running rows} of the queues that have any."""
+    return {queue: int(count) for queue, count in tuples(running_query(table))}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import sqlite3
 import time
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from enum import IntEnum
 from functools import cached_property
 from typing import Any, NamedTuple, cast
@@ -35,20 +35,34 @@ from peewee import (
 TABLE_NAME = "delay_queue"
 UNIX_EPOCH_JULIAN_DAY = 2440587.5
 EXT_MAX = 255
-MESSAGE_MAX = 2000
+MESSAGE_MAX = 2000  # a result's text, or a failure's head line
+# The whole column: MySQL's `text` holds 65535 bytes, and a character takes up to 4 in UTF-8.
+TEXT_MAX = 16000
+TRACEBACK_START = "Traceback (most recent call last):"
 
 
-def storable(text: str) -> str:
-    """`text` as a message column can hold it: at most MESSAGE_MAX characters, and what
+def storable(text: str, limit: int = MESSAGE_MAX) -> str:
+    """`text` as a message column can hold it: at most `limit` characters, and what
     UTF-8 cannot encode (a lone surrogate, as from a badly encoded file name) spelled as a
     backslash escape, which keeps the offending code point visible where a replacement
     character would hide it."""
-    text = text[:MESSAGE_MAX]  # first: a result may be megabytes long
+    text = text[:limit]  # first: a result may be megabytes long
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        text = text.encode("utf-8", "backslashreplace").decode("utf-8")[:MESSAGE_MAX]
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")[:limit]
     return text
+
+
+def failure_parts(message: str | None) -> tuple[str | None, str | None]:
+    """A failed row's message as (head line, traceback or None). The runner writes the head
+    on one line and the traceback after it; older rows and other writers have no traceback."""
+    if message is None:
+        return None, None
+    head, newline, rest = message.partition("\n")
+    if newline and rest.startswith(TRACEBACK_START):
+        return head, rest
+    return message, None
 
 
 class Status(IntEnum):
@@ -80,7 +94,7 @@ def status_word(value: int) -> str:
 def utc_stamp(now: float) -> datetime:
     """Epoch seconds as `created`/`modified` hold them: a date-time in UTC, whatever the time
     zone of this process or of the database server."""
-    return datetime.fromtimestamp(now, UTC).replace(tzinfo=None)
+    return datetime.fromtimestamp(now, timezone.utc).replace(tzinfo=None)
 
 
 def utc_now() -> datetime:
@@ -106,6 +120,11 @@ class Job(Model):
     lost_leases = IntegerField(default=0, constraints=[SQL("DEFAULT 0")])
     timeout = DoubleField(null=True)  # seconds the handler may take; NULL: the configured default
     every = DoubleField(null=True)  # a recurring job's period in seconds; NULL: runs once
+    # A recurring job's cron expression and zone ("0 9 * * MON-FRI Europe/Berlin"; schedules.py)
+    schedule = CharField(max_length=255, null=True)
+    # The job's own retry policy and its attempt's RetryLater count, compact JSON;
+    # NULL: the handler's policy or the default ladder.
+    retry_policy = CharField(max_length=255, null=True)
 
     class Meta:
         table_name = TABLE_NAME
@@ -113,6 +132,9 @@ class Job(Model):
             (("status", "queue", "run_at"), False),
             (("ext_string",), False),
             (("chain_id",), False),
+            # Recent failures (the web page's "failed in the last hour") as a range, not a
+            # visit to every failed row of a table that has run for months.
+            (("status", "modified"), False),
         )
 
 
@@ -177,6 +199,8 @@ class ClaimedJob(NamedTuple):
     run_at: float | None
     timeout: float | None
     every: float | None
+    schedule: str | None
+    retry_policy: str | None
 
 
 CLAIMED_COLUMNS: tuple[str, ...] = ClaimedJob._fields  # named as the table's columns
@@ -197,7 +221,7 @@ def stamp_epoch(value: datetime | str) -> float:
     """Epoch seconds of a `created`/`modified` value delayq wrote (SQLite may hand back text)."""
     if isinstance(value, str):
         value = datetime.fromisoformat(value)
-    return value.replace(tzinfo=UTC).timestamp()
+    return value.replace(tzinfo=timezone.utc).timestamp()
 
 
 def due_column(table: Table) -> Any:

@@ -7,28 +7,35 @@ place that catches what a handler throws.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from .. import context
-from ..config import Settings
-from ..errors import BadInput, HandlerNotAllowed, NoRetry
+from ..config import Settings, hide_secrets
+from ..durations import HORIZON, format_delta, seconds_of, shown
+from ..errors import BadInput, HandlerNotAllowed, NoRetry, RetryLater
 from ..store.params import read_call
-from ..store.table import ClaimedJob, Status, storable
+from ..store.policies import POLICY_MAX, RetryPolicy, read_policy
+from ..store.table import TEXT_MAX, ClaimedJob, Status, storable
+from ..store.tallies import label
 from . import forks, interrupts
-from .eventloop import EventLoopThread
+from .eventloop import EventLoopThread, under_limit
 from .handlers import Handler, resolve
+from .hooks import FailureReporter
 from .interrupts import RUN_STOPS, JobTimeout
 from .outcomes import Outcome
 from .report import JobOutcome, OutcomeCallback
-from .retry import should_retry
+from .retry import MAX_DEFERRALS, effective_policy, handler_policy, retry_delay
+from .tracebacks import describe, describe_with_traceback
 
 logger = logging.getLogger(__name__)
 
@@ -50,13 +57,16 @@ class Caller:
         clock: Callable[[], float],
         time_limits: bool,
         on_outcome: OutcomeCallback | None,
+        reporters: tuple[FailureReporter, ...] = (),
     ) -> None:
         self.allowed = settings.handlers
         self.php_classes = dict(settings.php_classes)  # PHP producers' class names
         self.timeout = settings.timeout  # for jobs that set none of their own
+        self.secret_urls = (settings.database_url, settings.redis_url)
         self.clock = clock
         self.time_limits = time_limits  # whether SIGALRM can stop a handler here
         self.on_outcome = on_outcome
+        self.reporters = reporters  # told of each failed attempt once it is recorded
         self.pid = os.getpid()  # the runner's: a handler's forked child is any other
         self.handlers: dict[tuple[str, str], Handler | BadInput] = {}
         self._loop: EventLoopThread | None = None  # started by the first async handler
@@ -84,15 +94,68 @@ class Caller:
         except BadInput as exc:
             retry = not str(exc).startswith("bad params")  # a deploy may fix a missing module
             return self._finish(job, ("?", "?"), Status.FAILED, str(exc), retry, started)
-        status, message, retry = self._call(job, handler, data)
-        return self._finish(job, (class_path, method), status, message, retry, started)
+        status, message, verdict, error = self._call(job, handler, data)
+        return self._settle(job, (class_path, method), status, message, verdict, started, error)
 
-    def _call(self, job: ClaimedJob, handler: Handler, data: Any) -> tuple[Status, str, bool]:
-        """Run the handler under its time limit and the job context."""
+    def coroutine_for(self, job: ClaimedJob) -> Coroutine[Any, Any, Called] | None:
+        """The job's whole call as a coroutine for the run's event loop when its handler is
+        an `async def`, so that it holds no thread while it awaits; None for any other job,
+        which a thread calls with `execute` (a job with bad params or handler is recorded
+        there)."""
+        started = time.monotonic()
+        try:
+            class_path, method, data = read_call(job.params, self.php_classes)
+            handler = self._handler(class_path, method)
+        except BadInput:
+            return None
+        if not inspect.iscoroutinefunction(handler):
+            return None
+        return self._call_on_loop(job, handler, data, (class_path, method), started)
+
+    def event_loop(self) -> asyncio.AbstractEventLoop:
+        """The run's event loop, started on first use."""
+        return self._event_loop().loop
+
+    async def _call_on_loop(
+        self, job: ClaimedJob, handler: Handler, data: Any, call: tuple[str, str], started: float
+    ) -> Called:
+        """An async handler's whole call, as a task on the loop: cancelled at its time limit
+        as arq does, and whatever it raises, BaseException included, fails only the job."""
         limit = job.timeout or self.timeout
-        job_context = context.JobContext(
-            job.id, job.queue, job.retry_times, job.ext_string, job.run_at, job.chain_id or job.id
-        )
+        context.running(_context_of(job))  # a task runs in a context of its own
+        verdict: bool | float
+        error: BaseException | None = None
+        try:
+            result = await under_limit(handler(data), limit)
+            status, message, verdict = Status.SUCCESS, _short_result(result), False
+        except BaseException as exc:  # noqa: BLE001 - a handler's error never stops the run
+            (status, message, verdict), error = _verdict(exc, limit), exc
+        finally:  # a child the handler forked on the loop's thread would serve the loop
+            forks.leave_if_forked(self.pid)
+        return self._settle(job, call, status, message, verdict, started, error)
+
+    def _settle(
+        self,
+        job: ClaimedJob,
+        call: tuple[str, str],
+        status: Status,
+        message: str,
+        verdict: bool | float,
+        started: float,
+        error: BaseException | None = None,
+    ) -> Called:
+        if status == Status.PENDING:
+            return self._defer(job, call, message, float(verdict), started)
+        return self._finish(job, call, status, message, bool(verdict), started, error=error)
+
+    def _call(
+        self, job: ClaimedJob, handler: Handler, data: Any
+    ) -> tuple[Status, str, bool | float, BaseException | None]:
+        """Run the handler under its time limit and the job context: the status, the
+        message, whether a failure may be retried (or, for RetryLater, its delay) and what
+        the handler raised."""
+        limit = job.timeout or self.timeout
+        job_context = _context_of(job)
         token = context.running(job_context)
         try:
             if self.time_limits:
@@ -102,19 +165,15 @@ class Caller:
                 result = self._event_loop().run(result, limit, lambda: context.running(job_context))
             # Under the time limit still: a result's __repr__ may be as hostile as its handler.
             message = _short_result(result)
-        except NoRetry as exc:
-            return Status.FAILED, _describe(exc), False
-        except JobTimeout:
-            return Status.FAILED, f"JobTimeout: ran longer than its {limit:g}s time limit", True
         except RUN_STOPS:  # the run's own signals: they stop the run, not fail the job
             raise
         except BaseException as exc:  # a handler's error, even SystemExit, never stops the run
-            return Status.FAILED, _describe(exc), True
+            return (*_verdict(exc, limit), exc)
         finally:
             if self.time_limits:
                 interrupts.disarm()
             context.finished(token)
-        return Status.SUCCESS, message, False
+        return Status.SUCCESS, message, False, None
 
     def _event_loop(self) -> EventLoopThread:
         with self._loop_lock:  # slots may meet their first async handler at once
@@ -136,31 +195,57 @@ class Caller:
 
     def timed_out(self, job: ClaimedJob, started: float) -> Called:
         """The call given up on from outside, when its handler ran past its time limit."""
-        limit = job.timeout or self.timeout
-        message = f"JobTimeout: ran longer than its {limit:g}s time limit"
+        message = _timed_out(job.timeout or self.timeout)
         call = _call_of(job, self.php_classes)
         return self._finish(job, call, Status.FAILED, message, True, started)
 
     def crashed(self, job: ClaimedJob, exc: BaseException, started: float) -> Called:
         """A call that escaped even `execute` (an error raised into its thread)."""
         call = _call_of(job, self.php_classes)
-        return self._finish(job, call, Status.FAILED, _describe(exc), True, started)
+        return self._finish(job, call, Status.FAILED, describe(exc), True, started, error=exc)
 
     def announce(self, report: JobOutcome) -> None:
         """Log a finished call and hand it to the run's callback (on the run's own thread)."""
-        logger.info(
+        # A failure is a warning: a log file gets it at the default level. On stderr,
+        # logs.py keeps job records out unless --log-level info asks for them.
+        logger.log(
+            logging.WARNING if report.status == Status.FAILED else logging.INFO,
             "job %d %s.%s attempt %d: %s in %.3fs%s",
             report.id,
             report.class_path,
             report.method,
             report.attempt,
-            report.status.word,
+            report.word,
             report.duration,
             "; will retry" if report.will_retry else "",
             extra={"job_outcome": report},  # logs.JsonLinesFormatter turns it into fields
         )
+        if report.status == Status.FAILED:
+            for reporter in self.reporters:
+                reporter.call(report)
         if self.on_outcome is not None:
             self.on_outcome(report)
+
+    def _defer(
+        self, job: ClaimedJob, call: tuple[str, str], message: str, delay: float, started: float
+    ) -> Called:
+        """The same attempt due again `delay` seconds on; past MAX_DEFERRALS in a row (or
+        when the count would not fit the row) the attempt fails instead, so a handler that
+        always defers is seen failing and runs out of retries."""
+        stored = read_policy(job.retry_policy).deferred()
+        text = stored.to_text() or ""
+        if stored.deferrals > MAX_DEFERRALS or len(text) > POLICY_MAX:
+            message = f"{message} (deferred {MAX_DEFERRALS} times in a row: failed instead)"
+            return self._finish(job, call, Status.FAILED, message, True, started)
+        message = (
+            f"{message} (deferred {format_delta(delay)}, "
+            f"{stored.deferrals} of at most {MAX_DEFERRALS} in a row)"
+        )
+        return self._finish(job, call, Status.PENDING, message, True, started, delay)
+
+    def _declared(self, call: tuple[str, str]) -> RetryPolicy:
+        found = self.handlers.get(call)
+        return RetryPolicy() if found is None else handler_policy(found)
 
     def _finish(
         self,
@@ -170,10 +255,22 @@ class Caller:
         message: str,
         retry: bool,
         started: float,
+        deferral: float | None = None,
+        error: BaseException | None = None,
     ) -> Called:
         duration = time.monotonic() - started
-        message = storable(message)  # a refused handler's name may hold anything
-        outcome = Outcome(job, status, message, retry, self.clock())
+        next_in = deferral
+        if status == Status.FAILED:  # a driver's error in a handler may quote a URL
+            message = hide_secrets(storable(message, TEXT_MAX), *self.secret_urls)
+            if retry:
+                policy = effective_policy(job.retry_policy, self._declared(call))
+                next_in = retry_delay(policy, job.retry_times)
+        else:
+            message = storable(message)  # a refused handler's name may hold anything
+        finished_at = self.clock()
+        lateness = finished_at - duration - (job.run_at or finished_at)
+        handler = label(f"{call[0]}.{call[1]}")
+        outcome = Outcome(job, status, message, next_in, finished_at, handler, duration, lateness)
         report = JobOutcome(
             job.id,
             job.queue,
@@ -183,10 +280,19 @@ class Caller:
             status,
             message,
             duration,
-            outcome.finished_at - duration - (job.run_at or outcome.finished_at),
-            status == Status.FAILED and retry and should_retry(job.retry_times),
+            lateness,
+            status == Status.FAILED and next_in is not None,
+            job.ext_string,
+            error,
         )
         return Called(outcome, report)
+
+
+def _context_of(job: ClaimedJob) -> context.JobContext:
+    """What `delayq.current_job()` returns inside the job's handler."""
+    return context.JobContext(
+        job.id, job.queue, job.retry_times, job.ext_string, job.run_at, job.chain_id or job.id
+    )
 
 
 def _call_of(job: ClaimedJob, php_classes: dict[str, str]) -> tuple[str, str]:
@@ -198,15 +304,36 @@ def _call_of(job: ClaimedJob, php_classes: dict[str, str]) -> tuple[str, str]:
     return class_path, method
 
 
-def _describe(exc: BaseException) -> str:
-    """`TypeName: text` of a handler's exception, whatever its __str__ does."""
-    try:
-        text = str.__str__(str(exc))  # a plain str: a subclass may override formatting too
-    except RUN_STOPS:
-        raise
-    except BaseException:  # noqa: BLE001 - a handler's exception may not even print
-        text = "<unprintable>"
-    return storable(f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
+def _verdict(exc: BaseException, limit: float) -> tuple[Status, str, bool | float]:
+    """What a handler's exception makes of its job: the status, the message and whether a
+    failure may be retried, or, for RetryLater, its delay."""
+    if isinstance(exc, RetryLater):  # not a failure: no traceback to keep
+        try:
+            # Read from the instance: a subclass's property would be handler code.
+            return Status.PENDING, describe(exc), _deferral(vars(exc).get("delay"))
+        except BadInput as refused:
+            return Status.FAILED, f"{describe(exc)}: {refused}", True
+    if isinstance(exc, JobTimeout):  # its traceback says where the handler was when stopped
+        return Status.FAILED, _timed_out(limit, describe_with_traceback(exc)), True
+    return Status.FAILED, describe_with_traceback(exc), not isinstance(exc, NoRetry)
+
+
+def _deferral(delay: object) -> float:
+    """Seconds of a RetryLater's delay. Only exact numbers, text and timedeltas are read:
+    a subclass's conversions would be a handler's code running outside its call."""
+    if type(delay) not in (int, float, str, timedelta):
+        raise BadInput(f"RetryLater takes seconds, a timedelta or a duration, not {shown(delay)}")
+    seconds = seconds_of(delay, "RetryLater's delay")
+    if not 0 <= seconds <= HORIZON:
+        raise BadInput(f"RetryLater's delay must be between 0 and 10 years, not {seconds:g}s")
+    return seconds
+
+
+def _timed_out(limit: float, described: str = "") -> str:
+    """The message of a job stopped at its time limit, with where it was if known."""
+    _, _, where = described.partition("\n")
+    reason = f"JobTimeout: ran longer than its {limit:g}s time limit"
+    return f"{reason}\n{where}" if where else reason
 
 
 def _short_result(result: Any) -> str:

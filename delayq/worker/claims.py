@@ -10,14 +10,19 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from ..durations import format_instant
+from ..errors import BadInput
 from ..store import leases
 from ..store.index import ScheduleIndex
 from ..store.keys import job_id_of
+from ..store.params import read_call
 from ..store.table import ClaimedJob, Table
+from ..store.tallies import Tally, label
 from .outcomes import rearm
+from .retry import is_recurring
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +76,7 @@ class Claimer:
         batch.leased_at = time.monotonic()
         jobs = leases.mark_running(self.table, runnable, self.token, now + self.lease, now)
         batch.dropped += len(runnable) - len(jobs)
+        jobs = without_jobs_in_hand(jobs, before)
         jobs.sort(key=lambda job: (batch.due_by_id[job.id], job.id))
         batch.jobs = jobs
         order = before + batch.order
@@ -101,11 +107,48 @@ class Claimer:
         with self.table.db.atomic():
             missed = leases.mark_missed(self.table, ids, self.token, message, now)
             # A series goes on past a missed occurrence, from the next period after now.
-            occurrences = [rearm(self.table, job, now) for job in missed if job.every]
+            occurrences = [rearm(self.table, job, now) for job in missed if is_recurring(job)]
         batch.dropped += len(ids) - len(missed)
         self.index.add_many(queue, [occurrence for occurrence in occurrences if occurrence])
+        _tally_missed(self.index, queue, missed, now)
         logger.warning("%d jobs missed the run window (ids %s)", len(missed), _preview(ids))
         return len(missed)
+
+
+def without_jobs_in_hand(jobs: list[ClaimedJob], in_hand: Collection[int]) -> list[ClaimedJob]:
+    """`jobs` less those this run is calling already. Such a job is back in a claim when
+    its lease lapsed during a stall (a locked table, a paused process) and another run put
+    it back on the schedule: the lease is this run's again, and the call in hand records
+    its outcome under it. Calling it a second time would run it twice."""
+    if not in_hand:
+        return jobs
+    again = [job.id for job in jobs if job.id in in_hand]
+    if again:
+        logger.warning(
+            "jobs %s came back while this run still calls them (their leases lapsed); "
+            "the calls in hand settle them",
+            _preview(again),
+        )
+    return [job for job in jobs if job.id not in in_hand]
+
+
+def _tally_missed(index: ScheduleIndex, queue: str, missed: list[ClaimedJob], now: float) -> None:
+    tally = Tally(queue)
+    for job in missed:
+        tally.observe_missed(handler_label(job.params), now)
+    try:
+        index.add_tally(tally)
+    except Exception as exc:  # noqa: BLE001 - metrics are best-effort; the table has them
+        logger.warning("could not count %d missed jobs in the metrics: %s", len(missed), exc)
+
+
+def handler_label(params: str) -> str:
+    """The "class.method" label of a row's params, "?" when they name none."""
+    try:
+        call = read_call(params, {})
+    except BadInput:
+        return "?"
+    return label(f"{call.class_path}.{call.method}")
 
 
 def _parse_members(batch: Batch, queue: str, claimed: list[tuple[str, float]]) -> dict[int, float]:

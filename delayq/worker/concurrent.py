@@ -9,12 +9,14 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from concurrent.futures import Future
 
 from ..store.table import ClaimedJob
 from .calls import Called, Caller
+from .claims import Batch, without_jobs_in_hand
 from .outcomes import OutcomeBuffer, write_outcomes
 from .run import Run
-from .slots import Slots
+from .slots import EventLoop, Slots
 
 logger = logging.getLogger(__name__)
 
@@ -29,14 +31,15 @@ class ConcurrentRun(Run):
 
     def _caller(self, time_limits: bool) -> Caller:
         # SIGALRM reaches only the main thread; slots enforce time limits from outside.
-        return Caller(self.settings, self.clock, False, self.on_outcome)
+        return Caller(self.settings, self.clock, False, self.on_outcome, self.reporters)
 
     def _drain(self, queue: str, caller: Caller) -> None:
         # Group commits go to the bookkeeping thread, so slots never wait on the database.
         buffer = OutcomeBuffer(
             self.table, self.index, queue, self.token, self._bookkeeper(), notes_starts=True
         )
-        slots = Slots(self.settings.concurrency, caller.execute, self.limit_of)
+        event_loop = EventLoop(caller.coroutine_for, caller.event_loop)
+        slots = Slots(self.settings.concurrency, caller.execute, self.limit_of, event_loop)
         drain = _Drain(self, queue, slots, buffer, caller)
         completed = False
         try:
@@ -69,6 +72,8 @@ class _Drain:
         self.due_by_id: dict[int, float] = {}  # of the jobs waiting or in flight
         self.drained = False  # the last claim found nothing due
         self.look_again_at = 0.0  # monotonic: when a drained schedule is asked again
+        self.backlog = False  # the last claim came back full
+        self.upcoming: Future[Batch | None] | None = None  # leased on the bookkeeping thread
 
     def pump(self) -> None:
         """Keep every slot busy while jobs are due; return once none is due and every call
@@ -96,14 +101,31 @@ class _Drain:
 
     def _claim_if_short(self) -> None:
         run = self.run
-        if run.turn_over() or len(self.waiting) >= self.slots.size:
+        if self.upcoming is not None:
+            if not self.upcoming.done() and (self.waiting or self.slots.free == 0):
+                return  # it lands while the slots are busy
+            upcoming, self.upcoming = self.upcoming, None
+            self._take(upcoming.result())
+        # In a backlog the next batch is leased while a batch's worth still waits, so that
+        # slots never wait on the database.
+        ahead = run.settings.batch_size if self.backlog else 0
+        if run.turn_over() or len(self.waiting) >= max(self.slots.size, ahead):
             return
         if self.drained and (self.slots.free == 0 or time.monotonic() < self.look_again_at):
             return
         size = run.room(len(self.waiting))
+        if size > 0 and self.backlog:
+            claim = run.claimer.claim
+            self.upcoming = run._bookkeeper().submit(claim, self.queue, [], run.clock(), size, True)
+            return
         batch = None
         if size > 0:
             batch = run.claimer.claim(self.queue, [], run.clock(), size, notes_starts=True)
+        self._take(batch)
+
+    def _take(self, batch: Batch | None) -> None:
+        """Queue up a claimed batch's jobs for the slots."""
+        self.backlog = batch is not None and len(batch.claimed) == batch.size
         if batch is None:
             # Nothing due now; while calls are in flight, look again soon for jobs that fall
             # due meanwhile, so one waits for a free slot, not for the calls to drain.
@@ -111,8 +133,9 @@ class _Drain:
             self.look_again_at = time.monotonic() + LOOK_AGAIN
             return
         self.drained = False
-        run.took(batch)
-        run.deadline.leased(batch.leased_at)
+        self.run.took(batch)
+        self.run.deadline.leased(batch.leased_at)
+        batch.jobs = without_jobs_in_hand(batch.jobs, self.due_by_id.keys())
         self.waiting.extend(batch.jobs)
         self.due_by_id.update((job.id, batch.due_by_id[job.id]) for job in batch.jobs)
 
@@ -121,14 +144,17 @@ class _Drain:
         if self.waiting and run.deadline.may_lapse():
             held = run._reassert_leases(list(self.waiting))
             self.waiting = deque(job for job in self.waiting if job.id in held)
-        while self.waiting and self.slots.free > 0 and not run._should_stop():
+        starting: list[ClaimedJob] = []
+        while self.waiting and self.slots.free > len(starting) and not run._should_stop():
             job = self.waiting.popleft()
             run.calls += 1
             run.report.lateness.observe(run.clock() - self.due_by_id[job.id])
-            # Noted before the call can begin: recovery charges a lost lease only to a job
+            starting.append(job)
+        if starting:
+            # Noted before the calls can begin: recovery charges a lost lease only to a job
             # whose start it finds.
-            run.index.journal.note_start(self.queue, run.token, job.id)
-            self.slots.start(job)
+            run.index.journal.note_starts(self.queue, run.token, [job.id for job in starting])
+            self.slots.start(starting)
 
     def _wait_time(self) -> float:
         deadline = self.slots.next_deadline()
@@ -144,8 +170,9 @@ class _Drain:
     def _collect(self, timeout: float) -> None:
         # Every turn of the main loop passes here, calls in flight or not.
         self.run.beat()
-        for called in self._finished(timeout):
-            self._record(called)
+        finished = self._finished(timeout)
+        if finished:
+            self._record(finished)
 
     def _finished(self, timeout: float) -> list[Called]:
         """Calls the slots finished (waiting up to `timeout` for the first), and those given
@@ -189,17 +216,30 @@ class _Drain:
         # Their retries and next occurrences are put on the schedule by the orphan sweep.
         self.run._count(settled)
 
-    def _record(self, called: Called) -> None:
-        self.due_by_id.pop(called.outcome.job.id, None)
-        self.caller.announce(called.report)
+    def _record(self, finished: list[Called]) -> None:
+        for called in finished:
+            self.due_by_id.pop(called.outcome.job.id, None)
         more = bool(self.waiting) or self.slots.busy > 0
-        self.run._count(self.buffer.add(called.outcome, more_coming=more))
+        outcomes = [called.outcome for called in finished]
+        self.run._count(self.buffer.add_many(outcomes, more_coming=more))
+        for called in finished:  # recorded first, as Run does: a hook sees a journaled outcome
+            self.caller.announce(called.report)
 
     def _wait_out_the_grace(self) -> None:
         """A stop signal: nothing new starts; calls in flight get the grace period."""
         until = time.monotonic() + self.run.settings.grace
         while self.slots.busy and time.monotonic() < until:
             self._collect(min(until - time.monotonic(), COLLECT_WAIT * 4))
+
+    def _take_upcoming_back(self) -> None:
+        """A batch still being leased joins the unstarted jobs, to be handed back with them."""
+        upcoming, self.upcoming = self.upcoming, None
+        if upcoming is None:
+            return
+        try:
+            self._take(upcoming.result())
+        except Exception as exc:  # noqa: BLE001 - already stopping; its leases bring it back
+            logger.error("could not lease the next batch (%s); its leases will bring it back", exc)
 
     def hand_back_the_rest(self) -> None:
         """Unstarted jobs, and calls still running when the run stops, go back to pending
@@ -209,6 +249,7 @@ class _Drain:
             self._collect(0.0)
         except Exception as exc:  # noqa: BLE001 - already stopping; the journal or leases settle them
             logger.error("could not record the last outcomes (%s); the next run settles them", exc)
+        self._take_upcoming_back()
         running = [call.job for call in self.slots.abandon_all()]
         if running:
             logger.warning(

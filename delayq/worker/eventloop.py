@@ -79,10 +79,7 @@ async def _limited(awaitable: Awaitable[T], limit: float, enter: Callable[[], An
     # A task runs in a copy of the context it was created in, which is the loop thread's:
     # the job's context is set again here, for this task only.
     enter()
-    try:
-        return await asyncio.wait_for(awaitable, limit)
-    except TimeoutError:
-        raise JobTimeout() from None
+    return await under_limit(awaitable, limit)
 
 
 async def _contained(awaitable: Awaitable[T], runner_pid: int) -> T:
@@ -92,3 +89,32 @@ async def _contained(awaitable: Awaitable[T], runner_pid: int) -> T:
         raise _Escaped(exc) from None
     finally:  # a child the handler forked on the loop's thread would serve the loop forever
         forks.leave_if_forked(runner_pid)
+
+
+async def under_limit(awaitable: Awaitable[T], limit: float) -> T:
+    """Await `awaitable` in this task, cancelling the task after `limit` seconds (what
+    asyncio.timeout does from Python 3.11). Awaited here, not in a task of its own, so that
+    whatever the handler raises, KeyboardInterrupt included, reaches the caller's `except`
+    instead of the event loop. JobTimeout when the limit ran out, even if the handler
+    swallowed the cancellation; the handler's own TimeoutError stays its own failure."""
+    task = asyncio.current_task()
+    assert task is not None
+    expired = False
+
+    def expire() -> None:
+        nonlocal expired
+        expired = True
+        task.cancel()
+
+    deadline = asyncio.get_running_loop().call_later(limit, expire)
+    try:
+        result = await awaitable
+    except asyncio.CancelledError:
+        if expired:
+            raise JobTimeout() from None
+        raise
+    finally:
+        deadline.cancel()
+    if expired:
+        raise JobTimeout()
+    return result

@@ -108,7 +108,10 @@ def _import_longest(class_path: str) -> tuple[types.ModuleType, list[str]]:
             raise BadInput(
                 f"handler module {name!r} failed to import: {type(exc).__name__}: {exc}"
             ) from None
-    raise BadInput(f"handler {class_path!r} is not importable; is it on PYTHONPATH?")
+    raise BadInput(
+        f"handler {class_path!r} is not importable; start delayq in the directory that holds "
+        "it, or put that directory on PYTHONPATH"
+    )
 
 
 def _attribute(owner: Any, name: str, path: str) -> Any:

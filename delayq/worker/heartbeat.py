@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from ..store import leases
 from ..store.table import Table
-from ..threads import keep_signals_off_this_thread
+from ..threads import Periodic
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ class LeaseDeadline:
             return time.monotonic() > self._at - self.lease / 3
 
 
-class Heartbeat:
+class Heartbeat(Periodic):
     """A thread that renews every lease of run `token` until the block ends."""
 
     def __init__(
@@ -67,25 +67,13 @@ class Heartbeat:
         self.token = token
         self.clock = clock
         self.deadline = deadline
-        self.stopped = threading.Event()
-        self.thread = threading.Thread(target=self._beat, name="delayq-heartbeat", daemon=True)
-
-    def __enter__(self) -> Heartbeat:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stopped.set()
-        self.thread.join()
+        # At the end, this thread's own connection is closed.
+        super().__init__("delayq-heartbeat", deadline.lease / 3, self._beat, table.db.close)
 
     def _beat(self) -> None:
-        keep_signals_off_this_thread()
-        lease = self.deadline.lease
-        while not self.stopped.wait(lease / 3):
-            try:
-                renewed_at = time.monotonic()
-                leases.renew_leases(self.table, self.token, self.clock() + lease)
-                self.deadline.renewed(renewed_at)
-            except Exception as exc:  # noqa: BLE001 - a missed beat only shortens the lease
-                logger.warning("lease heartbeat failed: %s", exc)
-        self.table.db.close()  # this thread's connection
+        try:
+            renewed_at = time.monotonic()
+            leases.renew_leases(self.table, self.token, self.clock() + self.deadline.lease)
+            self.deadline.renewed(renewed_at)
+        except Exception as exc:  # noqa: BLE001 - a missed beat only shortens the lease
+            logger.warning("lease heartbeat failed: %s", exc)

@@ -11,17 +11,23 @@ running can run twice.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
+from ..errors import BadInput
 from ..store import leases, queries
 from ..store.database import run_reconnecting
 from ..store.index import ScheduleIndex
+from ..store.policies import RetryPolicy, read_policy
 from ..store.table import ClaimedJob, Status, Table, tuples
+from ..store.tallies import Tally
 from .bookkeeper import Bookkeeper
-from .retry import next_occurrence, next_run_at, should_retry
+from .retry import effective_policy, is_recurring, next_due, retry_delay
+
+logger = logging.getLogger(__name__)
 
 FLUSH_MAX = 500
 FLUSH_INTERVAL = 0.2
@@ -29,22 +35,34 @@ FLUSH_INTERVAL = 0.2
 
 @dataclass(frozen=True)
 class Outcome:
+    """What one call of a handler came to. `status` PENDING: the handler raised RetryLater,
+    and the same attempt is due again `next_in` seconds on."""
+
     job: ClaimedJob
     status: Status
     message: str
-    retry: bool  # whether a failure may be retried (NoRetry and refused handlers may not)
+    # Seconds until the job's next attempt: the retry its policy gives a failure, or the
+    # deferral's; None: there is none (success, NoRetry, a refused handler, retries used up).
+    next_in: float | None
     finished_at: float
+    # For the tallies only; an outcome read back from the journal has none of them.
+    handler: str = "?"  # "class.method"
+    duration: float = 0.0
+    lateness: float = 0.0
 
     def to_record(self) -> str:
         if not self.message:  # most jobs: written without the JSON encoder, same text
-            retry = "true" if self.retry else "false"
-            return f'[{int(self.status)}, "", {retry}, {self.finished_at!r}]'
-        return json.dumps([int(self.status), self.message, self.retry, self.finished_at])
+            next_in = "null" if self.next_in is None else repr(self.next_in)
+            return f'[{int(self.status)}, "", {next_in}, {self.finished_at!r}]'
+        return json.dumps([int(self.status), self.message, self.next_in, self.finished_at])
 
     @classmethod
     def from_record(cls, job: ClaimedJob, record: str) -> Outcome:
-        status, message, retry, finished_at = json.loads(record)
-        return cls(job, Status(status), message, bool(retry), float(finished_at))
+        status, message, next_in, finished_at = json.loads(record)
+        if isinstance(next_in, bool):  # journaled by an earlier version: whether to retry
+            policy = effective_policy(job.retry_policy, RetryPolicy())
+            next_in = retry_delay(policy, job.retry_times) if next_in else None
+        return cls(job, Status(status), message, next_in, float(finished_at))
 
 
 @dataclass
@@ -55,6 +73,7 @@ class Settled:
     failed: int = 0
     retries: list[tuple[int, float]] = field(default_factory=list)
     occurrences: list[tuple[int, float]] = field(default_factory=list)  # recurring re-arms
+    deferred: list[tuple[int, float]] = field(default_factory=list)  # RetryLater, same rows
     lost: list[int] = field(default_factory=list)  # outcomes whose lease had been taken over
 
     def merge(self, other: Settled) -> Settled:
@@ -62,13 +81,15 @@ class Settled:
         self.failed += other.failed
         self.retries += other.retries
         self.occurrences += other.occurrences
+        self.deferred += other.deferred
         self.lost += other.lost
         return self
 
     @property
     def scheduled(self) -> list[tuple[int, float]]:
-        """(id, due) of every row to put on the schedule: retries and next occurrences."""
-        return self.retries + self.occurrences
+        """(id, due) of every row to put on the schedule: retries, next occurrences and
+        deferred jobs."""
+        return self.retries + self.occurrences + self.deferred
 
 
 class OutcomeBuffer:
@@ -105,14 +126,20 @@ class OutcomeBuffer:
         the table write itself closes the window. Written on the bookkeeper's thread, every
         outcome is journaled first, since the run may die before that commit lands.
         """
-        self.waiting.append(outcome)
+        return self.add_many([outcome], more_coming)
+
+    def add_many(self, outcomes: list[Outcome], more_coming: bool) -> Settled | None:
+        """`add` for calls that finished together: their outcomes are journaled in one write."""
+        self.waiting += outcomes
         full = len(self.waiting) >= FLUSH_MAX
         stale = time.monotonic() - self.window_started >= FLUSH_INTERVAL
         due = full or stale or not more_coming
         if due and self.bookkeeper is None:
             return self.flush()
-        self.index.journal.write(self.queue, outcome.job.id, outcome.to_record())
-        self.journaled.append(outcome.job.id)
+        self.index.journal.write_many(
+            self.queue, [(one.job.id, one.to_record()) for one in outcomes]
+        )
+        self.journaled += [one.job.id for one in outcomes]
         if due:
             self._hand_over()
         return self._collect(block=False)
@@ -168,8 +195,24 @@ def _commit(table: Table, index: ScheduleIndex, batch: _Settling, journaled: lis
     started = None
     if batch.notes_starts and batch.token is not None:
         started = (batch.token, [outcome.job.id for outcome in batch.outcomes])
-    index.settle(batch.queue, journaled, settled.scheduled, started)
+    tally = tally_of(batch.queue, batch.outcomes, set(settled.lost))
+    index.settle(batch.queue, journaled, settled.scheduled, started, tally)
     return settled
+
+
+def tally_of(queue: str, outcomes: list[Outcome], lost: set[int]) -> Tally:
+    """What these outcomes add to the metrics, leaving out those the table refused."""
+    tally = Tally(queue)
+    for outcome in outcomes:
+        # A RetryLater deferral (PENDING) is neither: the same attempt runs again later.
+        if outcome.job.id in lost or outcome.status == Status.PENDING:
+            continue
+        word = "succeeded" if outcome.status == Status.SUCCESS else "failed"
+        at = outcome.finished_at
+        tally.observe(outcome.handler, word, outcome.lateness, outcome.duration, at)
+        if word == "failed" and outcome.next_in is not None:
+            tally.observe_retried(outcome.handler, at)
+    return tally
 
 
 def write_outcomes(table: Table, outcomes: list[Outcome], token: str | None) -> Settled:
@@ -186,8 +229,11 @@ def _write_outcomes(table: Table, outcomes: list[Outcome], token: str | None) ->
     successes = [(o.job.id, o.message) for o in outcomes if o.status == Status.SUCCESS]
     with table.db.atomic():
         # Only a series whose occurrence this transaction settles re-arms: replayed after
-        # a dropped connection whose first try had committed, it must not re-arm again.
-        recurring = [outcome.job.id for outcome in outcomes if outcome.job.every]
+        # a dropped connection whose first try had committed, it must not re-arm again. A
+        # deferred occurrence has not happened yet: it re-arms when it runs.
+        recurring = [
+            o.job.id for o in outcomes if is_recurring(o.job) and o.status != Status.PENDING
+        ]
         held = leases.held_by(table, recurring, token)
         settled.succeeded = leases.finish_many(table, successes, token, Status.SUCCESS, now)
         if settled.succeeded < len(successes):
@@ -197,6 +243,8 @@ def _write_outcomes(table: Table, outcomes: list[Outcome], token: str | None) ->
         for outcome in outcomes:
             if outcome.status == Status.FAILED:
                 _write_failure(table, outcome, token, settled)
+            elif outcome.status == Status.PENDING:
+                _write_deferral(table, outcome, token, settled)
         lost = set(settled.lost)
         for outcome in outcomes:
             if outcome.job.id in held and outcome.job.id not in lost:
@@ -216,8 +264,11 @@ def rearm(table: Table, job: ClaimedJob, now: float) -> tuple[int, float] | None
     """Insert the next occurrence of recurring `job` (id, due), or None if its series was
     stopped. Call it in the transaction that settles `job`: that write's guard (status and
     lease token) is what makes a replayed commit or a second recovery re-arm nothing."""
-    assert job.every is not None
-    run_at = next_occurrence(job.run_at or now, job.every, now)
+    try:
+        run_at = next_due(job, now)
+    except BadInput as exc:  # a schedule another writer left: the series cannot go on
+        logger.error("job %d not re-armed: %s", job.id, exc)
+        return None
     next_id = queries.insert_next_occurrence(table, job, run_at, now)
     return None if next_id is None else (next_id, run_at)
 
@@ -228,11 +279,24 @@ def _write_failure(table: Table, outcome: Outcome, token: str | None, settled: S
         settled.lost.append(job.id)
         return
     settled.failed += 1
-    if outcome.retry and should_retry(job.retry_times):
-        run_at = next_run_at(job.retry_times, outcome.finished_at)
+    if outcome.next_in is not None:
+        run_at = outcome.finished_at + outcome.next_in
         settled.retries.append(
             (queries.insert_retry(table, job, run_at, outcome.finished_at), run_at)
         )
+
+
+def _write_deferral(table: Table, outcome: Outcome, token: str | None, settled: Settled) -> None:
+    """The same row, the same attempt, due again later: RetryLater counts no failure, only
+    the deferral itself, so that endless deferring is bounded (calls.py)."""
+    job = outcome.job
+    assert outcome.next_in is not None
+    run_at = outcome.finished_at + outcome.next_in
+    policy = read_policy(job.retry_policy).deferred().to_text()
+    if leases.defer(table, job.id, token, run_at, outcome.message, policy, outcome.finished_at):
+        settled.deferred.append((job.id, run_at))
+    else:
+        settled.lost.append(job.id)
 
 
 def _not_finished(table: Table, ids: list[int], status: Status, token: str | None) -> list[int]:

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from ..config import MAX_CONCURRENCY, Settings, validate_queue_name
+from ..durations import Duration, parse_duration
 from ..errors import BadInput
 from ..store.index import ScheduleIndex
 from ..store.table import Table
@@ -24,13 +25,13 @@ MAX_WEIGHT = 100
 class RunOptions:
     """What a caller asked of a run, before it is checked; None: the settings' default."""
 
-    since: float | None = None
+    since: Duration | None = None
     limit: int | None = None
-    max_seconds: float | None = None
+    max_seconds: Duration | None = None
     queues: Sequence[str] | None = None
     weights: Mapping[str, int] | None = None
     concurrency: int | None = None
-    grace: float | None = None
+    grace: Duration | None = None
 
     def plan(self, settings: Settings) -> tuple[Settings, RunLimits]:
         """The settings and limits of the run, or BadInput / ConfigError naming what is wrong."""
@@ -43,9 +44,9 @@ class RunOptions:
             if _not_whole(weight) or not 1 <= weight <= MAX_WEIGHT:
                 raise BadInput(f"queue {name}: a weight is a whole number from 1 to {MAX_WEIGHT}")
         limits = RunLimits(
-            since=settings.since if self.since is None else self.since,
+            since=_seconds_or(self.since, settings.since, "--since"),
             limit=self.limit,
-            max_seconds=settings.max_seconds if self.max_seconds is None else self.max_seconds,
+            max_seconds=_seconds_or(self.max_seconds, settings.max_seconds, "--max-seconds"),
             weights=dict(self.weights or {}),
         )
         return self._settings(settings), limits
@@ -56,13 +57,15 @@ class RunOptions:
             _not_whole(concurrency) or not 1 <= concurrency <= MAX_CONCURRENCY
         ):
             raise BadInput(f"--concurrency must be between 1 and {MAX_CONCURRENCY}")
-        if grace is not None and not 0 <= grace < float("inf"):
-            raise BadInput(f"--grace must be a duration of 0 or more, not {grace}")
         return replace(
             settings,
             concurrency=settings.concurrency if concurrency is None else concurrency,
-            grace=settings.grace if grace is None else grace,
+            grace=_seconds_or(grace, settings.grace, "--grace"),
         )
+
+
+def _seconds_or(value: Duration | None, default: float, name: str) -> float:
+    return default if value is None else parse_duration(value, name)
 
 
 def _not_whole(value: object) -> bool:

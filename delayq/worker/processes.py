@@ -13,7 +13,6 @@ killed with SIGKILL and replaced, and its jobs come back by their leases as afte
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import signal
@@ -23,6 +22,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from types import FrameType
 
+from ..store.watchdog import stop_with_parent
 from .liveness import BEAT_EVERY
 
 logger = logging.getLogger(__name__)
@@ -33,7 +33,6 @@ DEATH_WINDOW = 60.0
 POLL = 0.1
 # Exit codes of a child that ended as asked: done, or stopped by the signal we forwarded.
 CLEAN_EXITS = frozenset({0, 128 + signal.SIGTERM, 128 + signal.SIGINT})
-PR_SET_PDEATHSIG = 1  # prctl(2)
 # Before its first beat a child imports, connects and checks the index: allow it this long.
 STARTUP = 60.0
 # Added to every promise: the child skips beats that move it less than BEAT_EVERY, and the
@@ -153,8 +152,7 @@ class Supervisor:
             # it once (a second SIGINT would make a child abandon the job it is running).
             process = subprocess.Popen(
                 list(self.command(beat_end)),
-                process_group=0,
-                preexec_fn=_stop_with_parent,
+                preexec_fn=_own_group_stopped_with_parent,
                 pass_fds=(beat_end,),
             )
         except BaseException:
@@ -181,14 +179,11 @@ class Supervisor:
                 child.process.send_signal(signum)
 
 
-def _stop_with_parent() -> None:
-    """In the child, before exec: SIGTERM it when the parent dies, even by kill -9, so no
-    runner is left behind without its supervisor (Linux; elsewhere a no-op)."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass
+def _own_group_stopped_with_parent() -> None:
+    """In the child, before exec: a process group of its own (what Popen's process_group
+    does from Python 3.11 on), then stopped with the parent."""
+    os.setpgid(0, 0)
+    stop_with_parent()
 
 
 def _died(code: int) -> bool:

@@ -18,6 +18,7 @@ from ..store.index import ScheduleIndex
 from ..store.keys import job_id_of
 from ..store.table import Status, Table, tuples
 from .outcomes import Outcome, rearm, write_outcomes
+from .retry import is_recurring
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -92,7 +93,7 @@ def recover_leases(table: Table, index: ScheduleIndex, queue: str, now: float) -
         settled = write_outcomes(table, settled_outcomes, token)
         ids = [outcome.job.id for outcome in settled_outcomes]
         index.settle(queue, ids, settled.scheduled, None if token is None else (token, ids))
-        result.journaled += settled.succeeded + settled.failed
+        result.journaled += settled.succeeded + settled.failed + len(settled.deferred)
         logger.warning("recorded %d journaled outcomes of a run that died", len(settled_outcomes))
     for token in dead_runs - leases.tokens_holding(table, queue, dead_runs):
         index.journal.forget_order(queue, token)  # its batch order and start mark
@@ -136,7 +137,7 @@ def _fail_poison(table: Table, index: ScheduleIndex, item: leases.Lapsed, now: f
         if not leases.finish(table, item.job.id, item.token, Status.FAILED, message, now):
             return 0
         # A recurring series goes on past a poisoned occurrence, as past a failed one.
-        occurrence = rearm(table, item.job, now) if item.job.every else None
+        occurrence = rearm(table, item.job, now) if is_recurring(item.job) else None
     if occurrence is not None:
         index.add(item.job.queue, *occurrence)
     logger.error("job %d failed: %s", item.job.id, message)

@@ -7,27 +7,11 @@ import bisect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..store.table import Status
+from ..store.table import Status, failure_parts
+from ..store.tallies import LATENESS_BOUNDS
 
-# Upper bounds, in seconds, of the lateness histogram (due -> start); the last is +Inf.
-LATENESS_BUCKETS: tuple[float, ...] = (
-    0.001,
-    0.005,
-    0.01,
-    0.02,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1,
-    2.5,
-    5,
-    10,
-    30,
-    60,
-    300,
-    float("inf"),
-)
+# The lateness histogram's upper bounds, shared with the tallies in Redis.
+LATENESS_BUCKETS = LATENESS_BOUNDS
 
 
 @dataclass
@@ -61,6 +45,7 @@ class RunReport:
     succeeded: int = 0
     failed: int = 0
     retried: int = 0
+    deferred: int = 0  # handlers that raised RetryLater: due again, no failure counted
     missed: int = 0
     dropped: int = 0  # index entries whose row was not pending (cancelled, done, missing)
     recovered: int = 0  # jobs of dead runs put back on the schedule or settled from the journal
@@ -81,6 +66,7 @@ class RunReport:
             "succeeded",
             "failed",
             "retried",
+            "deferred",
             "missed",
             "dropped",
             "recovered",
@@ -108,6 +94,25 @@ class JobOutcome:
     duration: float
     lateness: float
     will_retry: bool = False
+    ext: str | None = None
+    error: BaseException | None = field(default=None, compare=False, repr=False)  # a handler's
+
+    @property
+    def summary(self) -> str:
+        """The message on one line: a failure's head line without its traceback."""
+        return self.failure[0] or ""
+
+    @property
+    def failure(self) -> tuple[str | None, str | None]:
+        """(head line, traceback) of a failure; (message, None) for any other outcome."""
+        if self.status == Status.FAILED:
+            return failure_parts(self.message)
+        return self.message, None
+
+    @property
+    def word(self) -> str:
+        """The outcome's word in output: a status, or `deferred` for a RetryLater."""
+        return "deferred" if self.status == Status.PENDING else self.status.word
 
 
 OutcomeCallback = Callable[[JobOutcome], None]

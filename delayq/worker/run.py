@@ -29,6 +29,7 @@ from .bookkeeper import Bookkeeper
 from .calls import Caller
 from .claims import Batch, Claimer
 from .heartbeat import Heartbeat, LeaseDeadline
+from .hooks import load_reporters
 from .interrupts import Abandoned, GracefulStop
 from .liveness import Liveness
 from .outcomes import OutcomeBuffer, Settled
@@ -73,6 +74,7 @@ class Run:
         self.limits = limits
         self.clock = clock
         self.on_outcome = on_outcome
+        self.reporters = load_reporters(settings)  # before any claim: a bad hook runs no job
         self.stop = stop
         self.liveness = liveness
         self.token = uuid.uuid4().hex
@@ -146,7 +148,7 @@ class Run:
 
     def _caller(self, time_limits: bool) -> Caller:
         """Handlers run on this (the main) thread, under SIGALRM where it can reach them."""
-        return Caller(self.settings, self.clock, time_limits, self.on_outcome)
+        return Caller(self.settings, self.clock, time_limits, self.on_outcome, self.reporters)
 
     def _record(self, started_at: float, outcome: str) -> None:
         self.report.elapsed = time.monotonic() - self.started_at
@@ -277,8 +279,9 @@ class Run:
                 self.beat(self.limit_of(job))
                 called = caller.execute(job)
                 unstarted = position + 1
-                caller.announce(called.report)
+                # Announced once journaled or written: an on_failure hook sees a recorded outcome.
                 self._count(buffer.add(called.outcome, more_coming=unstarted < len(jobs)))
+                caller.announce(called.report)
         finally:
             self.claimer.hand_back(queue, jobs[unstarted:], batch.due_by_id, self.clock())
 
@@ -295,9 +298,16 @@ class Run:
             self.liveness.beat(silence + self.settings.grace)
 
     def _reassert_leases(self, jobs: list[ClaimedJob]) -> set[int]:
-        renewed_at = time.monotonic()
-        ids = [job.id for job in jobs]
-        held = leases.still_held(self.table, ids, self.token, self.clock() + self.settings.lease)
+        lease = self.settings.lease
+        held = {job.id for job in jobs}
+        while True:
+            renewed_at = time.monotonic()
+            held = leases.still_held(self.table, sorted(held), self.token, self.clock() + lease)
+            # The lease it wrote ran from before the statement: one held up by a stalled
+            # database (a locked table) may have written a lease that had lapsed already,
+            # which another run may take over. Only a quick renewal vouches for the jobs.
+            if not held or time.monotonic() - renewed_at < lease / 3:
+                break
         self.deadline.reasserted(renewed_at)
         lost = len(jobs) - len(held)
         if lost:
@@ -310,6 +320,7 @@ class Run:
         self.report.succeeded += settled.succeeded
         self.report.failed += settled.failed
         self.report.retried += len(settled.retries)
+        self.report.deferred += len(settled.deferred)
         for job_id in settled.lost:
             logger.error(
                 "job %d finished but its lease had been taken over; this outcome is refused",

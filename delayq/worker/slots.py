@@ -1,22 +1,29 @@
-"""Many jobs in flight: a run's slots, each a thread that calls one handler at a time.
+"""Many jobs in flight: a run's slots. A plain handler's call takes a thread that calls one
+handler at a time; an `async def` handler's call is a task on the run's event loop and takes
+no thread, only its slot.
 
 The main thread hands jobs to free slots and collects what they finished; the two sides
 share only the queue of finished calls and the table of calls in flight, behind one lock.
-A thread cannot be killed, so a handler past its time limit is given up from outside: its
-call is recorded as timed out, JobTimeout is raised into its thread (which reaches Python
-code, not a blocking C call), and a fresh thread takes the slot, so the run keeps its N real
-slots. What the stuck thread returns later is refused.
+A task is cancelled at its time limit on the loop. A thread cannot be killed, so a handler
+past its time limit is given up from outside: its call is recorded as timed out, JobTimeout
+is raised into its thread (which reaches Python code, not a blocking C call), and a fresh
+thread takes the slot, so the run keeps its N real slots. What a call given up on returns
+later is refused.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import ctypes
+import functools
 import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 from ..store.table import ClaimedJob
 from ..threads import keep_signals_off_this_thread
@@ -25,6 +32,16 @@ from .interrupts import JobTimeout
 logger = logging.getLogger(__name__)
 
 Call = Callable[[ClaimedJob], object]
+# The job's call as a coroutine for the event loop, or None when it needs a thread.
+CoroutineFor = Callable[[ClaimedJob], Coroutine[Any, Any, object] | None]
+
+
+@dataclass(frozen=True)
+class EventLoop:
+    """Where calls that need no thread go: `coroutine_for` makes them, on `loop_of()`."""
+
+    coroutine_for: CoroutineFor
+    loop_of: Callable[[], asyncio.AbstractEventLoop]
 
 
 @dataclass
@@ -36,6 +53,8 @@ class InFlight:
     started: float  # monotonic
     thread_id: int | None = None
     abandoned: bool = False
+    on_loop: bool = False  # a task on the event loop, not a thread's call
+    task: asyncio.Task[object] | None = None  # once the loop has started it
 
 
 @dataclass
@@ -47,19 +66,29 @@ class Finished:
 class Slots:
     """`size` threads calling `call(job)`; a job may run `limit_of(job)` seconds."""
 
-    def __init__(self, size: int, call: Call, limit_of: Callable[[ClaimedJob], float]) -> None:
+    def __init__(
+        self,
+        size: int,
+        call: Call,
+        limit_of: Callable[[ClaimedJob], float],
+        event_loop: EventLoop | None = None,
+    ) -> None:
         self.size = size
         self.call = call
+        self.event_loop = event_loop
         self.limit_of = limit_of
         self._lock = threading.Lock()
         self._work: queue.SimpleQueue[InFlight | None] = queue.SimpleQueue()
-        self._done: queue.SimpleQueue[Finished] = queue.SimpleQueue()
+        # Finished calls, handed over a few at a time: each put may wake the main thread.
+        self._done: queue.SimpleQueue[list[Finished]] = queue.SimpleQueue()
+        self._landed_calls: list[Finished] = []  # tasks that ended in this turn of the loop
         self._in_flight: dict[int, InFlight] = {}  # by job id
         self._threads = 0  # alive, stuck ones included
+        # Calls that hold a thread or wait for one, stuck ones included: threads are started
+        # when a plain handler's call finds none free, so a run of async handlers has none.
+        self._thread_calls = 0
         # Calls started and neither collected nor given up on; only the main thread counts.
         self.busy = 0
-        for _ in range(size):
-            self._add_thread()
 
     @property
     def stuck(self) -> int:
@@ -71,23 +100,82 @@ class Slots:
     def free(self) -> int:
         return self.size - self.busy
 
-    def start(self, job: ClaimedJob) -> None:
-        """Hand `job` to a free slot."""
+    def start(self, jobs: list[ClaimedJob]) -> None:
+        """Hand each of `jobs` to a free slot: a thread, or a task on the event loop; the
+        tasks are started by one call into the loop."""
         now = time.monotonic()
-        call = InFlight(job, now + self.limit_of(job), now)
+        tasks: list[tuple[InFlight, Coroutine[Any, Any, object]]] = []
+        queued = 0
+        for job in jobs:
+            call = InFlight(job, now + self.limit_of(job), now)
+            coroutine = None if self.event_loop is None else self.event_loop.coroutine_for(job)
+            call.on_loop = coroutine is not None
+            with self._lock:
+                self._in_flight[job.id] = call
+            self.busy += 1
+            if coroutine is None:
+                self._work.put(call)
+                queued += 1
+            else:
+                tasks.append((call, coroutine))
+        self._add_threads(queued)
+        if tasks:
+            assert self.event_loop is not None
+            loop = self.event_loop.loop_of()
+            loop.call_soon_threadsafe(self._start_tasks, loop, tasks)
+
+    def _start_tasks(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        tasks: list[tuple[InFlight, Coroutine[Any, Any, object]]],
+    ) -> None:
+        """On the loop's thread: a task for each call not given up on meanwhile."""
+        for call, coroutine in tasks:
+            with self._lock:
+                if call.abandoned:
+                    self._in_flight.pop(call.job.id, None)
+                    coroutine.close()
+                    continue
+                task = call.task = loop.create_task(coroutine)
+            task.add_done_callback(functools.partial(self._landed, call))
+
+    def _landed(self, call: InFlight, task: asyncio.Task[object]) -> None:
+        """A task ended (on the loop's thread): hand its result over."""
+        try:
+            result: object = task.result()
+        except BaseException as exc:  # noqa: BLE001 - cancelled: handed over as it is
+            result = exc
         with self._lock:
-            self._in_flight[job.id] = call
-        self.busy += 1
-        self._work.put(call)
+            self._in_flight.pop(call.job.id, None)
+            late = call.abandoned
+        if late:
+            logger.error("job %d finished after its time limit; its result is refused", call.job.id)
+            return
+        if not self._landed_calls:  # the first this turn: hand them all over on the next
+            task.get_loop().call_soon(self._hand_over_landed)
+        self._landed_calls.append(Finished(call.job, result))
+
+    def _hand_over_landed(self) -> None:
+        """On the loop's thread: the tasks that ended in one turn wake the main thread once."""
+        landed, self._landed_calls = self._landed_calls, []
+        self._done.put(landed)
+
+    def _cancel(self, call: InFlight) -> None:
+        """Cancel a task given up on (the caller holds the lock); one not started yet never
+        starts, since it is abandoned."""
+        task = call.task
+        if task is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: the task is gone
+                task.get_loop().call_soon_threadsafe(task.cancel)
 
     def collect(self, timeout: float) -> list[Finished]:
         """What slots finished, waiting up to `timeout` for the first. Calls given up on are
         never among them: their job was already recorded as timed out."""
         finished: list[Finished] = []
         try:
-            finished.append(self._done.get(timeout=max(timeout, 0.0)))
+            finished += self._done.get(timeout=max(timeout, 0.0))
             while True:
-                finished.append(self._done.get_nowait())
+                finished += self._done.get_nowait()
         except queue.Empty:
             pass
         self.busy -= len(finished)
@@ -100,7 +188,7 @@ class Slots:
 
     def expire(self) -> list[InFlight]:
         """Give up on every call past its deadline: raise JobTimeout into its thread and let
-        a fresh thread take its slot. Returns the calls given up on."""
+        the next plain call find a fresh thread. Returns the calls given up on."""
         now = time.monotonic()
         with self._lock:
             expired = [
@@ -112,8 +200,9 @@ class Slots:
                 call.abandoned = True
                 if call.thread_id is not None:
                     _raise_in_thread(call.thread_id, JobTimeout)
-        for _ in expired:
-            self._add_thread()
+            for call in expired:
+                if call.on_loop:  # a task that outlived its time limit: it swallowed the cancel
+                    self._cancel(call)
         self.busy -= len(expired)
         return expired
 
@@ -124,6 +213,8 @@ class Slots:
             running = [call for call in self._in_flight.values() if not call.abandoned]
             for call in running:
                 call.abandoned = True
+                if call.on_loop:  # handed back: it must not go on meanwhile
+                    self._cancel(call)
         self.busy -= len(running)
         return running
 
@@ -134,31 +225,42 @@ class Slots:
         for _ in range(threads):
             self._work.put(None)
 
-    def _add_thread(self) -> None:
+    def _add_threads(self, calls: int) -> None:
+        """Make sure `calls` more calls each find a thread; a stuck thread keeps its call,
+        so a fresh one takes its slot."""
+        if not calls:
+            return
         with self._lock:
-            self._threads += 1
-        threading.Thread(target=self._serve, name="delayq-slot", daemon=True).start()
+            self._thread_calls += calls
+            missing = max(self._thread_calls - self._threads, 0)
+            self._threads += missing
+        for _ in range(missing):
+            threading.Thread(target=self._serve, name="delayq-slot", daemon=True).start()
 
     def _serve(self) -> None:
         keep_signals_off_this_thread()
+        ended = False  # through `_serve_one`, which then no longer counts this thread
         try:
-            while True:
+            while not ended:
                 try:
-                    if not self._serve_one():
-                        return
+                    ended = not self._serve_one()
                 except JobTimeout:
                     continue  # a time limit that fired just as its call ended
         finally:
-            with self._lock:
-                self._threads -= 1
+            if not ended:  # anything else that ends a thread must not leave it counted
+                with self._lock:
+                    self._threads -= 1
 
     def _serve_one(self) -> bool:
-        """Make one call; False when this thread should end."""
+        """Make one call; False when this thread ends."""
         call = self._work.get()
         if call is None:
+            with self._lock:
+                self._threads -= 1
             return False
         with self._lock:
             if call.abandoned:  # given up on before it started
+                self._thread_calls -= 1
                 return True
             call.thread_id = threading.get_ident()
         try:
@@ -168,12 +270,17 @@ class Slots:
         with self._lock:
             call.thread_id = None  # out of the handler: no JobTimeout for it any more
             self._in_flight.pop(call.job.id, None)
-            late, surplus = call.abandoned, self._threads > self.size
+            self._thread_calls -= 1
+            late = call.abandoned
+            # A fresh thread took a stuck one's slot meanwhile: one too many now ends.
+            surplus = late and self._threads > max(self.size, self._thread_calls)
+            if surplus:
+                self._threads -= 1
         if not late:
-            self._done.put(Finished(call.job, result))
+            self._done.put([Finished(call.job, result)])
             return True
         logger.error("job %d finished after its time limit; its result is refused", call.job.id)
-        return not surplus  # a fresh thread took its slot meanwhile
+        return not surplus
 
 
 def _raise_in_thread(thread_id: int, exc_type: type[BaseException]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any
 
 import delayq
@@ -34,6 +35,11 @@ async def fail(data: dict[str, Any]) -> None:
     raise ValueError("async boom")
 
 
+async def upstream_timeout(data: dict[str, Any]) -> None:
+    """Times out on its own account, as an HTTP client would, well within its limit."""
+    await asyncio.wait_for(asyncio.sleep(5), 0.01)
+
+
 class Notifier:
     """An async method on a class, as a business handler might be."""
 
@@ -41,3 +47,27 @@ class Notifier:
         await asyncio.sleep(0)
         _append(data["log"], f"sent {data['to']}")
         return f"sent {data['to']}"
+
+
+def slot_threads() -> int:
+    """How many of a run's slot threads are alive in this process."""
+    return sum(1 for thread in threading.enumerate() if thread.name == "delayq-slot")
+
+
+async def count_slot_threads(data: dict[str, Any]) -> None:
+    """Log how many slot threads exist while this coroutine runs."""
+    await asyncio.sleep(0.05)
+    _append(data["log"], f"slot threads {slot_threads()}")
+
+
+async def ignores_cancel(data: dict[str, Any]) -> str:
+    """Swallow the first cancellation (a bare `except BaseException` in a retry helper does
+    this), then await a little more."""
+    _append(data["log"], "start")
+    try:
+        await asyncio.sleep(30)
+    except asyncio.CancelledError:
+        _append(data["log"], "ignored cancel")
+    await asyncio.sleep(5)
+    _append(data["log"], "done")
+    return "finished anyway"

@@ -82,7 +82,8 @@ def unshowable(data: dict[str, Any]) -> object:
     if data["kind"] == "repr":
         return Unshowable()
     if data["kind"] == "huge int":  # past int's digit limit for str() and repr()
-        return 10 ** (sys.get_int_max_str_digits() + 10)
+        # The limit came with 3.10.7 (3.11 for vermin); before it, a million digits print.
+        return 10 ** (getattr(sys, "get_int_max_str_digits", lambda: 10**6)() + 10)
     nested: list[Any] = []
     for _ in range(100_000):
         nested = [nested]
@@ -115,3 +116,31 @@ def first_call_waits(data: dict[str, Any]) -> str:
         time.sleep(0.01)
     _append(data["log"], f"done {os.getpid()}")
     return f"ran in {os.getpid()}"
+
+
+def fail_deep(data: dict[str, Any]) -> None:
+    """Recurse data["depth"] calls deep: past the interpreter's limit, a RecursionError. With
+    data["alternate"], down two functions calling each other, so that no repeat folds the
+    traceback's lines, to a LookupError at the bottom."""
+    _append(data["log"], "fail_deep")
+    (_ping if data.get("alternate") else _descend)(data["depth"])
+
+
+def _descend(depth: int) -> None:
+    _descend(depth - 1)
+
+
+def _ping(depth: int) -> None:
+    if depth <= 0:
+        raise LookupError("bottom reached")
+    _pong(depth - 1)
+
+
+def _pong(depth: int) -> None:
+    _ping(depth - 1)
+
+
+def fail_with(data: dict[str, Any]) -> None:
+    """Raise a ValueError whose text is data["text"] repeated data["times"] times."""
+    _append(data["log"], "fail_with")
+    raise ValueError(data["text"] * data.get("times", 1))

@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import redis
+
 from delayq import NoRetry
 
 
@@ -50,6 +52,13 @@ def gated(data: dict[str, Any]) -> str:
         time.sleep(0.01)
     _append(data["log"], f"done {data.get('n', '')}")
     return "opened" if gate.exists() else "gave up"
+
+
+def stop_redis(data: dict[str, Any]) -> str:
+    """Shut the Redis at data["url"] down: the run's own writes after this call fail."""
+    _append(data["log"], "stop_redis")
+    redis.Redis.from_url(data["url"]).shutdown(nosave=True)
+    return "stopped"
 
 
 def echo(data: Any) -> Any:

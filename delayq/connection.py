@@ -1,0 +1,26 @@
+"""connect(): a Queue on the configured database and Redis, or on the embedded default (a
+SQLite file and a private redis-server under DELAYQ_HOME) for whichever is not configured."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .config import Settings, load_settings
+from .queue import Queue
+from .store import embedded
+from .store.database import open_database, sqlite_url
+from .store.index import ScheduleIndex
+from .store.urls import open_redis
+
+
+def connect(settings: Settings | None = None, **overrides: Any) -> Queue:
+    """A Queue from `settings` (default: the environment and config file) plus overrides,
+    e.g. connect(database_url=..., redis_url=..., handlers=[...])."""
+    settings = (settings or load_settings()).with_overrides(**overrides)
+    database_url = settings.database_url or sqlite_url(embedded.database_file(settings.home))
+    db = open_database(database_url)
+    if settings.redis_url:
+        client = open_redis(settings.redis_url, socket_connect_timeout=5, socket_timeout=30)
+    else:
+        client = embedded.open_client(settings.home, settings.embedded_idle)
+    return Queue(settings, db, ScheduleIndex(client))

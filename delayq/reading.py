@@ -1,0 +1,114 @@
+"""QueueReads: what Queue answers without changing anything — one job, its chain, every
+queue's counts, a page of rows, the next jobs due, the metrics — apart from queue.py, which
+writes and runs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import peewee
+
+from .config import DEFAULT_QUEUE, Settings, validate_queue_name
+from .errors import BadInput, JobNotFound
+from .jobspec import job_view, row_view
+from .store import queries
+from .store.failures import backend_errors
+from .store.index import ScheduleIndex
+from .store.keys import MAX_ID
+from .store.table import Job, Table
+from .worker.report import RunReport
+from .worker.run import known_queues
+
+if TYPE_CHECKING:  # loaded by the methods that use them, so `delayq run` does without
+    from .ops.overview import JobFilter, StatusReport, Upcoming
+
+MAX_PAGE = 10_000  # rows `list` or `peek` shows at once; more is a page of its own
+
+
+class QueueReads:
+    """The reading half of Queue; Queue sets these attributes."""
+
+    settings: Settings
+    db: peewee.Database
+    table: Table
+    index: ScheduleIndex
+
+    @backend_errors
+    def show(self, job_id: int) -> dict[str, Any]:
+        """The contract view of one job: id, status, retry_times, message, ext, run_at,
+        class, method, data."""
+        return job_view(self._get(job_id))
+
+    @backend_errors
+    def schedule_of(self, job_id: int) -> str | None:
+        """The cron expression and zone the job recurs by, or None."""
+        return self._get(job_id).schedule
+
+    @backend_errors
+    def history(self, job_id: int) -> list[dict[str, Any]]:
+        """Every attempt in the job's retry chain, oldest first."""
+        return [job_view(row) for row in queries.chain_of(self.table, self._get(job_id))]
+
+    @backend_errors
+    def status(self, *, now: float | None = None) -> StatusReport:
+        """Every queue's counts, backlog and next due time, and what the last run recorded."""
+        from .ops import overview
+
+        return overview.status_report(
+            self.table, self.index, self.index.now() if now is None else now
+        )
+
+    @backend_errors
+    def list_jobs(
+        self,
+        filters: JobFilter,
+        *,
+        limit: int = 50,
+        before_id: int | None = None,
+        now: float | None = None,
+    ) -> list[dict[str, Any]]:
+        """Rows matching `filters`, newest first, as `list --json` shows them."""
+        if not 1 <= limit <= MAX_PAGE:
+            raise BadInput(f"--limit must be between 1 and {MAX_PAGE}")
+        if before_id is not None and not 1 <= before_id <= MAX_ID:
+            raise BadInput(f"--before-id must be between 1 and {MAX_ID}")
+        now = self.index.now() if now is None else now
+        from .ops import overview
+
+        return [
+            row_view(row) for row in overview.list_jobs(self.table, filters, now, limit, before_id)
+        ]
+
+    @backend_errors
+    def peek(self, count: int = 10, *, queues: Sequence[str] | None = None) -> list[Upcoming]:
+        """The next `count` scheduled jobs across `queues` (default all), without claiming."""
+        if not 1 <= count <= MAX_PAGE:
+            raise BadInput(f"peek needs a count between 1 and {MAX_PAGE}")
+        if queues:
+            names = [validate_queue_name(name) for name in queues]
+        else:
+            # The default schedule's key is the contract's, so producers ZADD it directly.
+            names = sorted({DEFAULT_QUEUE, *self.index.queues()})
+        from .ops import overview
+
+        return overview.next_scheduled(self.table, self.index, names, count)
+
+    @backend_errors
+    def metrics(self, report: RunReport | None = None) -> bytes:
+        """The Prometheus exposition (`delayq metrics`); with a run's report, its figures too."""
+        from .ops.metrics import exposition  # prometheus_client only when asked for
+
+        return exposition(self.table, self.index, self.index.now(), report)
+
+    @backend_errors
+    def due_count(self, queues: Sequence[str] | None = None) -> int:
+        """How many jobs are due now on the schedule of `queues` (default: all)."""
+        return self.index.due_count(list(queues) if queues else known_queues(self.index))
+
+    def _get(self, job_id: int) -> Job:
+        # An id no column can hold names no job; asked as it is, the database would fail.
+        job = queries.get_job(self.table, job_id) if 0 < job_id <= MAX_ID else None
+        if job is None:
+            raise JobNotFound(f"no job with id {job_id}")
+        return job
