@@ -1,5 +1,7 @@
-"""The README's commands and code run as written: `bin/demo` on the embedded default, and
-every ```python block, against handler modules named as the README names them."""
+"""The README's commands and code run as written: `bin/demo` on the embedded default, the
+Quickstart's shell lines in an empty directory, and every ```python block of the README and
+of docs/, against handler modules named as the README names them; and every link between
+them leads somewhere."""
 
 from __future__ import annotations
 
@@ -12,9 +14,17 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
+from tests.embedded_processes import embedded_processes_under
+from tests.waiting import wait_for
 
 README = (ROOT / "README.md").read_text()
-PYTHON_BLOCKS = re.findall(r"```python\n(.*?)```", README, re.S)
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PYTHON_BLOCKS = [
+    block
+    for document in DOCUMENTS
+    for block in re.findall(r"```python\n(.*?)```", document.read_text(), re.S)
+]
+QUICKSTART = re.search(r"^## Quickstart\n.*?```sh\n(.*?)```", README, re.S | re.M)
 
 # The handler modules the README's samples name, as an application would write them.
 HANDLERS = {
@@ -70,8 +80,62 @@ def test_the_demo_runs(tmp_path):
         result = subprocess.run(
             [str(ROOT / "bin" / "demo")], env=env, capture_output=True, text=True, timeout=120
         )
+        # The demo stops the server it started: neither it nor its keeper is left.
+        wait_for(lambda: not embedded_processes_under(tmp_path), 15, "the demo's server to stop")
     finally:
         _stop_embedded(env)
     assert result.returncode == 0, result.stderr
     for line in ("$ delayq run -v", "$ delayq status", "refunded request 1001 (25 EUR)"):
         assert line in result.stdout, result.stdout
+
+
+def test_the_quickstart_runs_in_an_empty_directory(tmp_path):
+    """As a new user types it: the installed `delayq` command, no DELAYQ_* and no PYTHONPATH,
+    so the handler module is found in the working directory alone."""
+    assert QUICKSTART, "no ```sh block under ## Quickstart: the extraction is broken"
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith("DELAYQ_") and key != "PYTHONPATH"
+    }
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    try:
+        result = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", QUICKSTART.group(1)],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        left_running = subprocess.run(
+            ["delayq", "embedded-stop"], cwd=tmp_path / "shop", env=env, capture_output=True
+        )
+    assert result.returncode == 0, result.stderr
+    shown = dict(re.findall(r"^(\w+) +(.*)$", result.stdout, re.M))
+    assert shown["status"] == "success", result.stdout
+    assert shown["message"] == "mailed ann@example.com", result.stdout
+    assert result.stdout.rstrip().endswith("stopped"), result.stdout
+    assert left_running.stdout == b"not running\n", left_running
+
+
+def _anchors(text: str) -> set[str]:
+    """The anchors a Markdown renderer gives the headings of `text`, as GitHub makes them."""
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    headings = re.findall(r"^#+ +(.+?) *$", text, re.M)
+    return {re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-") for heading in headings}
+
+
+@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda path: path.name)
+def test_every_link_leads_somewhere(document):
+    text = document.read_text()
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", re.sub(r"```.*?```", "", text, flags=re.S)):
+        if re.match(r"[a-z]+:", target):
+            continue  # an address outside the repository
+        path, _, anchor = target.partition("#")
+        linked = (document.parent / path).resolve() if path else document
+        if not linked.exists() or (anchor and anchor not in _anchors(linked.read_text())):
+            broken.append(target)
+    assert not broken, f"{document.name} links to what is not there: {broken}"
