@@ -35,6 +35,12 @@ class QueueReads:
     index: ScheduleIndex
 
     @backend_errors
+    def reach(self) -> None:
+        """Ask both servers once: BackendUnavailable if either does not answer."""
+        self.index.client.ping()
+        self.db.execute_sql("SELECT 1")
+
+    @backend_errors
     def show(self, job_id: int) -> dict[str, Any]:
         """The contract view of one job: id, status, retry_times, message, ext, run_at,
         class, method, data."""

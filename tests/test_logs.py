@@ -14,7 +14,7 @@ from tests.invoke import invoke
 
 H = "tests.sample_handlers.jobs"
 JOB_KEYS = {"job_id", "class", "method", "queue", "attempt", "duration", "outcome", "will_retry"}
-BASE_KEYS = {"time", "level", "logger", "message"}
+BASE_KEYS = {"time", "level", "logger", "message", "pid"}
 
 
 @pytest.fixture(autouse=True)

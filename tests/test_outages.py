@@ -9,6 +9,8 @@ again without touching the shared one; MariaDB is reached through a TCP proxy th
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import shutil
 import signal
 import socket
@@ -16,6 +18,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -113,6 +116,73 @@ def test_a_loop_that_cannot_reach_redis_at_start_exits_1_with_one_line(cli_env, 
     assert runner.returncode == 1
     (line,) = stderr.decode().splitlines()
     assert line.startswith("delayq: error: ")
+
+
+def test_processes_that_cannot_reach_redis_exit_1_with_one_line_before_any_child(cli_env, tmp_path):
+    env = {**cli_env, "DELAYQ_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}
+    log_file = tmp_path / "run.log"
+    runner = start(env, "run", "--loop", "--processes", "2", "--log-file", str(log_file))
+    _, stderr = runner.communicate(timeout=60)
+    assert runner.returncode == 1
+    (line,) = stderr.decode().splitlines()
+    assert line.startswith("delayq: error: Redis error: ")
+    assert "runner process" not in (log_file.read_text() if log_file.exists() else "")
+
+
+def children_of(pid: int) -> list[int]:
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return [int(child) for child in children]
+
+
+def test_a_child_started_again_while_redis_is_down_waits_for_it_instead_of_dying(
+    backend, private_redis, cli_env, log, tmp_path
+):
+    # Before, such a child exited 1 at its start, was started again, and so on, until the
+    # parent counted too many deaths and gave up on the whole run.
+    env = {**cli_env, "DELAYQ_REDIS_URL": private_redis.url}
+    queue = queue_on(backend, private_redis, tmp_path)
+    log_file = tmp_path / "run.log"
+    runner = start(
+        env, "run", "--loop", "--processes", "2", "--log-file", str(log_file), "--log-json"
+    )
+    queue.add(H, "record", {"log": log, "n": "first"})
+    wait_for(lambda: read_log(log) == ["first"], 30, "a first pass that worked")
+    private_redis.kill()
+    first_children = children_of(runner.pid)
+    assert len(first_children) == 2
+    os.kill(first_children[0], signal.SIGKILL)
+    started_again = lambda: [  # noqa: E731
+        child for child in children_of(runner.pid) if child not in first_children
+    ]
+    wait_for(lambda: started_again(), 30, "a child started in the dead one's place")
+    new_child = started_again()[0]
+    # Long enough for a child that dies at its start to die many times over.
+    wait_for(lambda: away_lines(log_file, new_child) >= 3, 30, "the new child waiting")
+    assert runner.poll() is None
+
+    private_redis.start()
+    job_id = queue.add(H, "record", {"log": log, "n": "back"})
+    wait_for(lambda: read_log(log) == ["first", "back"], 60, "the job added once Redis is back")
+    runner.send_signal(signal.SIGTERM)
+    _, stderr = runner.communicate(timeout=30)
+    assert runner.returncode == 128 + signal.SIGTERM
+    assert stderr == b""
+    died = [entry["message"] for entry in log_entries(log_file) if "died" in entry["message"]]
+    assert died == [f"runner process {first_children[0]} died (exit -9); starting another"]
+    assert queue.show(job_id)["status"] == "success"
+    queue.close()
+
+
+def log_entries(log_file: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in read_log(log_file)]
+
+
+def away_lines(log_file: Path, pid: int) -> int:
+    """How many "a server is away" lines process `pid` logged."""
+    return sum(
+        entry["pid"] == pid and entry["message"].startswith("a server is away")
+        for entry in log_entries(log_file)
+    )
 
 
 def test_a_loop_pauses_while_redis_is_down_and_backs_off(

@@ -12,6 +12,7 @@ from collections import Counter
 import pytest
 
 from delayq import JobSpec, Status
+from delayq.store.database import sqlite_url
 from delayq.store.table import Job
 from delayq.worker import recovery
 from tests.conftest import DELAYQ
@@ -89,15 +90,17 @@ def test_a_child_that_dies_is_replaced_and_the_work_goes_on(queue, cli_env, log)
     assert Counter(int(n) for n, _ in recorded) == Counter(range(20))
 
 
-def test_children_that_keep_dying_make_the_parent_give_up(queue, cli_env, log, monkeypatch):
-    # A child that cannot even reach its database dies the same way every time.
-    env = dict(cli_env, DELAYQ_REDIS_URL="redis://127.0.0.1:1/0")
+def test_children_that_keep_dying_make_the_parent_give_up(cli_env, tmp_path):
+    # Both servers answer the parent, but a child finds no delay_queue table (no `delayq
+    # init`): it dies the same way every time.
+    env = dict(cli_env, DELAYQ_DATABASE_URL=sqlite_url(tmp_path / "never-initialised.db"))
     parent = start(env, "run", "--processes", "2", "--loop")
 
     stdout, stderr = parent.communicate(timeout=60)
 
     assert parent.returncode == 1
     assert b"runner processes keep dying" in stderr
+    assert b"the delay_queue table does not exist here" in stderr
 
 
 @pytest.mark.parametrize("bad", ["0", "65", "-2"])

@@ -168,6 +168,14 @@ def _supervise(processes: int, params: dict[str, Any]) -> None:
         settings = load_settings().with_overrides(on_failure=params["on_failure"])
         check_allowlist(settings.handlers)
         load_reporters(settings)
+        # The parent's own lines (a child died, giving up) go where its children's go.
+        setup_logging(params["log_level"], params["log_file"], params["log_json"])
+        if params["loop"]:  # a looping child waits out an outage, even one at its start
+            queue = open_queue(on_failure=params["on_failure"])
+            try:
+                queue.reach()  # so a wrong URL is said once, here, and at once
+            finally:
+                queue.close()
     from ..worker.processes import Supervisor
 
     child = [sys.executable, "-m", "delayq", "run", *_child_options(params)]

@@ -90,7 +90,8 @@ class TextFormatter(logging.Formatter):
 
 
 class JsonLinesFormatter(logging.Formatter):
-    """One JSON object per record: time, level, logger, message, any exception, and — when
+    """One JSON object per record: time, level, logger, message, pid (which runner process
+    of `--processes` wrote it), any exception, and — when
     the runner attached a job's outcome with `extra={"job_outcome": ...}` — job_id, class,
     method, queue, attempt, duration, outcome and will_retry; for a failure also error (its
     head line) and traceback (None when the failure had none)."""
@@ -101,6 +102,7 @@ class JsonLinesFormatter(logging.Formatter):
             "level": record.levelname.lower(),
             "logger": record.name,
             "message": record.getMessage(),
+            "pid": record.process,
         }
         outcome = getattr(record, "job_outcome", None)
         if outcome is not None:

@@ -51,7 +51,8 @@ def run_loop(
     total = RunReport()
     deadline = None if duration is None else time.monotonic() + duration
     last_sweep = float("-inf")
-    _reach(table, index)  # a server not reachable at all from the start: exit 1, at once
+    if liveness is None:  # a supervising parent asked once for all its children
+        _reach(table, index)  # a server not reachable at all from the start: exit 1, at once
     outage = Outage(stop, liveness, settings.lease + settings.grace)
     while True:
         remaining = float("inf") if deadline is None else deadline - time.monotonic()
@@ -82,7 +83,8 @@ def run_loop(
 def _reach(table: Table, index: ScheduleIndex) -> None:
     """Ask both servers once. A loop waits out a server that went away, but one it cannot
     reach when it starts is more likely a wrong URL than a restart, and is said at once, as
-    a one-shot run says it."""
+    a one-shot run says it. A child of `--processes` skips this: its parent asked before
+    starting any, and a child started again while Redis restarts must wait, not die."""
     index.client.ping()
     table.db.execute_sql("SELECT 1")
 
