@@ -136,6 +136,8 @@ def test_a_real_sigint_still_stops_an_api_run_and_hands_the_job_back(queue, log,
         [sys.executable, "-c", API_RUN, backend["database_url"], backend["redis_url"]],
         cwd=ROOT,
         stderr=subprocess.PIPE,
+        # Python keeps SIGINT ignored if it starts so, as under a shell's background job.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     wait_for(lambda: read_log(log) == ["start current"], 30, "the job to start")
     run.send_signal(signal.SIGINT)
