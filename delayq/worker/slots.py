@@ -17,6 +17,8 @@ import asyncio
 import contextlib
 import ctypes
 import functools
+import heapq
+import itertools
 import logging
 import queue
 import threading
@@ -83,6 +85,12 @@ class Slots:
         self._done: queue.SimpleQueue[list[Finished]] = queue.SimpleQueue()
         self._landed_calls: list[Finished] = []  # tasks that ended in this turn of the loop
         self._in_flight: dict[int, InFlight] = {}  # by job id
+        # Deadlines of calls in flight, soonest first; an entry whose call has ended or was
+        # given up on is skipped when it reaches the top. The main thread asks for the next
+        # deadline on every turn: with hundreds in flight, a scan each time cost real time.
+        self._deadlines: list[tuple[float, int, InFlight]] = []
+        self._order = itertools.count()  # breaks ties between equal deadlines
+        self._stuck = 0  # calls in _in_flight given up on: their threads are still inside
         self._threads = 0  # alive, stuck ones included
         # Calls that hold a thread or wait for one, stuck ones included: threads are started
         # when a plain handler's call finds none free, so a run of async handlers has none.
@@ -94,7 +102,7 @@ class Slots:
     def stuck(self) -> int:
         """Threads still inside a handler that was given up on."""
         with self._lock:
-            return sum(1 for call in self._in_flight.values() if call.abandoned)
+            return self._stuck
 
     @property
     def free(self) -> int:
@@ -112,6 +120,7 @@ class Slots:
             call.on_loop = coroutine is not None
             with self._lock:
                 self._in_flight[job.id] = call
+                self._push_deadline(call)
             self.busy += 1
             if coroutine is None:
                 self._work.put(call)
@@ -133,7 +142,7 @@ class Slots:
         for call, coroutine in tasks:
             with self._lock:
                 if call.abandoned:
-                    self._in_flight.pop(call.job.id, None)
+                    self._forget(call)
                     coroutine.close()
                     continue
                 task = call.task = loop.create_task(coroutine)
@@ -146,7 +155,7 @@ class Slots:
         except BaseException as exc:  # noqa: BLE001 - cancelled: handed over as it is
             result = exc
         with self._lock:
-            self._in_flight.pop(call.job.id, None)
+            self._forget(call)
             late = call.abandoned
         if late:
             logger.error("job %d finished after its time limit; its result is refused", call.job.id)
@@ -183,21 +192,45 @@ class Slots:
 
     def next_deadline(self) -> float | None:
         with self._lock:
-            deadlines = [c.deadline for c in self._in_flight.values() if not c.abandoned]
-        return min(deadlines, default=None)
+            self._drop_settled_deadlines()
+            return self._deadlines[0][0] if self._deadlines else None
+
+    def _push_deadline(self, call: InFlight) -> None:
+        """Add a call's deadline (the caller holds the lock). Settled entries below the top
+        stay until they reach it; behind one long call they would pile up, so the heap is
+        rebuilt from the calls in flight when it is more than twice their number."""
+        deadlines = self._deadlines
+        if len(deadlines) > 2 * len(self._in_flight) + 64:
+            deadlines[:] = [
+                entry
+                for entry in deadlines
+                if not entry[2].abandoned and self._in_flight.get(entry[2].job.id) is entry[2]
+            ]
+            heapq.heapify(deadlines)
+        heapq.heappush(deadlines, (call.deadline, next(self._order), call))
+
+    def _drop_settled_deadlines(self) -> None:
+        """Pop deadlines of calls that ended or were given up on (the caller holds the lock)."""
+        deadlines = self._deadlines
+        while deadlines:
+            call = deadlines[0][2]
+            if not call.abandoned and self._in_flight.get(call.job.id) is call:
+                return
+            heapq.heappop(deadlines)
 
     def expire(self) -> list[InFlight]:
         """Give up on every call past its deadline: raise JobTimeout into its thread and let
         the next plain call find a fresh thread. Returns the calls given up on."""
         now = time.monotonic()
+        expired: list[InFlight] = []
         with self._lock:
-            expired = [
-                call
-                for call in self._in_flight.values()
-                if not call.abandoned and call.deadline <= now
-            ]
+            self._drop_settled_deadlines()
+            while self._deadlines and self._deadlines[0][0] <= now:
+                call = heapq.heappop(self._deadlines)[2]
+                expired.append(call)
+                self._give_up(call)
+                self._drop_settled_deadlines()
             for call in expired:
-                call.abandoned = True
                 if call.thread_id is not None:
                     _raise_in_thread(call.thread_id, JobTimeout)
             for call in expired:
@@ -206,13 +239,23 @@ class Slots:
         self.busy -= len(expired)
         return expired
 
+    def _give_up(self, call: InFlight) -> None:
+        """Mark a call in flight given up on (the caller holds the lock)."""
+        call.abandoned = True
+        self._stuck += 1
+
+    def _forget(self, call: InFlight) -> None:
+        """A call left the table of calls in flight (the caller holds the lock)."""
+        if self._in_flight.pop(call.job.id, None) is call and call.abandoned:
+            self._stuck -= 1
+
     def abandon_all(self) -> list[InFlight]:
         """Give up on every call still running (the run is stopping); their late results
         are refused."""
         with self._lock:
             running = [call for call in self._in_flight.values() if not call.abandoned]
             for call in running:
-                call.abandoned = True
+                self._give_up(call)
                 if call.on_loop:  # handed back: it must not go on meanwhile
                     self._cancel(call)
         self.busy -= len(running)
@@ -260,6 +303,7 @@ class Slots:
             return False
         with self._lock:
             if call.abandoned:  # given up on before it started
+                self._forget(call)
                 self._thread_calls -= 1
                 return True
             call.thread_id = threading.get_ident()
@@ -269,7 +313,7 @@ class Slots:
             result = exc
         with self._lock:
             call.thread_id = None  # out of the handler: no JobTimeout for it any more
-            self._in_flight.pop(call.job.id, None)
+            self._forget(call)
             self._thread_calls -= 1
             late = call.abandoned
             # A fresh thread took a stuck one's slot meanwhile: one too many now ends.
