@@ -30,8 +30,29 @@ from tests.embedded_processes import embedded_processes_under
 
 ROOT = Path(__file__).resolve().parent.parent
 HANDLERS = ("tests.sample_handlers",)
-MARIADB_URL = os.environ.get("DELAYQ_TEST_MARIADB_URL", "mysql://root@127.0.0.1:3306/delayq_test")
-REDIS_URL = os.environ.get("DELAYQ_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+# Under pytest-xdist (`bin/test -n 2`) each worker has databases of its own: worker N uses
+# the Redis database 2N below DELAYQ_TEST_REDIS_URL's (the one between is its soak's) and the
+# MariaDB database named DELAYQ_TEST_MARIADB_URL's with "_wN" added; worker 0 uses them as given.
+WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+
+
+def _for_this_worker(redis_url: str, mariadb_url: str) -> tuple[str, str]:
+    if WORKER == 0:
+        return redis_url, mariadb_url
+    redis_parts = urlparse(redis_url)
+    database = int(redis_parts.path.strip("/") or 0) - 2 * WORKER
+    if database < 1:
+        raise RuntimeError(f"{redis_url}: too low a database for xdist worker {WORKER}")
+    return (
+        redis_parts._replace(path=f"/{database}").geturl(),
+        f"{mariadb_url}_w{WORKER}",
+    )
+
+
+REDIS_URL, MARIADB_URL = _for_this_worker(
+    os.environ.get("DELAYQ_TEST_REDIS_URL", "redis://127.0.0.1:6379/15"),
+    os.environ.get("DELAYQ_TEST_MARIADB_URL", "mysql://root@127.0.0.1:3306/delayq_test"),
+)
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 

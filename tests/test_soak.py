@@ -3,9 +3,9 @@ MariaDB connections and a table locked past the lease (and, in the second, Redis
 over plain, recurring, debounced and hostile jobs; nothing lost, duplicates within the
 faults' bound, every queue still moving, no runner exiting.
 
-Its Redis is the database DELAYQ_SOAK_REDIS_URL names; by default database 14 on the server
-of DELAYQ_TEST_REDIS_URL (the soak flushes it). The second soak runs a redis-server of its
-own on a free port, so that it may kill it."""
+Its Redis is the database DELAYQ_SOAK_REDIS_URL names; by default the one just below
+DELAYQ_TEST_REDIS_URL's on its server, 14 for 15 (the soak flushes it). The second soak runs
+a redis-server of its own on a free port, so that it may kill it."""
 
 from __future__ import annotations
 
@@ -21,14 +21,14 @@ from tests.conftest import IN_CI, REDIS_URL, ROOT
 
 pytestmark = pytest.mark.slow
 
-SOAK_REDIS_DB = 14
-
 
 def soak_redis_url() -> str:
-    """DELAYQ_SOAK_REDIS_URL, or database 14 on the test Redis server; never the suite's
-    own test database, which the soak would flush and leave keys in."""
+    """DELAYQ_SOAK_REDIS_URL, or the database just below the suite's own test database on
+    its server (14 by default); never the suite's own, which the soak would flush and leave
+    keys in."""
     explicit = os.environ.get("DELAYQ_SOAK_REDIS_URL")
-    url = explicit or urlsplit(REDIS_URL)._replace(path=f"/{SOAK_REDIS_DB}").geturl()
+    below = int(urlsplit(REDIS_URL).path.strip("/") or 0) - 1
+    url = explicit or urlsplit(REDIS_URL)._replace(path=f"/{below}").geturl()
     if url == REDIS_URL:
         pytest.fail(
             f"the soak would flush DELAYQ_TEST_REDIS_URL's database ({url}); point "
