@@ -5,7 +5,7 @@ shown against it and against arq, measured in the same run."""
 
 from __future__ import annotations
 
-from . import dispatch, env, peers
+from . import dispatch, env, peers, startup
 from .report import Result, Target, median, number, rates_against_limit, ratio, times
 from .sizes import Sizes
 
@@ -20,9 +20,11 @@ def run(sizes: Sizes) -> Result:
     command = [*dispatch.RUN, "--concurrency", str(IN_FLIGHT)]
     walls: dict[str, list[float]] = {"delayq": [], "arq": []}
     errors: dict[str, str] = {}
+    starts = startup.Starts(command)
     for attempt in range(sizes.repeat):
         env.log(f"aio {attempt + 1}/{sizes.repeat}: {n} due jobs awaiting {WAIT * 1000:g} ms")
         walls["delayq"].append(dispatch.drain(command, n, "await_incr").wall)
+        starts.measure()
         if "arq" in errors:
             continue
         try:
@@ -32,12 +34,16 @@ def run(sizes: Sizes) -> Result:
             env.log(f"aio: arq failed: {errors['arq']}")
     rates = {name: n / median(values) for name, values in walls.items() if values}
     limit = IN_FLIGHT / WAIT
+    floor, empty = starts.floor, starts.empty
+    bare = startup.bare_loop_rate(n, IN_FLIGHT, sizes.repeat)
     ours, theirs = rates["delayq"], rates.get("arq")
     vs_arq = ratio(ours, theirs) if theirs else None
     shown = rates_against_limit(rates, limit, errors)
     line = (
         f"aio       N={n}, {IN_FLIGHT} in flight, {WAIT * 1000:g} ms each, limit "
-        f"{number(limit)}/s: {shown} -> delayq {times(vs_arq)} arq"
+        f"{number(limit)}/s: {shown} -> delayq {times(vs_arq)} arq; the job alone on one "
+        f"bare event loop {number(bare)}/s ({times(ratio(bare, limit))} limit); "
+        + startup.describe(floor, empty, n, median(walls["delayq"]), limit)
     )
     figures = {
         "n": n,
@@ -49,6 +55,10 @@ def run(sizes: Sizes) -> Result:
         "vs_arq": vs_arq,
         "wall_s": walls,
         "errors": errors,
+        "bare_loop_per_s": bare,
+        "start_floor_s": starts.floors,
+        "empty_run_s": starts.empties,
+        "without_start_per_s": startup.without_start(n, median(walls["delayq"]), empty),
     }
     targets = [
         Target("vs limit", ratio(ours, limit), ">=", LIMIT_TARGET),

@@ -52,6 +52,12 @@ async def await_incr(data: Any) -> None:
 _async_client: redis.asyncio.Redis | None = None
 
 
+def reset_async_client() -> None:
+    """Forget the asyncio client, for a new event loop (bench.startup's bare loop)."""
+    global _async_client
+    _async_client = None
+
+
 def async_client() -> redis.asyncio.Redis:
     """An asyncio client on the run's one event loop, opened on first use."""
     global _async_client

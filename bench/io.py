@@ -6,7 +6,7 @@ measured in the same run."""
 
 from __future__ import annotations
 
-from . import dispatch, env, peers
+from . import dispatch, env, peers, startup
 from .report import Result, Target, median, number, rates_against_limit, ratio, times
 from .sizes import Sizes
 
@@ -22,9 +22,11 @@ def run(sizes: Sizes) -> Result:
     command = [*dispatch.RUN, "--concurrency", str(IN_FLIGHT)]
     walls: dict[str, list[float]] = {"delayq": []}
     errors: dict[str, str] = {}
+    starts = startup.Starts(command)
     for attempt in range(sizes.repeat):
         env.log(f"io {attempt + 1}/{sizes.repeat}: {n} due jobs of {SLEEP * 1000:g} ms")
         walls["delayq"].append(dispatch.drain(command, n, "sleep_incr").wall)
+        starts.measure()
         for peer in PEERS:
             if peer in errors:
                 continue
@@ -34,11 +36,15 @@ def run(sizes: Sizes) -> Result:
                 errors[peer] = f"{type(exc).__name__}: {exc}"
                 env.log(f"io: {peer} failed: {errors[peer]}")
     rates = {name: n / median(values) for name, values in walls.items() if values}
-    return _result(n, rates, walls, errors)
+    return _result(n, rates, walls, errors, starts)
 
 
 def _result(
-    n: int, rates: dict[str, float], walls: dict[str, list[float]], errors: dict[str, str]
+    n: int,
+    rates: dict[str, float],
+    walls: dict[str, list[float]],
+    errors: dict[str, str],
+    starts: startup.Starts,
 ) -> Result:
     limit = IN_FLIGHT / SLEEP
     ours = rates["delayq"]
@@ -56,12 +62,16 @@ def _result(
         "vs_best_peer": vs_peer,
         "wall_s": walls,
         "errors": errors,
+        "start_floor_s": starts.floors,
+        "empty_run_s": starts.empties,
+        "without_start_per_s": startup.without_start(n, median(walls["delayq"]), starts.empty),
     }
     shown = rates_against_limit(rates, limit, errors)
     line = (
         f"io        N={n}, {IN_FLIGHT} in flight, {SLEEP * 1000:g} ms each, limit "
         f"{number(limit)}/s: {shown} -> delayq {times(vs_peer)} the best peer "
-        f"({best or 'none'})"
+        f"({best or 'none'}); "
+        + startup.describe(starts.floor, starts.empty, n, median(walls["delayq"]), limit)
     )
     targets = [
         Target("vs limit", ratio(ours, limit), ">=", LIMIT_TARGET),
