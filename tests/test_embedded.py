@@ -10,6 +10,7 @@ until no server or keeper of the test's homes is left.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import signal
@@ -28,7 +29,7 @@ import redis
 import delayq
 from delayq.config import Settings
 from delayq.errors import ConfigError
-from delayq.store import embedded
+from delayq.store import embedded, watchdog
 from delayq.store.keys import schedule_key
 from tests.embedded_processes import embedded_processes_under, is_alive
 from tests.sample_handlers.jobs import read_log
@@ -129,8 +130,14 @@ def test_default_starts_redislites_server_on_a_socket_under_home(home):
     client.close()
 
 
-def test_jobs_survive_a_stop_and_restart_of_the_embedded_server(home, tmp_path):
-    path = home("home")
+DEEP = "d" * 60 + "/" + "e" * 60  # too deep a home for a socket path under it
+
+
+@pytest.mark.parametrize("name", ["home", DEEP], ids=["socket-under-home", "deep-home"])
+def test_jobs_survive_a_stop_and_restart_of_the_embedded_server(home, tmp_path, name):
+    # A deep home's socket directory was removed by the stopped server's keeper while the
+    # restart's server was about to bind in it: "bind: No such file or directory".
+    path = home(name)
     log = str(tmp_path / "handler.log")
     with embedded_queue(path) as queue:
         job_id = queue.add(H, "record", {"log": log, "n": 1}, delay=30, now=NOW)
@@ -155,8 +162,36 @@ def test_jobs_survive_a_stop_and_restart_of_the_embedded_server(home, tmp_path):
     assert read_log(log) == ["1"]
 
 
+def test_a_keeper_leaves_a_socket_directory_a_starting_server_made_under_the_lock(home):
+    path = home(DEEP)
+    path.mkdir(parents=True)
+    directory = embedded.private_directory(path)
+    lock_fd = os.open(path / "redis.lock", os.O_CREAT | os.O_WRONLY, 0o600)
+    with open(lock_fd, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # a command starting a server holds it
+        directory.mkdir(mode=0o700)  # made, and still empty: the server is not bound yet
+        keeper = threading.Thread(target=watchdog._remove_socket_directory, args=(path, directory))
+        keeper.start()
+        inode = os.stat(path / "redis.lock").st_ino
+        wait_for(lambda: waits_for_a_flock(inode), 30, "the keeper to wait for the lock")
+        (directory / "redis.sock").touch()  # the new server's socket, bound
+    keeper.join(30)
+
+    assert directory.is_dir()
+    (directory / "redis.sock").unlink()
+    watchdog._remove_socket_directory(path, directory)  # that server's keeper, once it ends
+    assert not directory.exists()
+
+
+def waits_for_a_flock(inode: int) -> bool:
+    """Whether some process waits for a flock on the file with this inode (/proc/locks
+    marks a waiting request with "->")."""
+    lines = Path("/proc/locks").read_text().splitlines()
+    return any("->" in line and "FLOCK" in line and f":{inode} " in line for line in lines)
+
+
 def test_home_too_deep_for_a_socket_path_gets_a_short_socket_and_still_works(home):
-    path = home("d" * 60 + "/" + "e" * 60)
+    path = home(DEEP)
     sock = embedded.socket_path(path)
 
     with embedded_queue(path) as queue:

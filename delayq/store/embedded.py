@@ -69,14 +69,16 @@ def redis_url(home: Path, idle_limit: float = DEFAULT_IDLE_LIMIT) -> str:
     started here stops by itself after `idle_limit` seconds without a client."""
     _make_home(home)
     sock = socket_path(home)
-    _make_socket_directory(home, sock)
     url = f"unix://{sock}"
     # One starter at a time: concurrent cron runs must not start two servers on one socket.
     # The keeper takes the same lock to stop an idle server, so a server found answering
-    # here is not stopped before this command's own connection counts as a use.
+    # here is not stopped before this command's own connection counts as a use, and to
+    # remove a deep home's socket directory, so it never goes between its making here and
+    # the new server's bind.
     lock_fd = os.open(home / "redis.lock", os.O_CREAT | os.O_WRONLY, 0o600)
     with open(lock_fd, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        _make_socket_directory(home, sock)
         if not _answers(url):
             keeper = _start(home.resolve(), sock, idle_limit)
             _wait_until_answering(url, home, keeper)
