@@ -117,6 +117,9 @@ class OutcomeBuffer:
         self.waiting: list[Outcome] = []
         self.journaled: list[int] = []
         self.in_flight: deque[Future[Settled]] = deque()
+        # The outcomes of each commit in flight: written straight to the table by `salvage`
+        # if that commit fails before its table write.
+        self.outcomes_of: dict[Future[Settled], _Settling] = {}
         self.window_started = time.monotonic()
 
     def add(self, outcome: Outcome, more_coming: bool) -> Settled | None:
@@ -150,7 +153,12 @@ class OutcomeBuffer:
         if self.bookkeeper is not None:
             self._hand_over()
             return self._collect(block=True) or Settled()
-        settled = _commit(self.table, self.index, self._settling(self.waiting), self.journaled)
+        batch = self._settling(self.waiting)
+        try:
+            settled = _commit(self.table, self.index, batch, self.journaled)
+        finally:
+            if batch.table_written:  # in the table: nothing left to salvage
+                self.waiting, self.journaled = [], []
         self.waiting, self.journaled = [], []
         self.window_started = time.monotonic()
         return settled
@@ -160,11 +168,10 @@ class OutcomeBuffer:
         if self.waiting:
             if len(self.in_flight) >= 2:
                 self.in_flight[0].result()  # back-pressure: the oldest must land first
-            self.in_flight.append(
-                self.bookkeeper.submit(
-                    _commit, self.table, self.index, self._settling(self.waiting), self.journaled
-                )
-            )
+            batch = self._settling(self.waiting)
+            commit = self.bookkeeper.submit(_commit, self.table, self.index, batch, self.journaled)
+            self.in_flight.append(commit)
+            self.outcomes_of[commit] = batch
         self.waiting, self.journaled = [], []
         self.window_started = time.monotonic()
 
@@ -176,11 +183,29 @@ class OutcomeBuffer:
         failed raises here, in the main thread."""
         merged: Settled | None = None
         while self.in_flight and (block or self.in_flight[0].done()):
-            merged = (merged or Settled()).merge(self.in_flight.popleft().result())
+            settled = self.in_flight[0].result()
+            self.outcomes_of.pop(self.in_flight.popleft())
+            merged = (merged or Settled()).merge(settled)
         return merged
 
+    def salvage(self) -> Settled:
+        """The run is failing (a server went away): write straight to the table, in one
+        transaction and without Redis, every outcome not known to be there — those not yet
+        handed over, and those of commits that failed before their table write. Redis may be
+        what is away, and its journal with it: left to lease recovery, these jobs would run
+        a second time. Their retries are put on the schedule by the orphan sweep."""
+        pending = list(self.waiting)
+        for commit in self.in_flight:
+            batch = self.outcomes_of[commit]
+            if commit.exception() is not None and not batch.table_written:
+                pending += batch.outcomes
+        self.waiting, self.journaled = [], []
+        self.in_flight.clear()
+        self.outcomes_of.clear()
+        return write_outcomes(self.table, pending, self.token)
 
-@dataclass(frozen=True)
+
+@dataclass
 class _Settling:
     """The outcomes of one group commit, and where they belong."""
 
@@ -188,6 +213,7 @@ class _Settling:
     token: str | None
     outcomes: list[Outcome]
     notes_starts: bool
+    table_written: bool = False  # set on the bookkeeper's thread once the table has them
 
 
 def _commit(table: Table, index: ScheduleIndex, batch: _Settling, journaled: list[int]) -> Settled:
@@ -195,6 +221,7 @@ def _commit(table: Table, index: ScheduleIndex, batch: _Settling, journaled: lis
     started = None
     if batch.notes_starts and batch.token is not None:
         started = (batch.token, [outcome.job.id for outcome in batch.outcomes])
+    batch.table_written = True  # whatever the Redis half does: `salvage` skips these
     tally = tally_of(batch.queue, batch.outcomes, set(settled.lost))
     index.settle(batch.queue, journaled, settled.scheduled, started, tally)
     return settled

@@ -240,13 +240,23 @@ class Run:
         self.noted_order = self.noted_order or batch.noted
 
     def _flush(self, buffer: OutcomeBuffer, quietly: bool) -> None:
+        """Record what the buffer holds. If that fails, what is not in the table yet is
+        written there alone (`salvage`): Redis, and the journal with it, may be what failed.
+        Then the failure is raised, or with `quietly` (already failing) logged."""
         try:
             self._count(buffer.flush())
+            return
         except Exception as exc:
-            if not quietly:
-                raise
-            # Already failing: what was journaled is settled by the next run's recovery.
-            logger.error("could not record outcomes (%s); the next run settles them", exc)
+            failure = exc
+        try:
+            self._count(buffer.salvage())
+            fallback = "wrote them to the table alone"
+        except Exception as exc:  # noqa: BLE001 - already failing
+            # What was journaled is settled by the next run's recovery; the rest by leases.
+            fallback = f"nor to the table alone ({exc}); the next run settles them"
+        if not quietly:
+            raise failure
+        logger.error("could not record outcomes (%s); %s", failure, fallback)
 
     def _should_stop(self) -> bool:
         if self.stop is not None and self.stop.requested:
