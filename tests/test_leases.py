@@ -46,6 +46,33 @@ def test_a_lease_still_lapsed_is_taken_over(queue, log):
     assert (row.status, row.lease_token, row.lost_leases) == (Status.PENDING, None, 1)
 
 
+def test_a_late_renewal_cannot_pull_back_a_lease_renewed_after_it(queue, log):
+    # A table locked for longer than the lease holds up the heartbeat's UPDATE, whose
+    # deadline was reckoned before it, and the claim of a new job. Once the lock goes, the
+    # main thread renews that job's lease and starts it; the heartbeat lands just after.
+    job_id = queue.add(H, "record", {"log": log}, delay=0)
+    now = time.time()
+    leases.mark_running(queue.table, [job_id], "run-a", now - 3, now - 6)  # lapsed at once
+    assert leases.still_held(queue.table, [job_id], "run-a", now + 60) == {job_id}
+
+    leases.renew_leases(queue.table, "run-a", now - 2)  # the stale heartbeat
+    assert leases.still_held(queue.table, [job_id], "run-a", now - 1) == {job_id}
+
+    assert leases.expired_leases(queue.table, "default", now, 10) == []
+    assert Job.get_by_id(job_id).lease_until == pytest.approx(now + 60)
+
+
+def test_a_renewal_pushes_a_lease_out(queue, log):
+    job_id = queue.add(H, "record", {"log": log}, delay=0)
+    now = time.time()
+    leases.mark_running(queue.table, [job_id], "run-a", now + 5, now)
+
+    leases.renew_leases(queue.table, "run-a", now + 30)
+    assert Job.get_by_id(job_id).lease_until == pytest.approx(now + 30)
+    leases.still_held(queue.table, [job_id], "run-a", now + 40)
+    assert Job.get_by_id(job_id).lease_until == pytest.approx(now + 40)
+
+
 @pytest.mark.parametrize("backend", ["mariadb"], indirect=True)
 def test_a_transaction_chosen_as_deadlock_victim_is_run_again(queue, backend):
     first, second, *filler = [Job.insert(params="{}", run_at=1.0).execute() for _ in range(52)]

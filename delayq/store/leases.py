@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from peewee import fn
+
 from . import statements
 from .database import run_reconnecting
 from .table import (
@@ -205,10 +207,21 @@ def renew_leases(table: Table, token: str, lease_until: float) -> int:
     """Push out the lease of every row this run still holds."""
     Job = table.model
     return (
-        Job.update(lease_until=lease_until)
+        Job.update(lease_until=_pushed_out(table, lease_until))
         .where(Job.lease_token == token, Job.status == Status.RUNNING)
         .execute()
     )
+
+
+def _pushed_out(table: Table, lease_until: float) -> Any:
+    """`lease_until`, or the row's own lease if that runs longer. A renewal's deadline is
+    reckoned before its statement, which a stalled database (a locked table) may hold up for
+    longer than the lease: a heartbeat stuck that way lands after the main thread's quicker
+    renewal of a job it then starts, and must not pull that lease back into the past, where
+    a recovering run would take the running job over and run it a second time."""
+    Job = table.model
+    greatest = fn.GREATEST if table.mysql else fn.MAX  # SQLite's MAX of two is scalar
+    return greatest(fn.COALESCE(Job.lease_until, 0), lease_until)
 
 
 def still_held(table: Table, ids: Sequence[int], token: str, lease_until: float) -> set[int]:
@@ -227,7 +240,7 @@ def still_held(table: Table, ids: Sequence[int], token: str, lease_until: float)
 def _still_held(table: Table, ids: Sequence[int], token: str, lease_until: float) -> set[int]:
     Job = table.model
     held = (Job.id.in_(list(ids))) & (Job.status == Status.RUNNING) & (Job.lease_token == token)
-    Job.update(lease_until=lease_until).where(held).execute()
+    Job.update(lease_until=_pushed_out(table, lease_until)).where(held).execute()
     return {row[0] for row in tuples(Job.select(Job.id).where(held))}
 
 
