@@ -3,6 +3,7 @@ recovering run saw it lapse keeps its job; a deadlocked write is run again."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
@@ -13,6 +14,7 @@ from delayq import Status
 from delayq.store import leases
 from delayq.store.database import run_reconnecting
 from delayq.store.table import Job
+from delayq.worker.recovery import MAX_LOST_LEASES, recover_leases
 from tests.conftest import mysql_connect
 from tests.waiting import wait_for
 
@@ -171,6 +173,46 @@ def test_a_lease_check_or_hand_back_chosen_as_deadlock_victim_is_run_again(queue
         assert sorted(job_id for job_id, _ in released) == [first, second]
         assert [Job.get_by_id(job_id).status for job_id in (first, second)] == [Status.PENDING] * 2
     assert Job.get_by_id(first).retry_times == 7  # the rival's write went through
+
+
+@pytest.mark.parametrize("backend", ["mariadb"], indirect=True)
+@pytest.mark.parametrize("lost_before", [0, MAX_LOST_LEASES - 1], ids=["requeued", "poisoned"])
+def test_a_takeover_that_waited_too_long_on_a_lock_is_run_again(
+    queue, backend, caplog, lost_before
+):
+    # When a locked table lets go, recovering runs meet every held-up run's heartbeat and
+    # claim at once: a takeover that lost to them stopped the runner (exit 1).
+    caplog.set_level(logging.INFO, logger="delayq")
+    job_id = Job.insert(params="{}", run_at=1.0, lost_leases=lost_before).execute()
+    now = time.time()
+    leases.mark_running(queue.table, [job_id], "run-a", now - 1, now - 10)  # its run died
+    queue.db.execute_sql("SET SESSION innodb_lock_wait_timeout = 1")
+    rival_db = mysql_connect(backend["database_url"])
+    rival_holds_it = threading.Event()
+
+    def rival() -> None:
+        with rival_db.cursor() as cursor:
+            cursor.execute("BEGIN")
+            cursor.execute("SELECT id FROM delay_queue WHERE id = %s FOR UPDATE", (job_id,))
+            rival_holds_it.set()
+            wait_for(lambda: "lock conflict" in caplog.text, 15, "our takeover to time out")
+            rival_db.commit()
+
+    thread = threading.Thread(target=rival)
+    thread.start()
+    rival_holds_it.wait(5)
+    try:
+        recovered = recover_leases(queue.table, queue.index, "default", now)
+    finally:
+        thread.join()
+        rival_db.close()
+        queue.db.execute_sql("SET SESSION innodb_lock_wait_timeout = DEFAULT")
+
+    row = Job.get_by_id(job_id)
+    if lost_before:
+        assert (recovered.poisoned, row.status) == (1, Status.FAILED)
+    else:
+        assert (recovered.requeued, row.status, row.lost_leases) == (1, Status.PENDING, 1)
 
 
 def waits_on_a_lock(cursor: pymysql.cursors.Cursor, connection_id: int) -> bool:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import peewee
 import pytest
 import redis
 
@@ -28,7 +29,8 @@ import delayq
 from delayq.config import Settings
 from delayq.store.journal import Journal
 from delayq.store.keys import queue_key
-from tests.conftest import HANDLERS, IN_CI
+from delayq.worker.looping import Outage
+from tests.conftest import HANDLERS, IN_CI, mysql_connect
 from tests.sample_handlers.jobs import read_log
 from tests.servers import PrivateRedis, free_port
 from tests.test_processes import start
@@ -311,3 +313,33 @@ def test_a_job_that_finishes_while_redis_is_away_runs_once(
     _, stderr = runner.communicate(timeout=30)
     queue.close()
     assert read_log(log) == ["start away", "done away"], stderr.decode()
+
+
+@pytest.mark.parametrize("backend", ["mariadb"], indirect=True)
+def test_a_lock_conflict_that_escaped_a_pass_is_waited_out_like_an_outage(queue, backend, caplog):
+    # A pass whose statement lost to other runs' locks more often than it retries: the loop
+    # pauses and runs the next pass, as after an outage, instead of ending the runner.
+    job_id = queue.add(H, "record", {}, delay=0)
+    holder = mysql_connect(backend["database_url"])
+    with holder.cursor() as cursor:
+        cursor.execute("BEGIN")
+        cursor.execute("SELECT id FROM delay_queue WHERE id = %s FOR UPDATE", (job_id,))
+        queue.db.execute_sql("SET SESSION innodb_lock_wait_timeout = 1")
+        try:
+            with pytest.raises(peewee.OperationalError) as timed_out:
+                queue.db.execute_sql(
+                    "UPDATE delay_queue SET retry_times = 1 WHERE id = %s", (job_id,)
+                )
+        finally:
+            queue.db.execute_sql("SET SESSION innodb_lock_wait_timeout = DEFAULT")
+    holder.close()
+    outage = Outage(None, None, slack=0.0)
+
+    outage.wait_out(timed_out.value, remaining=0.0)
+
+    assert "the database is busy (" in caplog.text
+    with pytest.raises(peewee.ProgrammingError):  # a wrong statement is no outage
+        try:
+            queue.db.execute_sql("SELEC 1")
+        except peewee.ProgrammingError as exc:
+            outage.wait_out(exc, remaining=0.0)

@@ -57,14 +57,15 @@ class ReconnectingMySQLDatabase(MySQLDatabase):
             return call(*args, **kwargs)
 
 
-def run_reconnecting(db: Database, work: Callable[[], T]) -> T:
+def run_reconnecting(db: Database, work: Callable[[], T], reconnect: bool = True) -> T:
     """Run `work` (a whole transaction, or one statement); if the MySQL connection died
     under it, reconnect and run it once more; if InnoDB chose it as a deadlock victim or it
     timed out waiting for a lock, run it again, a few times.
 
     Safe because every write delayq makes is guarded by status and lease: if the first try
     did commit before the reply was lost, the second finds nothing left to change; and a
-    deadlocked transaction was rolled back whole.
+    deadlocked transaction was rolled back whole. With `reconnect` False, a lost connection
+    raises: for work whose second try would not know that the first one committed.
     """
     for attempt in range(1, LOCK_RETRIES + 1):
         try:
@@ -74,7 +75,7 @@ def run_reconnecting(db: Database, work: Callable[[], T]) -> T:
                 logger.info("database lock conflict (%s); running it again", exc)
                 time.sleep(0.01 * attempt)
                 continue
-            if not is_disconnect(exc):
+            if not (reconnect and is_disconnect(exc)):
                 raise
             logger.warning("database connection lost (%s); reconnecting", exc)
             if not db.is_closed():

@@ -305,6 +305,13 @@ def expired_leases(table: Table, queue: str, now: float, limit: int) -> list[Lap
 def reclaim(table: Table, lapsed: Lapsed, now: float, was_running: bool) -> bool:
     """Put a RUNNING row whose lease lapsed back to PENDING; a job whose handler was running
     when its run died counts a lost lease, one that never started does not."""
+    # Run again as a deadlock victim: recovering runs meet the heartbeats and claims of
+    # every run that a stall (a locked table) held up, all at once when it ends. Guarded by
+    # token and lease, a second try finds nothing to change if the first one committed.
+    return run_reconnecting(table.db, lambda: _reclaim(table, lapsed, now, was_running))
+
+
+def _reclaim(table: Table, lapsed: Lapsed, now: float, was_running: bool) -> bool:
     Job = table.model
     return bool(
         Job.update(

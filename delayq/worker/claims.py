@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from ..durations import format_instant
 from ..errors import BadInput
 from ..store import leases
+from ..store.database import run_reconnecting
 from ..store.index import ScheduleIndex
 from ..store.keys import job_id_of
 from ..store.params import read_call
@@ -104,10 +105,16 @@ class Claimer:
             f"missed: due more than {self.since:g}s before the run at "
             f"{format_instant(now)}; `delayq retry ID` runs it"
         )
-        with self.table.db.atomic():
-            missed = leases.mark_missed(self.table, ids, self.token, message, now)
-            # A series goes on past a missed occurrence, from the next period after now.
-            occurrences = [rearm(self.table, job, now) for job in missed if is_recurring(job)]
+
+        def mark() -> tuple[list[ClaimedJob], list[tuple[int, float] | None]]:
+            with self.table.db.atomic():
+                missed = leases.mark_missed(self.table, ids, self.token, message, now)
+                # A series goes on past a missed occurrence, from the next period after now.
+                return missed, [rearm(self.table, job, now) for job in missed if is_recurring(job)]
+
+        # Run again as a deadlock victim, which was rolled back whole; not after a lost
+        # connection: had that try committed, the second would re-arm the series again.
+        missed, occurrences = run_reconnecting(self.table.db, mark, reconnect=False)
         batch.dropped += len(ids) - len(missed)
         self.index.add_many(queue, [occurrence for occurrence in occurrences if occurrence])
         _tally_missed(self.index, queue, missed, now)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from ..config import Settings
-from ..store.failures import is_outage, one_line
+from ..store.failures import is_lock_conflict, is_outage, one_line
 from ..store.index import ScheduleIndex
 from ..store.table import Table
 from .interrupts import GracefulStop
@@ -102,10 +102,16 @@ class Outage:
         self.failed = 0
 
     def wait_out(self, exc: Exception, remaining: float) -> None:
-        if not is_outage(exc):
+        # A deadlock the statement's own retries did not get past (a crowd of runs let go
+        # at once by a locked table) is waited out like an outage.
+        if is_lock_conflict(exc):
+            what = "the database is busy"
+        elif is_outage(exc):
+            what = "a server is away"
+        else:
             raise exc
         self.failed += 1
-        logger.warning("a server is away (%s); next try in %gs", one_line(exc), self.pause)
+        logger.warning("%s (%s); next try in %gs", what, one_line(exc), self.pause)
         if self.liveness is not None:
             self.liveness.beat(self.pause + self.slack)
         until = time.monotonic() + min(self.pause, remaining)

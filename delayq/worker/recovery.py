@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from ..store import leases, queries
+from ..store.database import run_reconnecting
 from ..store.index import ScheduleIndex
 from ..store.keys import job_id_of
 from ..store.table import Status, Table, tuples
@@ -133,11 +134,18 @@ def _fail_poison(table: Table, index: ScheduleIndex, item: leases.Lapsed, now: f
         f"lost: the run holding it died {item.lost_leases + 1} times while it ran; "
         "not retried (does the handler kill its process?)"
     )
-    with table.db.atomic():
-        if not leases.finish(table, item.job.id, item.token, Status.FAILED, message, now):
-            return 0
-        # A recurring series goes on past a poisoned occurrence, as past a failed one.
-        occurrence = rearm(table, item.job, now) if is_recurring(item.job) else None
+
+    def fail() -> tuple[bool, tuple[int, float] | None]:
+        with table.db.atomic():
+            if not leases.finish(table, item.job.id, item.token, Status.FAILED, message, now):
+                return False, None
+            # A recurring series goes on past a poisoned occurrence, as past a failed one.
+            return True, rearm(table, item.job, now) if is_recurring(item.job) else None
+
+    # The transaction is guarded by token, so a deadlock victim's second try is safe.
+    failed, occurrence = run_reconnecting(table.db, fail)
+    if not failed:
+        return 0
     if occurrence is not None:
         index.add(item.job.queue, *occurrence)
     logger.error("job %d failed: %s", item.job.id, message)
