@@ -14,6 +14,7 @@ from delayq import Status
 from delayq.store import leases
 from delayq.store.database import run_reconnecting
 from delayq.store.table import Job
+from delayq.worker.heartbeat import Heartbeat, LeaseDeadline
 from delayq.worker.recovery import MAX_LOST_LEASES, recover_leases
 from tests.conftest import mysql_connect
 from tests.waiting import wait_for
@@ -213,6 +214,48 @@ def test_a_takeover_that_waited_too_long_on_a_lock_is_run_again(
         assert (recovered.poisoned, row.status) == (1, Status.FAILED)
     else:
         assert (recovered.requeued, row.status, row.lost_leases) == (1, Status.PENDING, 1)
+
+
+@pytest.mark.parametrize("backend", ["mariadb"], indirect=True)
+def test_a_heartbeat_held_up_by_a_locked_table_beats_again_at_once(queue, backend, log):
+    # Its deadline was reckoned before the table was locked: written after, it may be past
+    # already, and the jobs still running then wait for the next beat, a third of a lease
+    # on, with their leases lapsed and open to any recovering run.
+    job_id = queue.add(H, "record", {"log": log}, delay=0)
+    now = time.time()
+    leases.mark_running(queue.table, [job_id], "run-a", now + 3, now)
+    heartbeat = Heartbeat(queue.table, "run-a", time.time, LeaseDeadline(3.0))
+    ours = queue.db.connection().thread_id()  # the beat below runs on this thread
+    locker = mysql_connect(backend["database_url"])
+    locked = threading.Event()
+    unlocked_at: list[float] = []
+
+    def lock_past_a_third_of_the_lease() -> None:
+        with locker.cursor() as cursor:
+            cursor.execute("LOCK TABLES delay_queue WRITE")
+            locked.set()
+            wait_for(lambda: waited_ms(cursor, ours) >= 1000, 15, "the beat to wait 1 s")
+            unlocked_at.append(time.time())
+            cursor.execute("UNLOCK TABLES")
+
+    thread = threading.Thread(target=lock_past_a_third_of_the_lease)
+    thread.start()
+    locked.wait(5)
+    heartbeat._beat()
+    thread.join()
+    locker.close()
+
+    assert Job.get_by_id(job_id).lease_until >= unlocked_at[0] + 3.0
+
+
+def waited_ms(cursor: pymysql.cursors.Cursor, connection_id: int) -> float:
+    """How long connection `connection_id` has been running its UPDATE, in ms (0: none)."""
+    cursor.execute(
+        "SELECT TIME_MS FROM information_schema.processlist WHERE id = %s AND info LIKE 'UPDATE%%'",
+        (connection_id,),
+    )
+    row = cursor.fetchone()
+    return float(row[0]) if row else 0.0
 
 
 def waits_on_a_lock(cursor: pymysql.cursors.Cursor, connection_id: int) -> bool:
