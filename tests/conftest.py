@@ -55,6 +55,42 @@ REDIS_URL, MARIADB_URL = _for_this_worker(
 )
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
+# These files start runners, kill them and count leases, time limits, grace periods and
+# idle limits of a few seconds. Beside another pytest-xdist worker on a small machine they
+# lost leases to CPU contention, so `bin/test` runs them after the others, alone (and the
+# slow tests with them).
+SERIAL_FILES = {
+    "test_async.py",
+    "test_backlog.py",
+    "test_concurrency.py",
+    "test_embedded.py",
+    "test_embedded_fallback.py",
+    "test_faults.py",
+    "test_forks.py",
+    "test_hooks.py",
+    "test_interrupts.py",
+    "test_journal.py",
+    "test_lapsed_leases.py",
+    "test_leases.py",
+    "test_outages.py",
+    "test_processes.py",
+    "test_readme.py",
+    "test_recurring.py",
+    "test_requeue.py",
+    "test_slots.py",
+    "test_soak.py",
+    "test_supervisor.py",
+    "test_takeover.py",
+    "test_web_browser.py",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        path = getattr(item, "path", None) or item.fspath  # pytest 6 has only fspath
+        if os.path.basename(str(path)) in SERIAL_FILES or item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.serial)
+
 
 def _unreachable(what: str, exc: Exception) -> None:
     message = f"{what} is not reachable ({exc}); .ci/run starts it"
