@@ -26,10 +26,14 @@ import pytest
 import redis
 
 import delayq
+from delayq import Status
 from delayq.config import Settings
+from delayq.store import leases
 from delayq.store.journal import Journal
 from delayq.store.keys import queue_key
+from delayq.worker.bookkeeper import Bookkeeper
 from delayq.worker.looping import Outage
+from delayq.worker.outcomes import Outcome, OutcomeBuffer
 from tests.conftest import HANDLERS, IN_CI, mysql_connect
 from tests.sample_handlers.jobs import read_log
 from tests.servers import PrivateRedis, free_port
@@ -343,3 +347,39 @@ def test_a_lock_conflict_that_escaped_a_pass_is_waited_out_like_an_outage(queue,
             queue.db.execute_sql("SELEC 1")
         except peewee.ProgrammingError as exc:
             outage.wait_out(exc, remaining=0.0)
+
+
+def test_outcomes_stuck_behind_a_failed_commit_are_written_to_the_table_alone(
+    backend, private_redis, tmp_path
+):
+    # Redis dies while two group commits wait on the bookkeeping thread: each writes its
+    # table half, then fails on Redis. The next outcome cannot be journaled, and the flush
+    # at the end of the pass waits on the oldest failed commit and raises before handing
+    # it over: its job would stay running, its journal gone with Redis, and run again
+    # once its lease lapsed. `salvage` writes it to the table without Redis.
+    queue = queue_on(backend, private_redis, tmp_path)
+    ids = [queue.add(H, "record", {"n": n}, delay=0) for n in range(3)]
+    now = time.time()
+    jobs = leases.mark_running(queue.table, ids, "run-a", now + 60, now)
+    bookkeeper = Bookkeeper(queue.table)
+    buffer = OutcomeBuffer(queue.table, queue.index, "default", "run-a", bookkeeper, True)
+    go_on = threading.Event()
+    bookkeeper.submit(go_on.wait, 30)  # the two commits queue up behind this
+    for job in jobs[:2]:
+        buffer.add_many([Outcome(job, Status.SUCCESS, "ok", None, now)], more_coming=False)
+    private_redis.kill()
+    for _ in range(2):  # the first write into a dead server's socket may still go out
+        with contextlib.suppress(redis.ConnectionError):
+            queue.index.journal.write_many("default", [(0, "probe")])
+    go_on.set()
+    with pytest.raises(redis.ConnectionError):
+        buffer.add_many([Outcome(jobs[2], Status.SUCCESS, "ok", None, now)], more_coming=True)
+    with pytest.raises(redis.ConnectionError):
+        buffer.flush()
+
+    settled = buffer.salvage()
+    bookkeeper.close()
+
+    assert settled.succeeded == 1  # the one not in the table yet; the commits wrote theirs
+    assert [queue.show(job_id)["status"] for job_id in ids] == ["success"] * 3
+    queue.close()
