@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 from collections import Counter
 
+import pytest
+
 from delayq import JobSpec, Status
 from tests.sample_handlers.aio import slot_threads
 from tests.sample_handlers.jobs import read_log
@@ -34,16 +36,21 @@ def test_current_job_inside_a_coroutine_is_its_own_job(queue, log):
     assert [queue.show(job_id)["message"] for job_id in ids] == [f"job {i}" for i in ids]
 
 
-def test_async_handlers_overlap_up_to_the_concurrency(queue, log):
+# 100 in flight: past slots.GATHER_FROM, the main thread collects finished tasks in groups.
+@pytest.mark.parametrize("concurrency", [10, 100])
+def test_async_handlers_overlap_up_to_the_concurrency(queue, log, concurrency):
+    count = 3 * concurrency
     queue.add_many(
-        [JobSpec(A, "slow", {"log": log, "n": n, "seconds": 0.3}) for n in range(30)],
+        [JobSpec(A, "slow", {"log": log, "n": n, "seconds": 0.3}) for n in range(count)],
         now=time.time() - 1,
     )
 
-    report = queue.run(concurrency=10)
+    report = queue.run(concurrency=concurrency)
 
-    assert report.succeeded == 30
-    assert most_at_once(log) == 10
+    assert report.succeeded == count
+    assert most_at_once(log) == concurrency
+    done = sorted(line for line in read_log(log) if line.startswith("done"))
+    assert done == sorted(f"done {n}" for n in range(count))  # each once
 
 
 def test_async_calls_take_no_thread(queue, log):
