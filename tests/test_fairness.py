@@ -10,6 +10,7 @@ import pytest
 
 from delayq import JobSpec
 from delayq.errors import BadInput
+from delayq.store import leases
 from tests.invoke import invoke
 from tests.sample_handlers.jobs import read_log
 
@@ -40,6 +41,31 @@ def test_a_backlog_in_one_queue_delays_another_queues_job_by_about_one_batch(
     order = read_log(log)
     assert report.succeeded == 1001 and len(order) == 1001
     assert order.index("urgent-0") <= BATCH + concurrency
+
+
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_a_batch_cut_short_by_another_run_does_not_end_its_queues_turns(
+    make_queue, log, concurrency
+):
+    # Another run holds some of the first batch's rows: the claim wins fewer than it took
+    # off the schedule. The turn must still go on to a whole batch, and the queue keep its
+    # place in the next rounds, not drop out of the pass with its backlog left behind.
+    queue = make_queue(batch_size=BATCH)
+    backlog(queue, log, "bulk", 300, NOW - 100)
+    backlog(queue, log, "urgent", 1, NOW - 1)
+    held = [
+        job.id
+        for job in queue.table.model.select()
+        .where(queue.table.model.queue == "bulk")
+        .order_by(queue.table.model.id)
+        .limit(10)
+    ]
+    leases.mark_running(queue.table, held, "another-run", NOW + 3600, NOW)
+
+    report = queue.run(now=NOW, concurrency=concurrency, queues=["bulk", "urgent"])
+
+    assert report.succeeded == 291
+    assert len(read_log(log)) == 291
 
 
 def test_weights_give_each_queue_its_share_of_every_round(make_queue, log):

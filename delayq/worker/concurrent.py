@@ -113,7 +113,7 @@ class _Drain:
             return
         if self.drained and (self.slots.free == 0 or time.monotonic() < self.look_again_at):
             return
-        size = run.room(len(self.waiting))
+        size = run.room(len(self.waiting), charged=True)
         if size > 0 and self.backlog:
             claim = run.claimer.claim
             self.upcoming = run._bookkeeper().submit(claim, self.queue, [], run.clock(), size, True)

@@ -207,14 +207,16 @@ class Run:
         """How many jobs the next batch may take while this one runs."""
         return self.room(len(batch.jobs))
 
-    def room(self, pending: int) -> int:
+    def room(self, pending: int, charged: bool = False) -> int:
         """How many jobs the next claim may take with `pending` claimed but not started: a
-        batch at most, and within --limit and the queue's turn."""
+        batch at most, and within --limit and the queue's turn. `charged`: the turn was
+        charged for the pending jobs when they were claimed (a concurrent drain), not yet
+        (a batch leased ahead while the one before it runs)."""
         size = self.settings.batch_size
         if self.limits.limit is not None:
             size = min(size, self.limits.limit - self.calls - pending)
         if self.turn_left is not None:
-            size = min(size, self.turn_left - pending)
+            size = min(size, self.turn_left - (0 if charged else pending))
         return size
 
     def _bookkeeper(self) -> Bookkeeper:
