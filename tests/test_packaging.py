@@ -26,7 +26,11 @@ except ModuleNotFoundError:  # Python 3.10
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 VERSION = PYPROJECT["project"]["version"]
 LUA_SCRIPTS = sorted(path.name for path in (ROOT / "delayq" / "store" / "lua").glob("*.lua"))
-SKIPPED = shutil.ignore_patterns(".git", ".venv*", "*.egg-info", "build", "dist", "__pycache__")
+# What .gitignore keeps out of a checkout; `.delayq` is bin/demo's embedded home, whose Redis
+# socket (while its server runs) copytree cannot copy.
+SKIPPED = shutil.ignore_patterns(
+    ".git", ".venv*", "*.egg-info", "build", "dist", "__pycache__", ".delayq", "*_cache"
+)
 
 
 @pytest.fixture(scope="module")
