@@ -25,6 +25,8 @@ import redis
 import delayq
 from delayq.config import Settings
 
+from . import cores
+
 ROOT = Path(__file__).resolve().parent.parent
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 DATABASE_URL = os.environ.get("BENCH_DATABASE_URL", "mysql://root@127.0.0.1:3306/delayq_bench")
@@ -129,11 +131,13 @@ class Finished:
     max_rss_kib: int  # the child's peak resident set
     returncode: int
     stderr: str
+    busy_cores: float | None = None  # the whole machine's, on average meanwhile (cores.py)
 
 
 def run_process(args: list[str], timeout: float, env: dict[str, str] | None = None) -> Finished:
     """Run a command to completion; its own rusage (os.wait4), not that of every child."""
     with tempfile.TemporaryFile() as err:
+        ticks = cores.busy_ticks()
         started = time.perf_counter()
         proc = subprocess.Popen(
             args, cwd=ROOT, env=env or child_env(), stdout=subprocess.DEVNULL, stderr=err
@@ -145,10 +149,11 @@ def run_process(args: list[str], timeout: float, env: dict[str, str] | None = No
         finally:
             killer.cancel()
         wall = time.perf_counter() - started
+        busy = cores.busy_cores(ticks, cores.busy_ticks(), wall)
         proc.returncode = os.waitstatus_to_exitcode(status)
         err.seek(0)
         text = err.read().decode("utf-8", "replace")
-    return Finished(wall, usage.ru_maxrss, proc.returncode, text)
+    return Finished(wall, usage.ru_maxrss, proc.returncode, text, busy)
 
 
 def python(*args: str) -> list[str]:
