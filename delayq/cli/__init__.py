@@ -24,8 +24,8 @@ def main() -> None:
     """Console-script entry point."""
     # The interpreter's collections as it exits walk every object still tracked, and the
     # imports alone leave tens of thousands (modules, classes, functions): that walk took
-    # 30 ms of every `delayq` command here, half of what a `delayq run` with nothing due
-    # does after its imports. Frozen now, before any command or handler runs, they are left
+    # 30 ms of every `delayq` command here, most of what a `delayq run` with nothing due
+    # spends after its imports. Frozen now, before any command or handler runs, they are left
     # out of it (and out of every collection while a loop runs); what the command and its
     # handlers make later is collected, and finalized at exit, as before.
     gc.freeze()
