@@ -1,8 +1,6 @@
 """How many of the machine's cores a measured run kept busy: the whole machine's CPU time
-(Linux's /proc/stat) over the run's wall time. On a few cores shared with Redis and MariaDB
-this is what bounds `--processes`: if one process's run keeps c of the machine's k cores
-busy (itself, Redis and MariaDB together), no number of processes can go faster than k / c
-times it."""
+(Linux's /proc/stat) over the run's wall time, the run itself, Redis and MariaDB together.
+Beside `--processes` figures it tells whether more processes still had cores to use."""
 
 from __future__ import annotations
 
