@@ -31,9 +31,10 @@ from delayq.config import Settings
 from delayq.store import leases
 from delayq.store.journal import Journal
 from delayq.store.keys import queue_key
+from delayq.store.outcomes import Outcome
 from delayq.worker.bookkeeper import Bookkeeper
 from delayq.worker.looping import Outage
-from delayq.worker.outcomes import Outcome, OutcomeBuffer
+from delayq.worker.outcomes import OutcomeBuffer
 from tests.conftest import HANDLERS, IN_CI, mysql_connect
 from tests.sample_handlers.jobs import read_log
 from tests.servers import PrivateRedis, free_port
@@ -362,24 +363,35 @@ def test_outcomes_stuck_behind_a_failed_commit_are_written_to_the_table_alone(
     now = time.time()
     jobs = leases.mark_running(queue.table, ids, "run-a", now + 60, now)
     bookkeeper = Bookkeeper(queue.table)
-    buffer = OutcomeBuffer(queue.table, queue.index, "default", "run-a", bookkeeper, True)
+    buffer = OutcomeBuffer(queue.table, queue.index, "default", "run-a")
+    buffer.write_on(bookkeeper, notes_starts=True)
     go_on = threading.Event()
     bookkeeper.submit(go_on.wait, 30)  # the two commits queue up behind this
     for job in jobs[:2]:
-        buffer.add_many([Outcome(job, Status.SUCCESS, "ok", None, now)], more_coming=False)
+        buffer.add_many(
+            [Outcome(job=job, status=Status.SUCCESS, message="ok", next_in=None, finished_at=now)],
+            more_coming=False,
+        )
     private_redis.kill()
     for _ in range(2):  # the first write into a dead server's socket may still go out
         with contextlib.suppress(redis.ConnectionError):
             queue.index.journal.write_many("default", [(0, "probe")])
     go_on.set()
     with pytest.raises(redis.ConnectionError):
-        buffer.add_many([Outcome(jobs[2], Status.SUCCESS, "ok", None, now)], more_coming=True)
+        buffer.add_many(
+            [
+                Outcome(
+                    job=jobs[2], status=Status.SUCCESS, message="ok", next_in=None, finished_at=now
+                )
+            ],
+            more_coming=True,
+        )
     with pytest.raises(redis.ConnectionError):
         buffer.flush()
 
-    settled = buffer.salvage()
+    written = buffer.salvage()
     bookkeeper.close()
 
-    assert settled.succeeded == 1  # the one not in the table yet; the commits wrote theirs
+    assert written.succeeded == 1  # the one not in the table yet; the commits wrote theirs
     assert [queue.show(job_id)["status"] for job_id in ids] == ["success"] * 3
     queue.close()

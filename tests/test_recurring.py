@@ -10,8 +10,8 @@ import pytest
 from delayq import BadInput, Status
 from delayq.store import leases
 from delayq.store.keys import schedule_key
+from delayq.store.outcomes import Outcome, write_outcomes
 from delayq.store.table import Job
-from delayq.worker.outcomes import Outcome, write_outcomes
 from delayq.worker.retry import LADDER
 from tests.conftest import DELAYQ
 from tests.sample_handlers.jobs import read_log
@@ -91,7 +91,7 @@ def test_two_runs_marking_one_occurrence_missed_re_arm_it_once(queue):
 def test_a_replayed_commit_re_arms_the_series_once(queue):
     job_id = queue.add(H, "record", {}, at=NOW, every=HOUR, ext="timer:r", now=NOW)
     (job,) = leases.mark_running(queue.table, [job_id], "token", NOW + 60, NOW)
-    outcome = Outcome(job, Status.SUCCESS, "", None, NOW + 1)
+    outcome = Outcome(job=job, status=Status.SUCCESS, message="", next_in=None, finished_at=NOW + 1)
 
     first = write_outcomes(queue.table, [outcome], "token")
     replay = write_outcomes(queue.table, [outcome], "token")  # as after a dropped connection

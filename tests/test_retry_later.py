@@ -11,8 +11,8 @@ import pytest
 from delayq import Status
 from delayq.store import leases
 from delayq.store.keys import schedule_key
+from delayq.store.outcomes import Outcome
 from delayq.store.table import Job
-from delayq.worker.outcomes import Outcome
 from delayq.worker.retry import MAX_DEFERRALS
 from tests.sample_handlers.jobs import read_log
 from tests.test_processes import delayq, statuses
@@ -215,7 +215,13 @@ def test_an_async_handler_defers_and_declares_its_policy_as_a_plain_one(queue, l
 def test_a_deferral_journaled_by_a_run_that_died_is_recorded_by_the_next(queue, log):
     job_id = queue.add(R, "rate_limited", {"log": log}, now=NOW)
     (job,) = leases.mark_running(queue.table, [job_id], "dead-run", NOW + 60, NOW)
-    deferral = Outcome(job, Status.PENDING, "RetryLater: busy", 300.0, NOW + 1)
+    deferral = Outcome(
+        job=job,
+        status=Status.PENDING,
+        message="RetryLater: busy",
+        next_in=300.0,
+        finished_at=NOW + 1,
+    )
     queue.index.journal.write("default", job_id, deferral.to_record())
 
     report = queue.run(now=NOW + 120)  # after the dead run's lease lapsed

@@ -199,11 +199,11 @@ def test_bad_retry_options_exit_2_with_one_line_and_write_nothing(queue, cli_env
 
 def test_an_outcome_journaled_by_an_earlier_version_follows_the_jobs_policy():
     from delayq.store.table import ClaimedJob
-    from delayq.worker.outcomes import Outcome
+    from delayq.worker.recovery import journaled_outcome
 
     def journaled(policy: str | None, record: str) -> float | None:
         job = ClaimedJob(7, "{}", "", 2, "default", None, NOW, None, None, None, policy)
-        return Outcome.from_record(job, record).next_in
+        return journaled_outcome(job, record).next_in
 
     assert journaled(None, '[20, "ValueError: x", true, 1.5]') == 30.0  # the ladder's third
     assert journaled('{"retries":2}', '[20, "ValueError: x", true, 1.5]') is None

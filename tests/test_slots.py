@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import threading
 
-from delayq.store.table import ClaimedJob
+from delayq.store.outcomes import Outcome
+from delayq.store.table import ClaimedJob, Status
 from delayq.worker.slots import Slots
 from tests.waiting import wait_for
 
@@ -14,6 +15,14 @@ LONG = 3600.0
 
 def job(job_id: int) -> ClaimedJob:
     return ClaimedJob(job_id, "{}", "", 0, "default", None, None, None, None, None, None)
+
+
+def succeeded(claimed: ClaimedJob) -> Outcome:
+    return Outcome(job=claimed, status=Status.SUCCESS, message="", finished_at=0.0)
+
+
+def crashed(claimed: ClaimedJob, exc: BaseException, started: float) -> Outcome:
+    return Outcome(job=claimed, status=Status.FAILED, message=repr(exc), finished_at=0.0)
 
 
 def collect_until(slots: Slots, count: int) -> list[int]:
@@ -28,7 +37,12 @@ def collect_until(slots: Slots, count: int) -> list[int]:
 
 def test_a_thread_given_up_on_is_stuck_until_its_handler_returns():
     release = threading.Event()
-    slots = Slots(2, lambda claimed: release.wait(30), lambda claimed: 0.05)
+
+    def call(claimed: ClaimedJob) -> Outcome:
+        release.wait(30)
+        return succeeded(claimed)
+
+    slots = Slots(2, call, crashed, lambda claimed: 0.05)
     slots.start([job(1)])
 
     expired = []
@@ -46,14 +60,14 @@ def test_a_thread_given_up_on_is_stuck_until_its_handler_returns():
 def test_deadlines_of_finished_calls_do_not_pile_up_behind_one_long_call():
     release = threading.Event()
 
-    def call(claimed: ClaimedJob) -> int:
+    def call(claimed: ClaimedJob) -> Outcome:
         if claimed.id == 0:
             release.wait(30)
-        return claimed.id
+        return succeeded(claimed)
 
     # The long call's deadline is the soonest: settled entries below it leave only by the
     # heap being rebuilt.
-    slots = Slots(2, call, lambda claimed: LONG / 2 if claimed.id == 0 else LONG)
+    slots = Slots(2, call, crashed, lambda claimed: LONG / 2 if claimed.id == 0 else LONG)
     slots.start([job(0)])
     first = slots.next_deadline()
     for job_id in range(1, 1001):

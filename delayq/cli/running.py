@@ -20,8 +20,9 @@ from .app import app, duration_or_none, open_queue, print_json, printable, repor
 
 if TYPE_CHECKING:
     from ..queue import Queue
+    from ..store.outcomes import Outcome
     from ..worker.liveness import Liveness
-    from ..worker.report import JobOutcome, RunReport
+    from ..worker.report import RunReport
 
 PROGRESS_MIN_JOBS = 50  # a bar for a handful of jobs is noise
 MAX_PROCESSES = 64
@@ -239,7 +240,7 @@ def _summary(report: RunReport) -> str:
     )
 
 
-def _job_printer(verbose: bool, as_json: bool) -> Callable[[JobOutcome], None] | None:
+def _job_printer(verbose: bool, as_json: bool) -> Callable[[Outcome], None] | None:
     if as_json and not verbose:
         raise BadInput("--json shapes the lines of -v; add -v")
     if not verbose:
@@ -267,7 +268,7 @@ def summary_fields(report: RunReport) -> dict[str, Any]:
     return fields
 
 
-def _print_outcome_json(outcome: JobOutcome) -> None:
+def _print_outcome_json(outcome: Outcome) -> None:
     """A job's line of `run -v --json`: the job keys of a --log-json record, plus what the
     handler said (`detail`) and how late the job started."""
     fields = job_fields(outcome)
@@ -275,11 +276,11 @@ def _print_outcome_json(outcome: JobOutcome) -> None:
     print_json(fields)
 
 
-def _print_outcome(outcome: JobOutcome) -> None:
+def _print_outcome(outcome: Outcome) -> None:
     typer.echo(_outcome_line(outcome))
 
 
-def _outcome_line(outcome: JobOutcome) -> str:
+def _outcome_line(outcome: Outcome) -> str:
     message = f" {outcome.summary}" if outcome.summary else ""
     retry = " (will retry)" if outcome.will_retry else ""
     return printable(
@@ -311,7 +312,7 @@ def _rewriting(queue: Queue, metrics_file: str | None, interval: float) -> Itera
 @contextmanager
 def _progress(
     queue: Queue, wanted: bool, queues: list[str] | None
-) -> Iterator[Callable[[JobOutcome], None] | None]:
+) -> Iterator[Callable[[Outcome], None] | None]:
     """On a terminal, `run -v` over a backlog shows a progress bar under the job lines;
     never in cron, which has no terminal."""
     due = queue.due_count(queues) if wanted and sys.stdout.isatty() else 0
@@ -324,7 +325,7 @@ def _progress(
     with Progress(*columns, transient=True) as progress:
         task = progress.add_task("run", total=due)
 
-        def advance(outcome: JobOutcome) -> None:
+        def advance(outcome: Outcome) -> None:
             progress.console.print(_outcome_line(outcome), markup=False, highlight=False)
             progress.advance(task)
 

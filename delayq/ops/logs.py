@@ -15,7 +15,7 @@ from ..durations import format_instant
 from ..errors import BadInput, ConfigError
 
 if TYPE_CHECKING:
-    from ..worker.report import JobOutcome
+    from ..store.outcomes import Outcome
 
 TEXT_FORMAT = "%(asctime)s delayq %(levelname)s %(message)s"
 LEVELS = ("debug", "info", "warning", "error", "critical")
@@ -79,7 +79,7 @@ class TextFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         text = super().format(record)
-        outcome: JobOutcome | None = getattr(record, "job_outcome", None)
+        outcome: Outcome | None = getattr(record, "job_outcome", None)
         if outcome is None:
             return text
         error, traceback = outcome.failure
@@ -112,8 +112,8 @@ class JsonLinesFormatter(logging.Formatter):
         return json.dumps(entry, sort_keys=True, default=str, ensure_ascii=False)
 
 
-def job_fields(outcome: JobOutcome) -> dict[str, Any]:
-    """The per-job keys of a JSON log line, from the runner's JobOutcome."""
+def job_fields(outcome: Outcome) -> dict[str, Any]:
+    """The per-job keys of a JSON log line, from the runner's Outcome."""
     fields = {
         "job_id": outcome.id,
         "class": outcome.class_path,

@@ -5,7 +5,7 @@ the zone), and the due times a schedule gives.
 The matching itself is cronsim's, which follows Debian's cron across DST changes: a time
 the spring change skips runs at the change; a fixed time the autumn change repeats runs
 once, while a job with `*` in its minute or hour runs through both passes of that hour.
-outcomes.py decides when to re-arm; this module only says when.
+store/outcomes.py re-arms a series; this module only says when.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 
 from ..errors import BadInput
+from .table import ClaimedJob
 
 DEFAULT_ZONE = "UTC"
 CRON_MAX = 120  # characters; with the longest zone name it fits the column's 255
@@ -122,3 +123,25 @@ def _shown(text: str) -> str:
     """`text` for a one-line message: shortened, with control characters and lone
     surrogates escaped by repr."""
     return repr(text[:40] + ("..." if len(text) > 40 else ""))
+
+
+def next_occurrence(due: float, every: float, now: float) -> float:
+    """The next due time of a recurring job: the previous due plus whole periods, skipping
+    periods already past rather than running them in a burst, so the series never drifts."""
+    periods = max(1, math.floor((now - due) / every) + 1)
+    return due + periods * every
+
+
+def is_recurring(job: ClaimedJob) -> bool:
+    """Whether settling `job` re-arms a series: it has a period or a cron schedule."""
+    return job.every is not None or job.schedule is not None
+
+
+def next_due(job: ClaimedJob, now: float) -> float:
+    """The due time of recurring `job`'s next occurrence, from its own due time. BadInput
+    if its schedule column holds no schedule delayq can read."""
+    due = job.run_at or now
+    if job.schedule is not None:
+        return from_column(job.schedule).next_after(due, now)
+    assert job.every is not None
+    return next_occurrence(due, job.every, now)

@@ -15,7 +15,6 @@ import os
 import threading
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -23,29 +22,23 @@ from .. import context
 from ..config import Settings, hide_secrets
 from ..durations import HORIZON, format_delta, seconds_of, shown
 from ..errors import BadInput, HandlerNotAllowed, NoRetry, RetryLater
+from ..store.outcomes import Outcome
 from ..store.params import read_call
 from ..store.policies import POLICY_MAX, RetryPolicy, read_policy
 from ..store.table import TEXT_MAX, ClaimedJob, Status, storable
-from ..store.tallies import label
 from . import forks, interrupts
 from .eventloop import EventLoopThread, under_limit
 from .handlers import Handler, resolve
 from .hooks import FailureReporter
 from .interrupts import RUN_STOPS, JobTimeout
-from .outcomes import Outcome
-from .report import JobOutcome, OutcomeCallback
+from .report import OutcomeCallback
 from .retry import MAX_DEFERRALS, effective_policy, handler_policy, retry_delay
 from .tracebacks import describe, describe_with_traceback
 
 logger = logging.getLogger(__name__)
 
-
-@dataclass(frozen=True)
-class Called:
-    """A finished call: the outcome to record, and the report to announce."""
-
-    outcome: Outcome
-    report: JobOutcome
+Call = tuple[str, str]  # (class, method) as the job's params name them
+UNKNOWN: Call = ("?", "?")  # a job whose params name no handler that could be called
 
 
 class Caller:
@@ -68,7 +61,7 @@ class Caller:
         self.on_outcome = on_outcome
         self.reporters = reporters  # told of each failed attempt once it is recorded
         self.pid = os.getpid()  # the runner's: a handler's forked child is any other
-        self.handlers: dict[tuple[str, str], Handler | BadInput] = {}
+        self.handlers: dict[Call, Handler | BadInput] = {}
         self._loop: EventLoopThread | None = None  # started by the first async handler
         self._loop_lock = threading.Lock()
 
@@ -77,27 +70,26 @@ class Caller:
         if self._loop is not None:
             self._loop.close()
 
-    def execute(self, job: ClaimedJob) -> Called:
+    def execute(self, job: ClaimedJob) -> Outcome:
         """Call the job's handler; never raises for what the handler or the job's params do."""
         try:
             return self._execute(job)
         finally:  # in a child the handler forked (even at import), nothing more happens
             forks.leave_if_forked(self.pid)
 
-    def _execute(self, job: ClaimedJob) -> Called:
+    def _execute(self, job: ClaimedJob) -> Outcome:
         started = time.monotonic()
         try:
             class_path, method, data = read_call(job.params, self.php_classes)
             handler = self._handler(class_path, method)
         except HandlerNotAllowed as exc:
-            return self._finish(job, ("?", "?"), Status.FAILED, str(exc), False, started)
+            return self._failed(job, UNKNOWN, started, str(exc), retry=False)
         except BadInput as exc:
             retry = not str(exc).startswith("bad params")  # a deploy may fix a missing module
-            return self._finish(job, ("?", "?"), Status.FAILED, str(exc), retry, started)
-        status, message, verdict, error = self._call(job, handler, data)
-        return self._settle(job, (class_path, method), status, message, verdict, started, error)
+            return self._failed(job, UNKNOWN, started, str(exc), retry=retry)
+        return self._call(job, (class_path, method), handler, data, started)
 
-    def coroutine_for(self, job: ClaimedJob) -> Coroutine[Any, Any, Called] | None:
+    def coroutine_for(self, job: ClaimedJob) -> Coroutine[Any, Any, Outcome] | None:
         """The job's whole call as a coroutine for the run's event loop when its handler is
         an `async def`, so that it holds no thread while it awaits; None for any other job,
         which a thread calls with `execute` (a job with bad params or handler is recorded
@@ -117,43 +109,24 @@ class Caller:
         return self._event_loop().loop
 
     async def _call_on_loop(
-        self, job: ClaimedJob, handler: Handler, data: Any, call: tuple[str, str], started: float
-    ) -> Called:
+        self, job: ClaimedJob, handler: Handler, data: Any, call: Call, started: float
+    ) -> Outcome:
         """An async handler's whole call, as a task on the loop: cancelled at its time limit
         as arq does, and whatever it raises, BaseException included, fails only the job."""
         limit = job.timeout or self.timeout
         context.running(_context_of(job))  # a task runs in a context of its own
-        verdict: bool | float
-        error: BaseException | None = None
         try:
             result = await under_limit(handler(data), limit)
-            status, message, verdict = Status.SUCCESS, _short_result(result), False
+            return self._succeeded(job, call, started, _short_result(result))
         except BaseException as exc:  # noqa: BLE001 - a handler's error never stops the run
-            (status, message, verdict), error = _verdict(exc, limit), exc
+            return self._raised(job, call, started, exc, limit)
         finally:  # a child the handler forked on the loop's thread would serve the loop
             forks.leave_if_forked(self.pid)
-        return self._settle(job, call, status, message, verdict, started, error)
-
-    def _settle(
-        self,
-        job: ClaimedJob,
-        call: tuple[str, str],
-        status: Status,
-        message: str,
-        verdict: bool | float,
-        started: float,
-        error: BaseException | None = None,
-    ) -> Called:
-        if status == Status.PENDING:
-            return self._defer(job, call, message, float(verdict), started)
-        return self._finish(job, call, status, message, bool(verdict), started, error=error)
 
     def _call(
-        self, job: ClaimedJob, handler: Handler, data: Any
-    ) -> tuple[Status, str, bool | float, BaseException | None]:
-        """Run the handler under its time limit and the job context: the status, the
-        message, whether a failure may be retried (or, for RetryLater, its delay) and what
-        the handler raised."""
+        self, job: ClaimedJob, call: Call, handler: Handler, data: Any, started: float
+    ) -> Outcome:
+        """Run the handler under its time limit and the job context."""
         limit = job.timeout or self.timeout
         job_context = _context_of(job)
         token = context.running(job_context)
@@ -168,12 +141,12 @@ class Caller:
         except RUN_STOPS:  # the run's own signals: they stop the run, not fail the job
             raise
         except BaseException as exc:  # a handler's error, even SystemExit, never stops the run
-            return (*_verdict(exc, limit), exc)
+            return self._raised(job, call, started, exc, limit)
         finally:
             if self.time_limits:
                 interrupts.disarm()
             context.finished(token)
-        return Status.SUCCESS, message, False, None
+        return self._succeeded(job, call, started, message)
 
     def _event_loop(self) -> EventLoopThread:
         with self._loop_lock:  # slots may meet their first async handler at once
@@ -193,42 +166,59 @@ class Caller:
             raise found
         return found
 
-    def timed_out(self, job: ClaimedJob, started: float) -> Called:
+    def timed_out(self, job: ClaimedJob, started: float) -> Outcome:
         """The call given up on from outside, when its handler ran past its time limit."""
         message = _timed_out(job.timeout or self.timeout)
-        call = _call_of(job, self.php_classes)
-        return self._finish(job, call, Status.FAILED, message, True, started)
+        return self._failed(job, _call_of(job, self.php_classes), started, message, retry=True)
 
-    def crashed(self, job: ClaimedJob, exc: BaseException, started: float) -> Called:
+    def crashed(self, job: ClaimedJob, exc: BaseException, started: float) -> Outcome:
         """A call that escaped even `execute` (an error raised into its thread)."""
         call = _call_of(job, self.php_classes)
-        return self._finish(job, call, Status.FAILED, describe(exc), True, started, error=exc)
+        return self._failed(job, call, started, describe(exc), retry=True, error=exc)
 
-    def announce(self, report: JobOutcome) -> None:
+    def announce(self, outcome: Outcome) -> None:
         """Log a finished call and hand it to the run's callback (on the run's own thread)."""
         # A failure is a warning: a log file gets it at the default level. On stderr,
         # logs.py keeps job records out unless --log-level info asks for them.
         logger.log(
-            logging.WARNING if report.status == Status.FAILED else logging.INFO,
+            logging.WARNING if outcome.status == Status.FAILED else logging.INFO,
             "job %d %s.%s attempt %d: %s in %.3fs%s",
-            report.id,
-            report.class_path,
-            report.method,
-            report.attempt,
-            report.word,
-            report.duration,
-            "; will retry" if report.will_retry else "",
-            extra={"job_outcome": report},  # logs.JsonLinesFormatter turns it into fields
+            outcome.id,
+            outcome.class_path,
+            outcome.method,
+            outcome.attempt,
+            outcome.word,
+            outcome.duration,
+            "; will retry" if outcome.will_retry else "",
+            extra={"job_outcome": outcome},  # logs.JsonLinesFormatter turns it into fields
         )
-        if report.status == Status.FAILED:
+        if outcome.status == Status.FAILED:
             for reporter in self.reporters:
-                reporter.call(report)
+                reporter.call(outcome)
         if self.on_outcome is not None:
-            self.on_outcome(report)
+            self.on_outcome(outcome)
 
-    def _defer(
-        self, job: ClaimedJob, call: tuple[str, str], message: str, delay: float, started: float
-    ) -> Called:
+    def _raised(
+        self, job: ClaimedJob, call: Call, started: float, exc: BaseException, limit: float
+    ) -> Outcome:
+        """What a handler's exception makes of its job."""
+        if isinstance(exc, RetryLater):  # not a failure: no traceback to keep
+            try:
+                # Read from the instance: a subclass's property would be handler code.
+                delay = _deferral(vars(exc).get("delay"))
+            except BadInput as refused:
+                message = f"{describe(exc)}: {refused}"
+                return self._failed(job, call, started, message, retry=True, error=exc)
+            return self._deferred(job, call, started, describe(exc), delay)
+        if isinstance(exc, JobTimeout):  # its traceback says where the handler was when stopped
+            message = _timed_out(limit, describe_with_traceback(exc))
+            return self._failed(job, call, started, message, retry=True, error=exc)
+        message = describe_with_traceback(exc)
+        return self._failed(job, call, started, message, not isinstance(exc, NoRetry), exc)
+
+    def _deferred(
+        self, job: ClaimedJob, call: Call, started: float, message: str, delay: float
+    ) -> Outcome:
         """The same attempt due again `delay` seconds on; past MAX_DEFERRALS in a row (or
         when the count would not fit the row) the attempt fails instead, so a handler that
         always defers is seen failing and runs out of retries."""
@@ -236,56 +226,59 @@ class Caller:
         text = stored.to_text() or ""
         if stored.deferrals > MAX_DEFERRALS or len(text) > POLICY_MAX:
             message = f"{message} (deferred {MAX_DEFERRALS} times in a row: failed instead)"
-            return self._finish(job, call, Status.FAILED, message, True, started)
+            return self._failed(job, call, started, message, retry=True)
         message = (
             f"{message} (deferred {format_delta(delay)}, "
             f"{stored.deferrals} of at most {MAX_DEFERRALS} in a row)"
         )
-        return self._finish(job, call, Status.PENDING, message, True, started, delay)
+        return self._outcome(job, call, started, Status.PENDING, storable(message), delay)
 
-    def _declared(self, call: tuple[str, str]) -> RetryPolicy:
-        found = self.handlers.get(call)
-        return RetryPolicy() if found is None else handler_policy(found)
+    def _succeeded(self, job: ClaimedJob, call: Call, started: float, message: str) -> Outcome:
+        return self._outcome(job, call, started, Status.SUCCESS, storable(message))
 
-    def _finish(
+    def _failed(
         self,
         job: ClaimedJob,
-        call: tuple[str, str],
-        status: Status,
+        call: Call,
+        started: float,
         message: str,
         retry: bool,
-        started: float,
-        deferral: float | None = None,
         error: BaseException | None = None,
-    ) -> Called:
+    ) -> Outcome:
+        """A failure, with the retry its policy gives it if it `retry` at all."""
+        next_in = None
+        if retry:
+            found = self.handlers.get(call)
+            declared = RetryPolicy() if found is None else handler_policy(found)
+            next_in = retry_delay(effective_policy(job.retry_policy, declared), job.retry_times)
+        # A driver's error in a handler may quote a URL.
+        message = hide_secrets(storable(message, TEXT_MAX), *self.secret_urls)
+        return self._outcome(job, call, started, Status.FAILED, message, next_in, error)
+
+    def _outcome(
+        self,
+        job: ClaimedJob,
+        call: Call,
+        started: float,
+        status: Status,
+        message: str,
+        next_in: float | None = None,
+        error: BaseException | None = None,
+    ) -> Outcome:
         duration = time.monotonic() - started
-        next_in = deferral
-        if status == Status.FAILED:  # a driver's error in a handler may quote a URL
-            message = hide_secrets(storable(message, TEXT_MAX), *self.secret_urls)
-            if retry:
-                policy = effective_policy(job.retry_policy, self._declared(call))
-                next_in = retry_delay(policy, job.retry_times)
-        else:
-            message = storable(message)  # a refused handler's name may hold anything
         finished_at = self.clock()
-        lateness = finished_at - duration - (job.run_at or finished_at)
-        handler = label(f"{call[0]}.{call[1]}")
-        outcome = Outcome(job, status, message, next_in, finished_at, handler, duration, lateness)
-        report = JobOutcome(
-            job.id,
-            job.queue,
-            call[0],
-            call[1],
-            job.retry_times,
-            status,
-            message,
-            duration,
-            lateness,
-            status == Status.FAILED and next_in is not None,
-            job.ext_string,
-            error,
+        return Outcome(
+            job=job,
+            status=status,
+            message=message,
+            finished_at=finished_at,
+            next_in=next_in,
+            class_path=call[0],
+            method=call[1],
+            duration=duration,
+            lateness=finished_at - duration - (job.run_at or finished_at),
+            error=error,
         )
-        return Called(outcome, report)
 
 
 def _context_of(job: ClaimedJob) -> context.JobContext:
@@ -295,27 +288,13 @@ def _context_of(job: ClaimedJob) -> context.JobContext:
     )
 
 
-def _call_of(job: ClaimedJob, php_classes: dict[str, str]) -> tuple[str, str]:
+def _call_of(job: ClaimedJob, php_classes: dict[str, str]) -> Call:
     """(class, method) of a job whose params may be anything."""
     try:
         class_path, method, _ = read_call(job.params, php_classes)
     except BadInput:
-        return "?", "?"
+        return UNKNOWN
     return class_path, method
-
-
-def _verdict(exc: BaseException, limit: float) -> tuple[Status, str, bool | float]:
-    """What a handler's exception makes of its job: the status, the message and whether a
-    failure may be retried, or, for RetryLater, its delay."""
-    if isinstance(exc, RetryLater):  # not a failure: no traceback to keep
-        try:
-            # Read from the instance: a subclass's property would be handler code.
-            return Status.PENDING, describe(exc), _deferral(vars(exc).get("delay"))
-        except BadInput as refused:
-            return Status.FAILED, f"{describe(exc)}: {refused}", True
-    if isinstance(exc, JobTimeout):  # its traceback says where the handler was when stopped
-        return Status.FAILED, _timed_out(limit, describe_with_traceback(exc)), True
-    return Status.FAILED, describe_with_traceback(exc), not isinstance(exc, NoRetry)
 
 
 def _deferral(delay: object) -> float:

@@ -19,11 +19,11 @@ from ..store import leases
 from ..store.database import run_reconnecting
 from ..store.index import ScheduleIndex
 from ..store.keys import job_id_of
+from ..store.outcomes import rearm
 from ..store.params import read_call
+from ..store.schedules import is_recurring
 from ..store.table import ClaimedJob, Table
 from ..store.tallies import Tally, label
-from .outcomes import rearm
-from .retry import is_recurring
 
 logger = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from typing import Any, Protocol
 
 from ..config import Settings
 from ..errors import BadInput, ConfigError
+from ..store.outcomes import Outcome
 from .handlers import locate
-from .report import JobOutcome
 from .sentry import load_sentry
 from .tracebacks import describe
 
@@ -32,7 +32,7 @@ Hook = Callable[[dict[str, Any], BaseException | None], object]
 class FailureReporter(Protocol):
     """What a run tells of each failed attempt: the hook, Sentry."""
 
-    def call(self, report: JobOutcome) -> None: ...
+    def call(self, report: Outcome) -> None: ...
 
 
 def load_reporters(settings: Settings) -> tuple[FailureReporter, ...]:
@@ -50,7 +50,7 @@ class FailureHook:
         self.seconds = seconds
         self.free = threading.BoundedSemaphore(MAX_HANGING)
 
-    def call(self, report: JobOutcome) -> None:
+    def call(self, report: Outcome) -> None:
         """Call the hook for a failed attempt; returns within `seconds` whatever it does."""
         if not self.free.acquire(blocking=False):
             logger.error(
@@ -68,7 +68,7 @@ class FailureHook:
                 *(self.path, report.id, self.seconds),
             )
 
-    def _run(self, report: JobOutcome, done: threading.Event) -> None:
+    def _run(self, report: Outcome, done: threading.Event) -> None:
         try:
             self.function(failure_info(report), report.error)
         except BaseException as exc:  # noqa: BLE001 - a hook's error is logged, never the run's
@@ -80,7 +80,7 @@ class FailureHook:
             self.free.release()
 
 
-def failure_info(report: JobOutcome) -> dict[str, Any]:
+def failure_info(report: Outcome) -> dict[str, Any]:
     """What the hook is told of a failed attempt; `terminal`: no retry will follow."""
     error, traceback = report.failure
     return {

@@ -1,5 +1,4 @@
-"""Starting one pass of `delayq run`: one handler at a time on the main thread (Run), or
-many in flight on slot threads (ConcurrentRun) when the settings ask for concurrency."""
+"""Starting one pass of `delayq run` with the options a caller gave."""
 
 from __future__ import annotations
 
@@ -12,7 +11,6 @@ from ..errors import BadInput
 from ..store.index import ScheduleIndex
 from ..store.table import Table
 from .allowlist import check_allowlist
-from .concurrent import ConcurrentRun
 from .interrupts import GracefulStop
 from .liveness import Liveness
 from .report import OutcomeCallback, RunReport
@@ -87,6 +85,5 @@ def run_once(
     a supervising parent."""
     limits = limits or RunLimits(settings.since, None, settings.max_seconds)
     clock = (lambda: now) if now is not None else index.now
-    kind = ConcurrentRun if settings.concurrency > 1 else Run
-    run = kind(settings, table, index, limits, clock, on_outcome, stop, liveness)
+    run = Run(settings, table, index, limits, clock, on_outcome, stop, liveness)
     return run.execute(queues)

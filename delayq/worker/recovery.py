@@ -17,9 +17,11 @@ from ..store import leases, queries
 from ..store.database import run_reconnecting
 from ..store.index import ScheduleIndex
 from ..store.keys import job_id_of
-from ..store.table import Status, Table, tuples
-from .outcomes import Outcome, rearm, write_outcomes
-from .retry import is_recurring
+from ..store.outcomes import Outcome, rearm, write_outcomes
+from ..store.policies import RetryPolicy
+from ..store.schedules import is_recurring
+from ..store.table import ClaimedJob, Status, Table, tuples
+from .retry import effective_policy, retry_delay
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -76,7 +78,7 @@ def recover_leases(table: Table, index: ScheduleIndex, queue: str, now: float) -
         if record is None:
             unsettled.append(item)
         else:
-            outcomes.setdefault(item.token, []).append(Outcome.from_record(item.job, record))
+            outcomes.setdefault(item.token, []).append(journaled_outcome(item.job, record))
     running = _were_running(index, queue, unsettled)
     for item in unsettled:
         was_running = item.job.id in running
@@ -91,14 +93,24 @@ def recover_leases(table: Table, index: ScheduleIndex, queue: str, now: float) -
             index.settle(queue, [], [], (token, sorted(items)))  # their start notes
     dead_runs = {item.token for item in lapsed if item.token is not None}
     for token, settled_outcomes in outcomes.items():
-        settled = write_outcomes(table, settled_outcomes, token)
+        written = write_outcomes(table, settled_outcomes, token)
         ids = [outcome.job.id for outcome in settled_outcomes]
-        index.settle(queue, ids, settled.scheduled, None if token is None else (token, ids))
-        result.journaled += settled.succeeded + settled.failed + len(settled.deferred)
+        index.settle(queue, ids, written.scheduled, None if token is None else (token, ids))
+        result.journaled += written.succeeded + written.failed + len(written.deferred)
         logger.warning("recorded %d journaled outcomes of a run that died", len(settled_outcomes))
     for token in dead_runs - leases.tokens_holding(table, queue, dead_runs):
         index.journal.forget_order(queue, token)  # its batch order and start mark
     return result
+
+
+def journaled_outcome(job: ClaimedJob, record: str) -> Outcome:
+    """The outcome a dead run journaled. A failure journaled by an earlier version says only
+    whether to retry: the retry follows the job's own policy or the ladder."""
+
+    def retry_in(job: ClaimedJob) -> float | None:
+        return retry_delay(effective_policy(job.retry_policy, RetryPolicy()), job.retry_times)
+
+    return Outcome.from_record(job, record, retry_in)
 
 
 def _were_running(index: ScheduleIndex, queue: str, unsettled: list[leases.Lapsed]) -> set[int]:

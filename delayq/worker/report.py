@@ -7,7 +7,7 @@ import bisect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..store.table import Status, failure_parts
+from ..store.outcomes import Outcome
 from ..store.tallies import LATENESS_BOUNDS
 
 # The lateness histogram's upper bounds, shared with the tallies in Redis.
@@ -80,39 +80,4 @@ class RunReport:
         self.lateness.merge(other.lateness)
 
 
-@dataclass(frozen=True)
-class JobOutcome:
-    """One job's result, handed to the caller's callback as it happens."""
-
-    id: int
-    queue: str
-    class_path: str
-    method: str
-    attempt: int
-    status: Status
-    message: str
-    duration: float
-    lateness: float
-    will_retry: bool = False
-    ext: str | None = None
-    error: BaseException | None = field(default=None, compare=False, repr=False)  # a handler's
-
-    @property
-    def summary(self) -> str:
-        """The message on one line: a failure's head line without its traceback."""
-        return self.failure[0] or ""
-
-    @property
-    def failure(self) -> tuple[str | None, str | None]:
-        """(head line, traceback) of a failure; (message, None) for any other outcome."""
-        if self.status == Status.FAILED:
-            return failure_parts(self.message)
-        return self.message, None
-
-    @property
-    def word(self) -> str:
-        """The outcome's word in output: a status, or `deferred` for a RetryLater."""
-        return "deferred" if self.status == Status.PENDING else self.status.word
-
-
-OutcomeCallback = Callable[[JobOutcome], None]
+OutcomeCallback = Callable[[Outcome], None]

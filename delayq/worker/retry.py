@@ -1,20 +1,17 @@
 """Retry policies: the default 15-step ladder, a job's own (stored in its `retry_policy`
 column) and a handler's (declared with `@delayq.retry_policy`), and how long the k-th
-automatic retry waits after a failure; and when a recurring job's next occurrence is due.
+automatic retry waits after a failure.
 
 Only the runner consults them; a retry is always a new row, so a policy never edits history.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from ..durations import Duration
 from ..store.policies import RetryPolicy, check_policy, read_policy
-from ..store.schedules import from_column
-from ..store.table import ClaimedJob
 
 # Step k (1-based) is the wait before retry k: 15s, 15s, 30s, 3m, 10m, 20m, 30m, 30m, 30m,
 # 1h, 3h, 3h, 3h, 6h, 6h.
@@ -82,25 +79,3 @@ def retry_delay(policy: RetryPolicy, retry_times: int) -> float | None:
     if retry_times >= policy.retries:
         return None
     return policy.delays[min(retry_times, len(policy.delays) - 1)]
-
-
-def next_occurrence(due: float, every: float, now: float) -> float:
-    """The next due time of a recurring job: the previous due plus whole periods, skipping
-    periods already past rather than running them in a burst, so the series never drifts."""
-    periods = max(1, math.floor((now - due) / every) + 1)
-    return due + periods * every
-
-
-def is_recurring(job: ClaimedJob) -> bool:
-    """Whether settling `job` re-arms a series: it has a period or a cron schedule."""
-    return job.every is not None or job.schedule is not None
-
-
-def next_due(job: ClaimedJob, now: float) -> float:
-    """The due time of recurring `job`'s next occurrence, from its own due time. BadInput
-    if its schedule column holds no schedule delayq can read."""
-    due = job.run_at or now
-    if job.schedule is not None:
-        return from_column(job.schedule).next_after(due, now)
-    assert job.every is not None
-    return next_occurrence(due, job.every, now)

@@ -1,13 +1,10 @@
-"""One pass of `delayq run`: settle the jobs of dead runs, re-index orphans, then claim due
-jobs in batches, call each handler in-process under its time limit, and hand the outcomes to
-the journal and its group commits.
+"""One pass of `delayq run`: settle the jobs of dead runs, re-index orphans, then serve each
+queue in turn, draining its due jobs (drains.py) until none is due or the run must stop.
 
-A Run owns the order of those steps and the pass's own state; the table decides who wins a
-job (store/leases.py), the index only hands out due ids, claims.py leases, calls.py calls,
-outcomes.py records, retry.py says when. Three threads take part, each with what it owns:
-the main thread (the Run, its Caller, its report), the heartbeat (heartbeat.py) and, once a
-backlog shows up, the bookkeeper (the next batch's claim and the group commits). What the
-main thread and the heartbeat share is the LeaseDeadline, behind its lock.
+A Run owns the order of those steps and the pass's state — its lease token, its limits, the
+jobs it has started, its report — and answers the drains' questions about them (`room`,
+`should_stop`); the table decides who wins a job (store/leases.py), the index only hands
+out due ids, claims.py leases, calls.py calls, outcomes.py records, retry.py says when.
 """
 
 from __future__ import annotations
@@ -17,22 +14,22 @@ import signal
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from ..config import DEFAULT_QUEUE, Settings
 from ..store import leases
 from ..store.index import ScheduleIndex
+from ..store.outcomes import Written
 from ..store.table import ClaimedJob, Table
 from . import interrupts, recovery
 from .bookkeeper import Bookkeeper
 from .calls import Caller
 from .claims import Batch, Claimer
+from .drains import ConcurrentDrain, SequentialDrain
 from .heartbeat import Heartbeat, LeaseDeadline
 from .hooks import load_reporters
 from .interrupts import Abandoned, GracefulStop
 from .liveness import Liveness
-from .outcomes import OutcomeBuffer, Settled
 from .report import OutcomeCallback, RunReport
 
 logger = logging.getLogger(__name__)
@@ -55,7 +52,7 @@ def known_queues(index: ScheduleIndex) -> list[str]:
 
 
 class Run:
-    """One pass: its lease token, its limits, what it has run and what it reports."""
+    """One pass: its lease token, its limits, what it has started and what it reports."""
 
     def __init__(
         self,
@@ -81,11 +78,10 @@ class Run:
         self.report = RunReport()
         self.started_at = time.monotonic()
         self.calls = 0
-        self.noted_order = False
         self.deadline = LeaseDeadline(settings.lease)
         self.claimer = Claimer(table, index, self.token, settings.lease, limits.since)
-        self.bookkeeper: Bookkeeper | None = None  # started once a backlog shows up
         self.turn_left: int | None = None  # jobs the queue being drained may still take
+        self._bookkeeper: Bookkeeper | None = None  # started once a drain asks for it
 
     def execute(self, queues: Sequence[str] | None) -> RunReport:
         """Run the pass, note it for `delayq status`, and return its report."""
@@ -104,8 +100,11 @@ class Run:
     def _run_queues(self, queues: Sequence[str] | None) -> None:
         heartbeat = Heartbeat(self.table, self.token, self.clock, self.deadline)
         try:
+            # SIGALRM reaches only the main thread: with many in flight, slots enforce time
+            # limits from outside instead.
             with interrupts.time_limits() as enabled, heartbeat:
-                caller = self._caller(enabled)
+                alarms = enabled and self.settings.concurrency == 1
+                caller = Caller(self.settings, self.clock, alarms, self.on_outcome, self.reporters)
                 try:
                     self._run_each_queue(queues, caller)
                 finally:
@@ -113,9 +112,9 @@ class Run:
         except Abandoned:
             logger.warning("run abandoned its current job; it is back on the schedule")
         finally:
-            if self.bookkeeper is not None:
-                self.bookkeeper.close()
-                self.bookkeeper = None
+            if self._bookkeeper is not None:
+                self._bookkeeper.close()
+                self._bookkeeper = None
 
     def _run_each_queue(self, queues: Sequence[str] | None, caller: Caller) -> None:
         """Serve the queues in turn, each its weight in batches a turn, so a backlog in one
@@ -126,7 +125,7 @@ class Run:
             for queue in names:
                 self._sweep(queue)
         active = names
-        while active and not self._should_stop():
+        while active and not self.should_stop():
             active = [queue for queue in active if self._take_turn(queue, caller, len(active))]
 
     def _take_turn(self, queue: str, caller: Caller, queues_left: int) -> bool:
@@ -134,28 +133,9 @@ class Run:
         stopped because its turn was over, so it may have more."""
         weight = self.limits.weights.get(queue, 1)
         self.turn_left = None if queues_left == 1 else weight * self.settings.batch_size
-        self._drain(queue, caller)
+        kind = ConcurrentDrain if self.settings.concurrency > 1 else SequentialDrain
+        kind(self, queue, caller).drain()
         return self.turn_over()
-
-    def turn_over(self) -> bool:
-        return self.turn_left is not None and self.turn_left <= 0
-
-    def took(self, batch: Batch) -> None:
-        """Count a claimed batch against the queue's turn and add it to the report."""
-        if self.turn_left is not None:
-            self.turn_left -= len(batch.jobs)
-        self._add_counts(batch)
-
-    def _caller(self, time_limits: bool) -> Caller:
-        """Handlers run on this (the main) thread, under SIGALRM where it can reach them."""
-        return Caller(self.settings, self.clock, time_limits, self.on_outcome, self.reporters)
-
-    def _record(self, started_at: float, outcome: str) -> None:
-        self.report.elapsed = time.monotonic() - self.started_at
-        try:
-            self.index.record_run(started_at, self.report.elapsed, outcome, self.report.ran)
-        except Exception as exc:  # noqa: BLE001 - a run is not failed by its own bookkeeping
-            logger.warning("could not record the run for `delayq status`: %s", exc)
 
     def _sweep(self, queue: str) -> None:
         now = self.clock()
@@ -164,103 +144,49 @@ class Run:
         self.report.failed += recovered.poisoned
         self.report.reindexed += recovery.reindex_orphans(self.table, self.index, queue, now)
 
-    def _drain(self, queue: str, caller: Caller) -> None:
-        buffer = OutcomeBuffer(self.table, self.index, queue, self.token)
-        upcoming: Future[Batch | None] | None = None
-        completed = False
+    def _record(self, started_at: float, outcome: str) -> None:
+        self.report.elapsed = time.monotonic() - self.started_at
         try:
-            batch = self._claim(queue)
-            while batch is not None:
-                # A full batch means a backlog: lease the next one on the bookkeeping thread
-                # while this one runs, and write its commits there too.
-                room = self._room_after(batch)
-                if len(batch.claimed) == batch.size and room > 0:
-                    buffer.bookkeeper = self._bookkeeper()
-                    upcoming = buffer.bookkeeper.submit(
-                        self.claimer.claim, queue, batch.order, self.clock(), room
-                    )
-                self._process_batch(queue, batch, buffer, caller)
-                if self._should_stop():
-                    break
-                if upcoming is not None:
-                    batch, upcoming = upcoming.result(), None
-                    if batch is not None:
-                        continue
-                batch = self._claim(queue)
-            completed = True
-        finally:
-            if upcoming is not None:
-                self._hand_back_upcoming(queue, upcoming)
-            self._flush(buffer, quietly=not completed)
-            self.index.journal.close()
-            if self.noted_order:
-                self.index.journal.forget_order(queue, self.token)
-                self.noted_order = False
+            self.index.record_run(started_at, self.report.elapsed, outcome, self.report.ran)
+        except Exception as exc:  # noqa: BLE001 - a run is not failed by its own bookkeeping
+            logger.warning("could not record the run for `delayq status`: %s", exc)
 
-    def _claim(self, queue: str) -> Batch | None:
-        """The next batch on the main thread, unless the run should stop."""
-        if self._should_stop() or self.turn_over():
-            return None
-        return self.claimer.claim(queue, [], self.clock(), self.room(0))
+    # What the drains ask of the pass.
 
-    def _room_after(self, batch: Batch) -> int:
-        """How many jobs the next batch may take while this one runs."""
-        return self.room(len(batch.jobs))
+    def bookkeeper(self) -> Bookkeeper:
+        """The run's bookkeeping thread, started on first use."""
+        if self._bookkeeper is None:
+            self._bookkeeper = Bookkeeper(self.table)
+        return self._bookkeeper
 
-    def room(self, pending: int, charged: bool = False) -> int:
+    def turn_over(self) -> bool:
+        return self.turn_left is not None and self.turn_left <= 0
+
+    def room(self, pending: int) -> int:
         """How many jobs the next claim may take with `pending` claimed but not started: a
-        batch at most, and within --limit and the queue's turn. `charged`: the turn was
-        charged for the pending jobs when they were claimed (a concurrent drain), not yet
-        (a batch leased ahead while the one before it runs)."""
+        batch at most, and within --limit and the queue's turn (already charged for them)."""
         size = self.settings.batch_size
         if self.limits.limit is not None:
             size = min(size, self.limits.limit - self.calls - pending)
         if self.turn_left is not None:
-            size = min(size, self.turn_left - (0 if charged else pending))
+            size = min(size, self.turn_left)
         return size
 
-    def _bookkeeper(self) -> Bookkeeper:
-        if self.bookkeeper is None:
-            self.bookkeeper = Bookkeeper(self.table)
-        return self.bookkeeper
-
-    def _hand_back_upcoming(self, queue: str, upcoming: Future[Batch | None]) -> None:
-        """The run stopped with the next batch already leased: it goes back unstarted."""
-        try:
-            batch = upcoming.result()
-        except Exception as exc:  # noqa: BLE001 - already stopping; its leases bring it back
-            logger.error("could not lease the next batch (%s); its leases will bring it back", exc)
-            return
-        if batch is not None:
-            self._add_counts(batch)
-            self.claimer.hand_back(queue, batch.jobs, batch.due_by_id, self.clock())
-
-    def _add_counts(self, batch: Batch) -> None:
+    def took(self, batch: Batch) -> None:
+        """Count a claimed batch against the queue's turn and add it to the report."""
+        if self.turn_left is not None:
+            self.turn_left -= len(batch.jobs)
         self.report.claimed += len(batch.claimed)
         self.report.missed += batch.missed
         self.report.dropped += batch.dropped
-        self.noted_order = self.noted_order or batch.noted
+        self.deadline.leased(batch.leased_at)
 
-    def _flush(self, buffer: OutcomeBuffer, quietly: bool) -> None:
-        """Record what the buffer holds. If that fails, what is not in the table yet is
-        written there alone (`salvage`): Redis, and the journal with it, may be what failed.
-        Then the failure is raised, or with `quietly` (already failing) logged."""
-        try:
-            self._count(buffer.flush())
-            return
-        except Exception as exc:
-            failure = exc
-        try:
-            self._count(buffer.salvage())
-            fallback = "wrote them to the table alone"
-        except Exception as exc:  # noqa: BLE001 - already failing
-            # What was journaled is settled by the next run's recovery; the rest by leases.
-            fallback = f"nor to the table alone ({exc}); the next run settles them"
-        if not quietly:
-            raise failure
-        logger.error("could not record outcomes (%s); %s", failure, fallback)
+    def starting(self, job: ClaimedJob, due: float) -> None:
+        """A job is about to start: count it against --limit and observe how late it is."""
+        self.calls += 1
+        self.report.lateness.observe(self.clock() - due)
 
-    def _should_stop(self) -> bool:
+    def should_stop(self) -> bool:
         if self.stop is not None and self.stop.requested:
             return True
         over_limit = self.limits.limit is not None and self.calls >= self.limits.limit
@@ -268,34 +194,6 @@ class Run:
         if over_limit or over_time:
             self.report.stopped_early = True
         return over_limit or over_time
-
-    def _process_batch(
-        self, queue: str, batch: Batch, buffer: OutcomeBuffer, caller: Caller
-    ) -> None:
-        self.took(batch)
-        self.deadline.leased(batch.leased_at)
-        jobs = batch.jobs
-        unstarted = 0
-        held: set[int] | None = None  # None: every job of the batch, as leased
-        try:
-            for position, job in enumerate(jobs):
-                if self._should_stop():
-                    break
-                if self.deadline.may_lapse():
-                    held = self._reassert_leases(jobs[position:])
-                if held is not None and job.id not in held:
-                    unstarted = position + 1  # another run took it over: not ours to run
-                    continue
-                self.calls += 1
-                self.report.lateness.observe(self.clock() - batch.due_by_id[job.id])
-                self.beat(self.limit_of(job))
-                called = caller.execute(job)
-                unstarted = position + 1
-                # Announced once journaled or written: an on_failure hook sees a recorded outcome.
-                self._count(buffer.add(called.outcome, more_coming=unstarted < len(jobs)))
-                caller.announce(called.report)
-        finally:
-            self.claimer.hand_back(queue, jobs[unstarted:], batch.due_by_id, self.clock())
 
     def limit_of(self, job: ClaimedJob) -> float:
         """The job's time limit in seconds."""
@@ -309,7 +207,9 @@ class Run:
             silence = self.settings.lease if limit is None else limit
             self.liveness.beat(silence + self.settings.grace)
 
-    def _reassert_leases(self, jobs: list[ClaimedJob]) -> set[int]:
+    def reassert_leases(self, jobs: Sequence[ClaimedJob]) -> set[int]:
+        """Renew the leases of `jobs` that this run still holds, and return their ids: the
+        heartbeat fell behind, so another run may have taken some over."""
         lease = self.settings.lease
         held = {job.id for job in jobs}
         while True:
@@ -326,14 +226,15 @@ class Run:
             logger.warning("%d jobs of this run's batch were taken over by another run", lost)
         return held
 
-    def _count(self, settled: Settled | None) -> None:
-        if settled is None:
+    def count(self, written: Written | None) -> None:
+        """Add what a write of outcomes did to the report."""
+        if written is None:
             return
-        self.report.succeeded += settled.succeeded
-        self.report.failed += settled.failed
-        self.report.retried += len(settled.retries)
-        self.report.deferred += len(settled.deferred)
-        for job_id in settled.lost:
+        self.report.succeeded += written.succeeded
+        self.report.failed += written.failed
+        self.report.retried += len(written.retries)
+        self.report.deferred += len(written.deferred)
+        for job_id in written.lost:
             logger.error(
                 "job %d finished but its lease had been taken over; this outcome is refused",
                 job_id,

@@ -13,8 +13,8 @@ from typing import Any
 
 from ..config import Settings
 from ..errors import ConfigError
+from ..store.outcomes import Outcome
 from .interrupts import RUN_STOPS
-from .report import JobOutcome
 from .tracebacks import describe
 
 logger = logging.getLogger(__name__)
@@ -30,7 +30,7 @@ class SentryReporter:
     def __init__(self, sdk: Any) -> None:
         self.sdk = sdk
 
-    def call(self, report: JobOutcome) -> None:
+    def call(self, report: Outcome) -> None:
         try:
             with self.sdk.new_scope() as scope:
                 scope.set_tag("delayq.job_id", report.id)

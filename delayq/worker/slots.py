@@ -27,6 +27,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+from ..store.outcomes import Outcome
 from ..store.table import ClaimedJob
 from ..threads import keep_signals_off_this_thread
 from .interrupts import JobTimeout
@@ -40,9 +41,11 @@ logger = logging.getLogger(__name__)
 GATHER_FROM = 64
 GATHER_FOR = 0.001
 
-Call = Callable[[ClaimedJob], object]
+Call = Callable[[ClaimedJob], Outcome]
+# What a call that raised came to: an error raised into its thread outside the handler's call.
+Crashed = Callable[[ClaimedJob, BaseException, float], Outcome]
 # The job's call as a coroutine for the event loop, or None when it needs a thread.
-CoroutineFor = Callable[[ClaimedJob], Coroutine[Any, Any, object] | None]
+CoroutineFor = Callable[[ClaimedJob], Coroutine[Any, Any, Outcome] | None]
 
 
 @dataclass(frozen=True)
@@ -63,13 +66,7 @@ class InFlight:
     thread_id: int | None = None
     abandoned: bool = False
     on_loop: bool = False  # a task on the event loop, not a thread's call
-    task: asyncio.Task[object] | None = None  # once the loop has started it
-
-
-@dataclass
-class Finished:
-    job: ClaimedJob
-    result: object  # what `call` returned, or the BaseException it raised
+    task: asyncio.Task[Outcome] | None = None  # once the loop has started it
 
 
 class Slots:
@@ -79,18 +76,20 @@ class Slots:
         self,
         size: int,
         call: Call,
+        crashed: Crashed,
         limit_of: Callable[[ClaimedJob], float],
         event_loop: EventLoop | None = None,
     ) -> None:
         self.size = size
         self.call = call
+        self.crashed = crashed
         self.event_loop = event_loop
         self.limit_of = limit_of
         self._lock = threading.Lock()
         self._work: queue.SimpleQueue[InFlight | None] = queue.SimpleQueue()
         # Finished calls, handed over a few at a time: each put may wake the main thread.
-        self._done: queue.SimpleQueue[list[Finished]] = queue.SimpleQueue()
-        self._landed_calls: list[Finished] = []  # tasks that ended in this turn of the loop
+        self._done: queue.SimpleQueue[list[Outcome]] = queue.SimpleQueue()
+        self._landed_calls: list[Outcome] = []  # tasks that ended in this turn of the loop
         self._in_flight: dict[int, InFlight] = {}  # by job id
         # Deadlines of calls in flight, soonest first; an entry whose call has ended or was
         # given up on is skipped when it reaches the top. The main thread asks for the next
@@ -119,7 +118,7 @@ class Slots:
         """Hand each of `jobs` to a free slot: a thread, or a task on the event loop; the
         tasks are started by one call into the loop."""
         now = time.monotonic()
-        tasks: list[tuple[InFlight, Coroutine[Any, Any, object]]] = []
+        tasks: list[tuple[InFlight, Coroutine[Any, Any, Outcome]]] = []
         queued = 0
         for job in jobs:
             call = InFlight(job, now + self.limit_of(job), now)
@@ -143,7 +142,7 @@ class Slots:
     def _start_tasks(
         self,
         loop: asyncio.AbstractEventLoop,
-        tasks: list[tuple[InFlight, Coroutine[Any, Any, object]]],
+        tasks: list[tuple[InFlight, Coroutine[Any, Any, Outcome]]],
     ) -> None:
         """On the loop's thread: a task for each call not given up on meanwhile."""
         for call, coroutine in tasks:
@@ -155,12 +154,12 @@ class Slots:
                 task = call.task = loop.create_task(coroutine)
             task.add_done_callback(functools.partial(self._landed, call))
 
-    def _landed(self, call: InFlight, task: asyncio.Task[object]) -> None:
-        """A task ended (on the loop's thread): hand its result over."""
+    def _landed(self, call: InFlight, task: asyncio.Task[Outcome]) -> None:
+        """A task ended (on the loop's thread): hand its outcome over."""
         try:
-            result: object = task.result()
-        except BaseException as exc:  # noqa: BLE001 - cancelled: handed over as it is
-            result = exc
+            outcome = task.result()
+        except BaseException as exc:  # noqa: BLE001 - cancelled outside the handler's call
+            outcome = self.crashed(call.job, exc, call.started)
         with self._lock:
             self._forget(call)
             late = call.abandoned
@@ -169,7 +168,7 @@ class Slots:
             return
         if not self._landed_calls:  # the first this turn: hand them all over on the next
             task.get_loop().call_soon(self._hand_over_landed)
-        self._landed_calls.append(Finished(call.job, result))
+        self._landed_calls.append(outcome)
 
     def _hand_over_landed(self) -> None:
         """On the loop's thread: the tasks that ended in one turn wake the main thread once."""
@@ -184,10 +183,10 @@ class Slots:
             with contextlib.suppress(RuntimeError):  # the loop is closed: the task is gone
                 task.get_loop().call_soon_threadsafe(task.cancel)
 
-    def collect(self, timeout: float) -> list[Finished]:
+    def collect(self, timeout: float) -> list[Outcome]:
         """What slots finished, waiting up to `timeout` for the first. Calls given up on are
         never among them: their job was already recorded as timed out."""
-        finished: list[Finished] = []
+        finished: list[Outcome] = []
         try:
             finished += self._done.get(timeout=max(timeout, 0.0))
             if self.busy - self._thread_calls >= GATHER_FROM:
@@ -317,9 +316,9 @@ class Slots:
                 return True
             call.thread_id = threading.get_ident()
         try:
-            result: object = self.call(call.job)
-        except BaseException as exc:  # noqa: BLE001 - handed to the main thread as it is
-            result = exc
+            outcome = self.call(call.job)
+        except BaseException as exc:  # noqa: BLE001 - raised into this thread outside the call
+            outcome = self.crashed(call.job, exc, call.started)
         with self._lock:
             call.thread_id = None  # out of the handler: no JobTimeout for it any more
             self._forget(call)
@@ -330,7 +329,7 @@ class Slots:
             if surplus:
                 self._threads -= 1
         if not late:
-            self._done.put([Finished(call.job, result)])
+            self._done.put([outcome])
             return True
         logger.error("job %d finished after its time limit; its result is refused", call.job.id)
         return not surplus

@@ -1,0 +1,229 @@
+"""What a call of a handler came to — the one record a finished call travels in, from the
+call through the journal to the table — and the transaction that writes outcomes there.
+
+Every write is a guarded UPDATE (status RUNNING and this run's lease token): an outcome
+whose lease was taken over meanwhile is refused, never written over another run's.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from ..errors import BadInput
+from . import leases, queries
+from .database import run_reconnecting
+from .policies import read_policy
+from .schedules import is_recurring, next_due
+from .table import ClaimedJob, Status, Table, failure_parts, tuples
+from .tallies import label
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outcome:
+    """One finished call: succeeded, failed (`next_in`: the retry's delay, None for none) or
+    deferred by RetryLater (status PENDING; `next_in`: when the same attempt is due again)."""
+
+    job: ClaimedJob
+    status: Status
+    message: str
+    finished_at: float
+    # Seconds until the job's next attempt; None: there is none (success, NoRetry, a refused
+    # handler, retries used up).
+    next_in: float | None = None
+    # What the report and the metrics say of it; an outcome read back from the journal has
+    # none of them.
+    class_path: str = "?"
+    method: str = "?"
+    duration: float = 0.0
+    lateness: float = 0.0
+    error: BaseException | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def id(self) -> int:
+        return self.job.id
+
+    @property
+    def queue(self) -> str:
+        return self.job.queue
+
+    @property
+    def attempt(self) -> int:
+        return self.job.retry_times
+
+    @property
+    def ext(self) -> str | None:
+        return self.job.ext_string
+
+    @property
+    def handler(self) -> str:
+        """The metrics' label: "class.method", escaped."""
+        return label(f"{self.class_path}.{self.method}")
+
+    @property
+    def will_retry(self) -> bool:
+        return self.status == Status.FAILED and self.next_in is not None
+
+    @property
+    def word(self) -> str:
+        """The outcome's word in output: a status, or `deferred` for a RetryLater."""
+        return "deferred" if self.status == Status.PENDING else self.status.word
+
+    @property
+    def summary(self) -> str:
+        """The message on one line: a failure's head line without its traceback."""
+        return self.failure[0] or ""
+
+    @property
+    def failure(self) -> tuple[str | None, str | None]:
+        """(head line, traceback) of a failure; (message, None) for any other outcome."""
+        if self.status == Status.FAILED:
+            return failure_parts(self.message)
+        return self.message, None
+
+    def to_record(self) -> str:
+        """The outcome as the journal holds it until the table has it."""
+        if not self.message:  # most jobs: written without the JSON encoder, same text
+            next_in = "null" if self.next_in is None else repr(self.next_in)
+            return f'[{int(self.status)}, "", {next_in}, {self.finished_at!r}]'
+        return json.dumps([int(self.status), self.message, self.next_in, self.finished_at])
+
+    @classmethod
+    def from_record(
+        cls, job: ClaimedJob, record: str, retry_in: Callable[[ClaimedJob], float | None]
+    ) -> Outcome:
+        """An outcome read back from the journal. `retry_in` gives the retry's delay of a
+        failure an earlier version journaled with only whether to retry."""
+        status, message, next_in, finished_at = json.loads(record)
+        if isinstance(next_in, bool):
+            next_in = retry_in(job) if next_in else None
+        return cls(
+            job=job,
+            status=Status(status),
+            message=message,
+            next_in=next_in,
+            finished_at=float(finished_at),
+        )
+
+
+@dataclass
+class Written:
+    """What one write of outcomes did: counts for the report, and the rows to schedule."""
+
+    succeeded: int = 0
+    failed: int = 0
+    retries: list[tuple[int, float]] = field(default_factory=list)
+    occurrences: list[tuple[int, float]] = field(default_factory=list)  # recurring re-arms
+    deferred: list[tuple[int, float]] = field(default_factory=list)  # RetryLater, same rows
+    lost: list[int] = field(default_factory=list)  # outcomes whose lease had been taken over
+
+    def merge(self, other: Written) -> Written:
+        self.succeeded += other.succeeded
+        self.failed += other.failed
+        self.retries += other.retries
+        self.occurrences += other.occurrences
+        self.deferred += other.deferred
+        self.lost += other.lost
+        return self
+
+    @property
+    def scheduled(self) -> list[tuple[int, float]]:
+        """(id, due) of every row to put on the schedule: retries, next occurrences and
+        deferred jobs."""
+        return self.retries + self.occurrences + self.deferred
+
+
+def write_outcomes(table: Table, outcomes: Sequence[Outcome], token: str | None) -> Written:
+    """One transaction: successes in one UPDATE, each failure with its retry row, each
+    recurring job's next occurrence. Retried once on a fresh connection if MySQL dropped it."""
+    if not outcomes:
+        return Written()
+    return run_reconnecting(table.db, lambda: _write_outcomes(table, outcomes, token))
+
+
+def _write_outcomes(table: Table, outcomes: Sequence[Outcome], token: str | None) -> Written:
+    written = Written()
+    now = max(outcome.finished_at for outcome in outcomes)
+    successes = [(o.job.id, o.message) for o in outcomes if o.status == Status.SUCCESS]
+    with table.db.atomic():
+        # Only a series whose occurrence this transaction settles re-arms: replayed after
+        # a dropped connection whose first try had committed, it must not re-arm again. A
+        # deferred occurrence has not happened yet: it re-arms when it runs.
+        recurring = [
+            o.job.id for o in outcomes if is_recurring(o.job) and o.status != Status.PENDING
+        ]
+        held = leases.held_by(table, recurring, token)
+        written.succeeded = leases.finish_many(table, successes, token, Status.SUCCESS, now)
+        if written.succeeded < len(successes):
+            written.lost += _not_finished(
+                table, [job_id for job_id, _ in successes], Status.SUCCESS, token
+            )
+        for outcome in outcomes:
+            if outcome.status == Status.FAILED:
+                _write_failure(table, outcome, token, written)
+            elif outcome.status == Status.PENDING:
+                _write_deferral(table, outcome, token, written)
+        lost = set(written.lost)
+        for outcome in outcomes:
+            if outcome.job.id in held and outcome.job.id not in lost:
+                # After success and failure alike: a timer that stopped at its first failure
+                # would die silently. A failed occurrence still gets its retries as one-offs.
+                occurrence = rearm(table, outcome.job, outcome.finished_at)
+                if occurrence is not None:
+                    written.occurrences.append(occurrence)
+    return written
+
+
+def rearm(table: Table, job: ClaimedJob, now: float) -> tuple[int, float] | None:
+    """Insert the next occurrence of recurring `job` (id, due), or None if its series was
+    stopped. Call it in the transaction that settles `job`: that write's guard (status and
+    lease token) is what makes a replayed commit or a second recovery re-arm nothing."""
+    try:
+        run_at = next_due(job, now)
+    except BadInput as exc:  # a schedule another writer left: the series cannot go on
+        logger.error("job %d not re-armed: %s", job.id, exc)
+        return None
+    next_id = queries.insert_next_occurrence(table, job, run_at, now)
+    return None if next_id is None else (next_id, run_at)
+
+
+def _write_failure(table: Table, outcome: Outcome, token: str | None, written: Written) -> None:
+    job = outcome.job
+    if not leases.finish(table, job.id, token, Status.FAILED, outcome.message, outcome.finished_at):
+        written.lost.append(job.id)
+        return
+    written.failed += 1
+    if outcome.next_in is not None:
+        run_at = outcome.finished_at + outcome.next_in
+        written.retries.append(
+            (queries.insert_retry(table, job, run_at, outcome.finished_at), run_at)
+        )
+
+
+def _write_deferral(table: Table, outcome: Outcome, token: str | None, written: Written) -> None:
+    """The same row, the same attempt, due again later: RetryLater counts no failure, only
+    the deferral itself, so that endless deferring is bounded."""
+    job = outcome.job
+    assert outcome.next_in is not None
+    run_at = outcome.finished_at + outcome.next_in
+    policy = read_policy(job.retry_policy).deferred().to_text()
+    if leases.defer(table, job.id, token, run_at, outcome.message, policy, outcome.finished_at):
+        written.deferred.append((job.id, run_at))
+    else:
+        written.lost.append(job.id)
+
+
+def _not_finished(table: Table, ids: list[int], status: Status, token: str | None) -> list[int]:
+    """Those of `ids` this run did not finish with `status`. The row's status alone cannot
+    say: a run that took a job over after our lease lapsed records the same status, and a
+    late outcome taken for ours would re-arm a recurring job a second time. A row keeps the
+    token of the run that finished it."""
+    Job = table.model
+    held = Job.lease_token.is_null() if token is None else Job.lease_token == token
+    query = Job.select(Job.id).where(Job.id.in_(ids), Job.status == status, held)
+    done = {job_id for (job_id,) in tuples(query)}
+    return [job_id for job_id in ids if job_id not in done]
