@@ -1,7 +1,7 @@
 """Queries on `delay_queue` rows, each named for its intent: adding retries and next
 occurrences, replacing and cancelling pending jobs, reading chains, due rows and counts.
 
-The statements a run issues per batch live in leases.py; bulk inserts in inserts.py.
+The queries on the rows a run holds live in leases.py; bulk inserts in inserts.py.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 from peewee import Case, OperationalError, fn
 
 from .policies import fresh_policy
-from .table import ClaimedJob, Job, Status, Table, due_column, tuples, utc_stamp
+from .table import ClaimedJob, Job, Status, Table, due_column, id_batches, tuples, utc_stamp
 
 
 def insert_next_occurrence(table: Table, job: ClaimedJob, run_at: float, now: float) -> int | None:
@@ -189,18 +189,9 @@ def still_pending(table: Table, ids: Sequence[int]) -> list[int]:
 def iter_pending(table: Table, batch: int = 5000) -> Iterator[list[tuple[str, int, float]]]:
     """Every PENDING row as (queue, id, due), in batches by id, for rebuilding the index."""
     Job = table.model
-    last_id = 0
-    while True:
-        rows = tuples(
-            Job.select(Job.id, Job.queue, due_column(table))
-            .where(Job.status == Status.PENDING, Job.id > last_id)
-            .order_by(Job.id)
-            .limit(batch)
-        )
-        if not rows:
-            return
+    query = Job.select(Job.id, Job.queue, due_column(table)).where(Job.status == Status.PENDING)
+    for rows in id_batches(query.tuples(), batch):
         yield [(queue, job_id, float(due)) for job_id, queue, due in rows]
-        last_id = rows[-1][0]
 
 
 def pending_queues(table: Table) -> list[str]:

@@ -19,7 +19,7 @@ from ..errors import ConfigError
 from . import queries
 from .index import ScheduleIndex
 from .keys import schedule_key
-from .table import TABLE_NAME, Status, Table, tuples, utc_stamp
+from .table import TABLE_NAME, Status, Table, id_batches, tuples, utc_stamp
 
 BATCH = 1000
 # A job the seed's cron would never have run: its row says waiting, but its id is not on
@@ -91,14 +91,8 @@ def _miss_unscheduled(table: Table, index: ScheduleIndex, now: float) -> list[st
 def _batches(table: Table, condition: Any) -> Iterator[list[int]]:
     """Ids of the rows matching `condition`, BATCH at a time, in id order."""
     Job = table.model
-    last_id = 0
-    while True:
-        query = Job.select(Job.id).where(condition, Job.id > last_id).order_by(Job.id).limit(BATCH)
-        ids = [job_id for (job_id,) in tuples(query)]
-        if not ids:
-            return
-        yield ids
-        last_id = ids[-1]
+    for rows in id_batches(Job.select(Job.id).where(condition).tuples(), BATCH):
+        yield [job_id for (job_id,) in rows]
 
 
 def _alter_columns(table: Table) -> list[str]:
