@@ -140,13 +140,14 @@ def fill_live(table: Table, index: ScheduleIndex, stats: dict[str, QueueStats], 
     """Each queue's due count, failures in the last hour, due times and schedule size:
     ranges of the (status, queue, run_at) and (status, modified) indexes."""
     Job = table.model
-    for name, count in grouped_count(table, _is_due(table, now)).items():
-        stats[name].pending_due = count
     failed_since = (Job.status == Status.FAILED) & (Job.modified >= utc_stamp(now - FAILED_WINDOW))
-    for name, count in grouped_count(table, failed_since).items():
-        stats[name].failed_last_hour = count
-    for name, count in grouped_count(table, _was_retried(table)).items():
-        stats[name].failed_retried = count
+    for field, condition in (
+        ("pending_due", _is_due(table, now)),
+        ("failed_last_hour", failed_since),
+        ("failed_retried", _was_retried(table)),
+    ):
+        for name, count in grouped_count(table, condition).items():
+            setattr(stats[name], field, count)
     for name, entry in stats.items():
         fill_times(table, entry, name, now)
         entry.scheduled = index.size(name)

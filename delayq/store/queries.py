@@ -30,19 +30,7 @@ def insert_next_occurrence(table: Table, job: ClaimedJob, run_at: float, now: fl
     row = query.first()
     if row is None or (row.every is None and row.schedule is None):
         return None
-    return Job.insert(
-        params=job.params,
-        ext_string=job.ext_string,
-        queue=job.queue,
-        run_at=run_at,
-        timeout=job.timeout,
-        every=row.every,
-        schedule=row.schedule,
-        retry_policy=fresh_policy(job.retry_policy),
-        status=Status.PENDING,
-        created=utc_stamp(now),
-        modified=utc_stamp(now),
-    ).execute()
+    return _insert_after(table, job, run_at, now, every=row.every, schedule=row.schedule)
 
 
 @contextmanager
@@ -113,21 +101,34 @@ def get_job(table: Table, job_id: int) -> Job | None:
 
 def insert_retry(table: Table, row: Job | ClaimedJob, run_at: float, now: float) -> int:
     """A new PENDING row repeating `row` as its next attempt; the old row stays as history."""
-    Job = table.model
-    return Job.insert(
+    return _insert_after(
+        table,
+        row,
+        run_at,
+        now,
+        retry_times=row.retry_times + 1,
+        chain_id=row.chain_id or row.id,
+        # A retry is a one-off; the series re-arms from the occurrence itself.
+        every=None,
+        schedule=None,
+    )
+
+
+def _insert_after(
+    table: Table, row: Job | ClaimedJob, run_at: float, now: float, **columns: Any
+) -> int:
+    """A new PENDING row that calls what `row` calls, due at `run_at`, with `columns`."""
+    return table.model.insert(
         params=row.params,
         ext_string=row.ext_string,
         queue=row.queue,
-        retry_times=row.retry_times + 1,
-        chain_id=row.chain_id or row.id,
         run_at=run_at,
         timeout=row.timeout,
-        every=None,  # a retry is a one-off; the series re-arms from the occurrence itself
-        schedule=None,
         retry_policy=fresh_policy(row.retry_policy),
         status=Status.PENDING,
         created=utc_stamp(now),
         modified=utc_stamp(now),
+        **columns,
     ).execute()
 
 

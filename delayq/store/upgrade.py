@@ -106,7 +106,7 @@ def _alter_columns(table: Table) -> list[str]:
         if column is None:
             clauses.append(f"ADD COLUMN {_ddl(table, field)}")
             changes.append(f"added column {field.column_name}")
-        elif table.mysql and _needs_fixing(field, column):
+        elif table.mysql and _problem(field, column) is not None:
             _fill_nulls(table, field)
             clauses.append(f"MODIFY COLUMN {_ddl(table, field)}")
             changes.append(f"changed column {field.column_name} to {_ddl(table, field)}")
@@ -153,10 +153,6 @@ def _convert_charset(table: Table) -> list[str]:
         return []
     table.db.execute_sql(f"ALTER TABLE `{TABLE_NAME}` CONVERT TO CHARACTER SET utf8mb4")
     return [f"converted the table from {collation} to utf8mb4"]
-
-
-def _needs_fixing(field: Field, column: Any) -> bool:
-    return _problem(field, column) is not None
 
 
 def _problem(field: Field, column: Any) -> str | None:
