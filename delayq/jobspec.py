@@ -107,8 +107,6 @@ def job_view(job: Job) -> dict[str, Any]:
 def row_view(job: Job) -> dict[str, Any]:
     """`job_view` without the traceback, plus where the row sits: queue, chain, cron schedule
     and when it was created and changed."""
-    from .ops import overview
-
     view = job_view(job)
     del view["traceback"]  # a list is one line per job; `show` has the traceback
     return dict(
@@ -116,8 +114,8 @@ def row_view(job: Job) -> dict[str, Any]:
         queue=job.queue,
         chain_id=job.chain_id,
         schedule=job.schedule,
-        created=overview.epoch_of(job.created),
-        modified=overview.epoch_of(job.modified),
+        created=table.stamp_epoch(job.created),
+        modified=table.stamp_epoch(job.modified),
     )
 
 

@@ -24,7 +24,7 @@ from .errors import BadInput
 from .jobspec import JobSpec, check_key, run_at_of, to_row
 from .reading import QueueReads
 from .store import chains, inserts, queries
-from .store.failures import backend_errors, one_line
+from .store.backend_errors import backend_errors, one_line
 from .store.index import ScheduleIndex
 from .store.params import read_call
 from .store.table import Status, Table, create_tables, utc_stamp

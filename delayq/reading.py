@@ -13,7 +13,7 @@ from .config import DEFAULT_QUEUE, Settings, validate_queue_name
 from .errors import BadInput, JobNotFound
 from .jobspec import job_view, row_view
 from .store import queries
-from .store.failures import backend_errors
+from .store.backend_errors import backend_errors
 from .store.index import ScheduleIndex
 from .store.keys import MAX_ID
 from .store.table import Job, Table

@@ -129,6 +129,7 @@ EXIT_CODES: dict[type[DelayqError], int] = {
 
 
 QueueOption = Annotated[str, typer.Option("--queue", "-q", help="Queue name.")]
+OptionalQueue = Annotated[str | None, typer.Option("--queue", "-q", help="Only this queue.")]
 
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]

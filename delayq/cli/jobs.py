@@ -7,10 +7,11 @@ from typing import Annotated
 
 import typer
 
-from ..durations import format_instant, parse_duration, parse_instant
+from ..durations import format_instant, parse_instant
 from .app import (
     DelayOption,
     JsonOption,
+    OptionalQueue,
     QueueOption,
     app,
     duration_or_none,
@@ -92,9 +93,7 @@ def cancel(
     ext: Annotated[
         str | None, typer.Option("--ext", help="Cancel every pending job with this key.")
     ] = None,
-    queue_name: Annotated[
-        str | None, typer.Option("--queue", "-q", help="Only this queue.")
-    ] = None,
+    queue_name: OptionalQueue = None,
 ) -> None:
     """Cancel a pending job by id, or every pending job with --ext; prints the count."""
     with reporting_errors():
@@ -109,8 +108,7 @@ def retry(
     """Run a job again now (or after --delay): its chain's pending attempt is moved, or a
     finished chain gets a new attempt; prints that attempt's id."""
     with reporting_errors():
-        delay_seconds = parse_duration(delay, "--delay") if delay is not None else 0.0
-        typer.echo(open_queue().retry(job_id, delay=delay_seconds))
+        typer.echo(open_queue().retry(job_id, delay=duration_or_none(delay, "--delay") or 0.0))
 
 
 @app.command()

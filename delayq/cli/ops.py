@@ -15,7 +15,16 @@ import typer
 from ..durations import format_delta, format_instant, parse_duration
 from ..errors import BadInput
 from ..store.table import Status, status_word
-from .app import JsonOption, app, open_queue, print_json, printable, reporting_errors
+from .app import (
+    JsonOption,
+    OptionalQueue,
+    app,
+    duration_or_none,
+    open_queue,
+    print_json,
+    printable,
+    reporting_errors,
+)
 
 if TYPE_CHECKING:  # the modules behind the commands load when a command runs, keeping
     # `delayq run`, the command cron starts every minute, free of them
@@ -24,7 +33,6 @@ if TYPE_CHECKING:  # the modules behind the commands load when a command runs, k
 
     from ..ops.overview import LastRun, QueueStats, StatusReport, Upcoming
 
-OptionalQueue = Annotated[str | None, typer.Option("--queue", "-q", help="Only this queue.")]
 DurationText = str  # what the user typed: seconds or 90s, 15m, 2h, 1d
 
 
@@ -74,10 +82,6 @@ def _parse_statuses(text: str, allowed: tuple[Status, ...]) -> tuple[Status, ...
             raise BadInput(f"--status {word!r} is not allowed here; use one or more of {words}")
         found.append(status)
     return tuple(found)
-
-
-def _duration(text: DurationText | None, name: str) -> float | None:
-    return None if text is None else parse_duration(text, name)
 
 
 def _relative(seconds: float) -> str:
@@ -198,7 +202,7 @@ def list_jobs(
             queue=queue_name,
             ext=ext,
             class_path=class_path,
-            since=_duration(since, "--since"),
+            since=duration_or_none(since, "--since"),
         )
         rows = open_queue().list_jobs(filters, limit=limit, before_id=before_id)
     next_before = rows[-1]["id"] if len(rows) == limit else None
@@ -269,9 +273,9 @@ def peek(
 
 
 def _upcoming_view(entry: Upcoming, now: float) -> dict[str, Any]:
-    from ..ops.overview import params_of
+    from ..store.params import payload_or_empty
 
-    payload = params_of(entry.row.params) if entry.row else {}
+    payload = payload_or_empty(entry.row.params) if entry.row else {}
     return {
         "id": entry.id,
         "queue": entry.queue,
@@ -345,7 +349,7 @@ def requeue(
             statuses=_parse_statuses(status_words, PURGEABLE),
             queue=queue_name,
             class_path=class_path,
-            since=_duration(since, "--since"),
+            since=duration_or_none(since, "--since"),
         )
         result = open_queue().requeue(filters, dry_run=dry_run)
     for job_id, reason in result.skipped:

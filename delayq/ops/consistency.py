@@ -8,7 +8,7 @@ from __future__ import annotations
 import peewee
 import redis
 
-from ..store.failures import one_line
+from ..store.backend_errors import one_line
 from ..store.index import ScheduleIndex
 from ..store.keys import queue_key
 from ..store.queries import overdue_pending

@@ -15,7 +15,7 @@ import redis
 from ..config import DEFAULT_QUEUE, Settings, redact_url
 from ..durations import format_delta
 from ..errors import BadInput, ConfigError
-from ..store.failures import one_line
+from ..store.backend_errors import one_line
 from ..store.index import ScheduleIndex
 from ..store.keys import INDEXED_KEY, job_id_of
 from ..store.table import Job, Table, is_mysql

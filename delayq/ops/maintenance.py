@@ -19,7 +19,7 @@ from ..errors import BadInput
 from ..store import chains
 from ..store.index import ScheduleIndex
 from ..store.params import read_call
-from ..store.table import Job, Status, Table, utc_stamp
+from ..store.table import Job, Status, Table, id_batches, utc_stamp
 from ..worker.handlers import locate
 from .overview import JobFilter
 
@@ -52,13 +52,8 @@ def purgeable_ids(
     query = Job.select(Job.id).where(
         Job.status.in_(list(statuses)), Job.modified < cutoff, ~fn.EXISTS(kept_earlier)
     )
-    last_id = 0
-    while True:
-        ids = [row.id for row in query.where(Job.id > last_id).order_by(Job.id).limit(batch)]
-        if not ids:
-            return
-        yield ids
-        last_id = ids[-1]
+    for rows in id_batches(query.tuples(), batch):
+        yield [job_id for (job_id,) in rows]
 
 
 def purge(
@@ -112,13 +107,8 @@ def latest_attempts(
         later.status != Status.PENDING,
     )
     query = filters.query(table, now).where(~fn.EXISTS(has_later))
-    last_id = 0
-    while True:
-        rows = list(query.where(Job.id > last_id).order_by(Job.id).limit(batch))
-        if not rows:
-            return
+    for rows in id_batches(query, batch):
         yield [row for row in rows if filters.matches_class(row)]
-        last_id = rows[-1].id
 
 
 def requeue(
@@ -159,10 +149,6 @@ def _is_allowed(
 ) -> bool:
     try:
         call = read_call(row.params, php_classes)
-    except BadInput as exc:
-        result.skipped.append((row.id, str(exc)))
-        return False
-    try:
         locate(call.class_path, call.method, allowed)
     except BadInput as exc:
         result.skipped.append((row.id, str(exc)))

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
-from datetime import datetime
 from typing import Any, cast
 
 import redis
@@ -23,7 +22,7 @@ from ..store import queries
 from ..store.index import ScheduleIndex
 from ..store.keys import LAST_RUN_KEY, job_id_of, schedule_key
 from ..store.params import payload_or_empty
-from ..store.table import Job, Status, Table, due_column, stamp_epoch, tuples, utc_stamp
+from ..store.table import Job, Status, Table, due_column, tuples, utc_stamp
 
 FAILED_WINDOW = 3600.0  # `failed_last_hour` counts failures this recent
 KNOWN_STATUSES = frozenset(status.value for status in Status)
@@ -141,13 +140,14 @@ def fill_live(table: Table, index: ScheduleIndex, stats: dict[str, QueueStats], 
     """Each queue's due count, failures in the last hour, due times and schedule size:
     ranges of the (status, queue, run_at) and (status, modified) indexes."""
     Job = table.model
-    for name, count in grouped_count(table, _is_due(table, now)).items():
-        stats[name].pending_due = count
     failed_since = (Job.status == Status.FAILED) & (Job.modified >= utc_stamp(now - FAILED_WINDOW))
-    for name, count in grouped_count(table, failed_since).items():
-        stats[name].failed_last_hour = count
-    for name, count in grouped_count(table, _was_retried(table)).items():
-        stats[name].failed_retried = count
+    for field, condition in (
+        ("pending_due", _is_due(table, now)),
+        ("failed_last_hour", failed_since),
+        ("failed_retried", _was_retried(table)),
+    ):
+        for name, count in grouped_count(table, condition).items():
+            setattr(stats[name], field, count)
     for name, entry in stats.items():
         fill_times(table, entry, name, now)
         entry.scheduled = index.size(name)
@@ -267,7 +267,9 @@ class JobFilter:
 
     def matches_class(self, row: Job) -> bool:
         """Whether the row names exactly this class; SQL only narrowed it down with LIKE."""
-        return self.class_path is None or params_of(row.params).get("class") == self.class_path
+        return (
+            self.class_path is None or payload_or_empty(row.params).get("class") == self.class_path
+        )
 
 
 def _params_mention(table: Table, class_path: str) -> Any:
@@ -349,17 +351,6 @@ def rows_by_id(table: Table, ids: Sequence[int]) -> dict[int, Job]:
     if not ids:
         return {}
     return {row.id: row for row in Job.select().where(Job.id.in_(list(ids)))}
-
-
-def params_of(params: str) -> dict[str, Any]:
-    """The decoded params object of a row (JSON or a PHP producer's), or {} when they cannot
-    be read."""
-    return payload_or_empty(params)
-
-
-def epoch_of(value: datetime | str | None) -> float | None:
-    """Epoch seconds of a stored `created`/`modified`, which delayq writes in UTC."""
-    return None if value is None else stamp_epoch(value)
 
 
 def _number(text: str | None) -> float | None:

@@ -15,7 +15,7 @@ from peewee import Database, InterfaceError, MySQLDatabase, OperationalError, Sq
 
 from ..config import redact_url
 from ..errors import ConfigError
-from .failures import is_disconnect, is_lock_conflict
+from .backend_errors import is_disconnect, is_lock_conflict
 from .urls import check_mysql_arguments, check_netloc, refuse
 
 SQLITE_PRAGMAS = {

@@ -2,7 +2,8 @@
 the lease, recording outcomes, handing them back, and taking back rows whose run died.
 
 Each is a compare-and-set guarded by the status and the lease token, so a run that lost its
-lease can never overwrite the run that took the job over.
+lease can never overwrite the run that took the job over. They are peewee queries, but for
+the statements a run issues for every batch of ids, which batch_sql.py writes by hand.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any, NamedTuple
 
 from peewee import fn
 
-from . import statements
+from .batch_sql import finish_held, held_ids, take_pending
 from .database import run_reconnecting
 from .table import (
     TEXT_MAX,
@@ -41,35 +42,14 @@ def mark_running(
     not won a second time, or the run would call it twice."""
     if not ids:
         return []
-    listed = statements.id_list(ids)
-    held = run_reconnecting(table.db, lambda: _held(table, listed, token))
-    won = run_reconnecting(table.db, lambda: _mark_running(table, listed, token, lease_until, now))
-    return [job for job in won if job.id not in held] if held else won
-
-
-def _held(table: Table, listed: str, token: str) -> set[int]:
     # Read before the UPDATE, and apart from it: the UPDATE and its SELECT may be run again
     # after a reconnect, and must then still return the rows this call took.
-    cursor = statements.execute(
-        table,
-        f"SELECT `id` FROM `delay_queue` @BY_ID WHERE `id` IN ({listed}) "
-        "AND `status` = %s AND `lease_token` = %s",
-        (int(Status.RUNNING), token),
+    held = run_reconnecting(table.db, lambda: held_ids(table, ids, token))
+    won = run_reconnecting(
+        table.db,
+        lambda: take_pending(table, ids, Status.RUNNING, token, now, lease_until=lease_until),
     )
-    return {row[0] for row in cursor.fetchall()}
-
-
-def _mark_running(
-    table: Table, listed: str, token: str, lease_until: float, now: float
-) -> list[ClaimedJob]:
-    # Safe to repeat: the UPDATE only takes PENDING rows, the SELECT reads what we hold.
-    statements.execute(
-        table,
-        "UPDATE `delay_queue` @BY_ID SET `status` = %s, `lease_token` = %s, "
-        f"`lease_until` = %s, `modified` = %s WHERE `id` IN ({listed}) AND `status` = %s",
-        (int(Status.RUNNING), token, lease_until, _stamp(now), int(Status.PENDING)),
-    )
-    return _marked(table, listed, Status.RUNNING, token)
+    return [job for job in won if job.id not in held] if held else won
 
 
 def mark_missed(
@@ -82,25 +62,7 @@ def mark_missed(
     """
     if not ids:
         return []
-    listed = statements.id_list(ids)
-    statements.execute(
-        table,
-        "UPDATE `delay_queue` @BY_ID SET `status` = %s, `message` = %s, `lease_token` = %s, "
-        f"`modified` = %s WHERE `id` IN ({listed}) AND `status` = %s",
-        (int(Status.MISSED), message, token, _stamp(now), int(Status.PENDING)),
-    )
-    return _marked(table, listed, Status.MISSED, token)
-
-
-def _marked(table: Table, listed: str, status: Status, token: str) -> list[ClaimedJob]:
-    """The rows among `listed` in `status` under `token`: what a guarded UPDATE just took."""
-    cursor = statements.execute(
-        table,
-        f"SELECT {statements.CLAIMED_SELECT} FROM `delay_queue` @BY_ID "
-        f"WHERE `id` IN ({listed}) AND `status` = %s AND `lease_token` = %s ORDER BY `id`",
-        (int(status), token),
-    )
-    return [ClaimedJob._make(row) for row in cursor.fetchall()]
+    return take_pending(table, ids, Status.MISSED, token, now, message=message)
 
 
 def finish(
@@ -121,15 +83,10 @@ def finish_many(
     for job_id, text in outcomes:
         by_message.setdefault(storable(text, TEXT_MAX), []).append(job_id)
     if len(by_message) > DISTINCT_MESSAGES:
-        whens = " ".join(["WHEN %s THEN %s"] * len(outcomes))
-        cases: list[Any] = []
-        for job_id, text in outcomes:
-            cases += [int(job_id), storable(text, TEXT_MAX)]
         ids = [job_id for job_id, _ in outcomes]
-        return _finish(table, status, f"CASE `id` {whens} END", cases, ids, token, now)
+        return finish_held(table, status, outcomes, ids, token, now)
     return sum(
-        _finish(table, status, "%s", [message], ids, token, now)
-        for message, ids in by_message.items()
+        finish_held(table, status, message, ids, token, now) for message, ids in by_message.items()
     )
 
 
@@ -145,7 +102,6 @@ def defer(
     """Put a held job back to PENDING, due at `run_at`, as the same attempt (its handler
     raised RetryLater); False if its lease was taken over meanwhile."""
     Job = table.model
-    held = Job.lease_token.is_null() if token is None else Job.lease_token == token
     return bool(
         Job.update(
             status=Status.PENDING,
@@ -156,7 +112,7 @@ def defer(
             lease_until=None,
             modified=utc_stamp(now),
         )
-        .where(Job.id == job_id, Job.status == Status.RUNNING, held)
+        .where(Job.id == job_id, _running_under(Job, token))
         .execute()
     )
 
@@ -164,43 +120,7 @@ def defer(
 def held_by(table: Table, ids: Sequence[int], token: str | None) -> set[int]:
     """Which of `ids` this run still holds (RUNNING under `token`); on MySQL the rows stay
     locked until the transaction ends, so no other run can take them meanwhile."""
-    if not ids:
-        return set()
-    held, token_params = statements.token_match(token)
-    lock = " FOR UPDATE" if table.mysql else ""
-    cursor = statements.execute(
-        table,
-        f"SELECT `id` FROM `delay_queue` @BY_ID WHERE `id` IN ({statements.id_list(ids)}) "
-        f"AND `status` = %s AND {held}{lock}",
-        (int(Status.RUNNING), *token_params),
-    )
-    return {int(job_id) for (job_id,) in cursor.fetchall()}
-
-
-def _finish(
-    table: Table,
-    status: Status,
-    message_sql: str,
-    message_params: list[Any],
-    ids: list[int],
-    token: str | None,
-    now: float,
-) -> int:
-    held, token_params = statements.token_match(token)
-    cursor = statements.execute(
-        table,
-        f"UPDATE `delay_queue` @BY_ID SET `status` = %s, `message` = {message_sql}, "
-        "`modified` = %s, "
-        f"`lease_until` = NULL WHERE `id` IN ({statements.id_list(ids)}) AND `status` = %s "
-        f"AND {held}",
-        (int(status), *message_params, _stamp(now), int(Status.RUNNING), *token_params),
-    )
-    return int(cursor.rowcount)
-
-
-def _stamp(now: float) -> Any:
-    """`modified` as the database driver takes it (what peewee would have passed)."""
-    return Job.modified.db_value(utc_stamp(now))
+    return held_ids(table, ids, token, lock=True) if ids else set()
 
 
 def renew_leases(table: Table, token: str, lease_until: float) -> int:
@@ -208,7 +128,7 @@ def renew_leases(table: Table, token: str, lease_until: float) -> int:
     Job = table.model
     return (
         Job.update(lease_until=_pushed_out(table, lease_until))
-        .where(Job.lease_token == token, Job.status == Status.RUNNING)
+        .where(_running_under(Job, token))
         .execute()
     )
 
@@ -232,16 +152,16 @@ def still_held(table: Table, ids: Sequence[int], token: str, lease_until: float)
     """
     if not ids:
         return set()
+    Job = table.model
+    held = Job.id.in_(list(ids)) & _running_under(Job, token)
+
+    def renew() -> set[int]:
+        Job.update(lease_until=_pushed_out(table, lease_until)).where(held).execute()
+        return {job_id for (job_id,) in tuples(Job.select(Job.id).where(held))}
+
     # Run again if InnoDB picks it as a deadlock victim: it meets other runs' heartbeats
     # and takeovers just when a stall ends. The UPDATE is guarded, so repeating it is safe.
-    return run_reconnecting(table.db, lambda: _still_held(table, ids, token, lease_until))
-
-
-def _still_held(table: Table, ids: Sequence[int], token: str, lease_until: float) -> set[int]:
-    Job = table.model
-    held = (Job.id.in_(list(ids))) & (Job.status == Status.RUNNING) & (Job.lease_token == token)
-    Job.update(lease_until=_pushed_out(table, lease_until)).where(held).execute()
-    return {row[0] for row in tuples(Job.select(Job.id).where(held))}
+    return run_reconnecting(table.db, renew)
 
 
 def release(
@@ -250,24 +170,29 @@ def release(
     """Hand held rows back to PENDING; return (id, run_at) of those released."""
     if not ids:
         return []
+    Job = table.model
+    held = Job.id.in_(list(ids)) & _running_under(Job, token)
+
+    def hand_back() -> list[tuple[int, float | None]]:
+        rows = [
+            (job_id, run_at)
+            for job_id, run_at in tuples(Job.select(Job.id, Job.run_at).where(held))
+        ]
+        if rows:
+            Job.update(
+                status=Status.PENDING, lease_token=None, lease_until=None, modified=utc_stamp(now)
+            ).where(held).execute()
+        return rows
+
     # Run again as a deadlock victim, as `still_held` is; its SELECT reads again what an
     # UPDATE rolled back left held.
-    return run_reconnecting(table.db, lambda: _release(table, ids, token, now))
+    return run_reconnecting(table.db, hand_back)
 
 
-def _release(
-    table: Table, ids: Sequence[int], token: str, now: float
-) -> list[tuple[int, float | None]]:
-    Job = table.model
-    held = (Job.id.in_(list(ids))) & (Job.status == Status.RUNNING) & (Job.lease_token == token)
-    rows = [
-        (job_id, run_at) for job_id, run_at in tuples(Job.select(Job.id, Job.run_at).where(held))
-    ]
-    if rows:
-        Job.update(
-            status=Status.PENDING, lease_token=None, lease_until=None, modified=utc_stamp(now)
-        ).where(held).execute()
-    return rows
+def _running_under(model: type[Job], token: str | None) -> Any:
+    """A row RUNNING under the lease `token`; a NULL token matches only NULL."""
+    held = model.lease_token.is_null() if token is None else model.lease_token == token
+    return (model.status == Status.RUNNING) & held
 
 
 class Lapsed(NamedTuple):

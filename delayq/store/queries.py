@@ -1,7 +1,7 @@
 """Queries on `delay_queue` rows, each named for its intent: adding retries and next
 occurrences, replacing and cancelling pending jobs, reading chains, due rows and counts.
 
-The statements a run issues per batch live in leases.py; bulk inserts in inserts.py.
+The queries on the rows a run holds live in leases.py; bulk inserts in inserts.py.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 from peewee import Case, OperationalError, fn
 
 from .policies import fresh_policy
-from .table import ClaimedJob, Job, Status, Table, due_column, tuples, utc_stamp
+from .table import ClaimedJob, Job, Status, Table, due_column, id_batches, tuples, utc_stamp
 
 
 def insert_next_occurrence(table: Table, job: ClaimedJob, run_at: float, now: float) -> int | None:
@@ -30,19 +30,7 @@ def insert_next_occurrence(table: Table, job: ClaimedJob, run_at: float, now: fl
     row = query.first()
     if row is None or (row.every is None and row.schedule is None):
         return None
-    return Job.insert(
-        params=job.params,
-        ext_string=job.ext_string,
-        queue=job.queue,
-        run_at=run_at,
-        timeout=job.timeout,
-        every=row.every,
-        schedule=row.schedule,
-        retry_policy=fresh_policy(job.retry_policy),
-        status=Status.PENDING,
-        created=utc_stamp(now),
-        modified=utc_stamp(now),
-    ).execute()
+    return _insert_after(table, job, run_at, now, every=row.every, schedule=row.schedule)
 
 
 @contextmanager
@@ -113,21 +101,34 @@ def get_job(table: Table, job_id: int) -> Job | None:
 
 def insert_retry(table: Table, row: Job | ClaimedJob, run_at: float, now: float) -> int:
     """A new PENDING row repeating `row` as its next attempt; the old row stays as history."""
-    Job = table.model
-    return Job.insert(
+    return _insert_after(
+        table,
+        row,
+        run_at,
+        now,
+        retry_times=row.retry_times + 1,
+        chain_id=row.chain_id or row.id,
+        # A retry is a one-off; the series re-arms from the occurrence itself.
+        every=None,
+        schedule=None,
+    )
+
+
+def _insert_after(
+    table: Table, row: Job | ClaimedJob, run_at: float, now: float, **columns: Any
+) -> int:
+    """A new PENDING row that calls what `row` calls, due at `run_at`, with `columns`."""
+    return table.model.insert(
         params=row.params,
         ext_string=row.ext_string,
         queue=row.queue,
-        retry_times=row.retry_times + 1,
-        chain_id=row.chain_id or row.id,
         run_at=run_at,
         timeout=row.timeout,
-        every=None,  # a retry is a one-off; the series re-arms from the occurrence itself
-        schedule=None,
         retry_policy=fresh_policy(row.retry_policy),
         status=Status.PENDING,
         created=utc_stamp(now),
         modified=utc_stamp(now),
+        **columns,
     ).execute()
 
 
@@ -189,18 +190,9 @@ def still_pending(table: Table, ids: Sequence[int]) -> list[int]:
 def iter_pending(table: Table, batch: int = 5000) -> Iterator[list[tuple[str, int, float]]]:
     """Every PENDING row as (queue, id, due), in batches by id, for rebuilding the index."""
     Job = table.model
-    last_id = 0
-    while True:
-        rows = tuples(
-            Job.select(Job.id, Job.queue, due_column(table))
-            .where(Job.status == Status.PENDING, Job.id > last_id)
-            .order_by(Job.id)
-            .limit(batch)
-        )
-        if not rows:
-            return
+    query = Job.select(Job.id, Job.queue, due_column(table)).where(Job.status == Status.PENDING)
+    for rows in id_batches(query.tuples(), batch):
         yield [(queue, job_id, float(due)) for job_id, queue, due in rows]
-        last_id = rows[-1][0]
 
 
 def pending_queues(table: Table) -> list[str]:

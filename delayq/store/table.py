@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import sqlite3
 import time
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from enum import IntEnum
 from functools import cached_property
@@ -217,11 +218,29 @@ def tuples(query: Any) -> list[tuple[Any, ...]]:
     return cast(list[tuple[Any, ...]], list(query.tuples()))
 
 
-def stamp_epoch(value: datetime | str) -> float:
-    """Epoch seconds of a `created`/`modified` value delayq wrote (SQLite may hand back text)."""
+def stamp_epoch(value: datetime | str | None) -> float | None:
+    """Epoch seconds of a `created`/`modified` value delayq wrote in UTC (SQLite may hand back
+    text), or None for NULL."""
+    if value is None:
+        return None
     if isinstance(value, str):
         value = datetime.fromisoformat(value)
     return value.replace(tzinfo=timezone.utc).timestamp()
+
+
+def id_batches(query: Any, batch: int) -> Iterator[list[Any]]:
+    """The rows of `query` (models, or tuples led by the id) in ascending id order, `batch`
+    at a time, each batch a statement of its own: none holds locks for long, and each sees
+    the rows as earlier batches left them."""
+    model = query.model
+    last_id = 0
+    while True:
+        rows = list(query.where(model.id > last_id).order_by(model.id).limit(batch))
+        if not rows:
+            return
+        yield rows
+        last = rows[-1]
+        last_id = last[0] if isinstance(last, tuple) else last.id
 
 
 def due_column(table: Table) -> Any:

@@ -19,7 +19,7 @@ from ..errors import ConfigError
 from . import queries
 from .index import ScheduleIndex
 from .keys import schedule_key
-from .table import TABLE_NAME, Status, Table, tuples, utc_stamp
+from .table import TABLE_NAME, Status, Table, id_batches, tuples, utc_stamp
 
 BATCH = 1000
 # A job the seed's cron would never have run: its row says waiting, but its id is not on
@@ -91,14 +91,8 @@ def _miss_unscheduled(table: Table, index: ScheduleIndex, now: float) -> list[st
 def _batches(table: Table, condition: Any) -> Iterator[list[int]]:
     """Ids of the rows matching `condition`, BATCH at a time, in id order."""
     Job = table.model
-    last_id = 0
-    while True:
-        query = Job.select(Job.id).where(condition, Job.id > last_id).order_by(Job.id).limit(BATCH)
-        ids = [job_id for (job_id,) in tuples(query)]
-        if not ids:
-            return
-        yield ids
-        last_id = ids[-1]
+    for rows in id_batches(Job.select(Job.id).where(condition).tuples(), BATCH):
+        yield [job_id for (job_id,) in rows]
 
 
 def _alter_columns(table: Table) -> list[str]:
@@ -112,7 +106,7 @@ def _alter_columns(table: Table) -> list[str]:
         if column is None:
             clauses.append(f"ADD COLUMN {_ddl(table, field)}")
             changes.append(f"added column {field.column_name}")
-        elif table.mysql and _needs_fixing(field, column):
+        elif table.mysql and _problem(field, column) is not None:
             _fill_nulls(table, field)
             clauses.append(f"MODIFY COLUMN {_ddl(table, field)}")
             changes.append(f"changed column {field.column_name} to {_ddl(table, field)}")
@@ -159,10 +153,6 @@ def _convert_charset(table: Table) -> list[str]:
         return []
     table.db.execute_sql(f"ALTER TABLE `{TABLE_NAME}` CONVERT TO CHARACTER SET utf8mb4")
     return [f"converted the table from {collation} to utf8mb4"]
-
-
-def _needs_fixing(field: Field, column: Any) -> bool:
-    return _problem(field, column) is not None
 
 
 def _problem(field: Field, column: Any) -> str | None:

@@ -8,8 +8,10 @@ is no login and every action answers 403: the page only reads.
 
 from __future__ import annotations
 
+import functools
 import hmac
 import logging
+from collections.abc import Awaitable, Callable
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -27,6 +29,34 @@ NO_TOKEN = "actions are off: start `delayq web` with DELAYQ_WEB_TOKEN set to ena
 TOO_MANY = "too many wrong tokens from this address: try again in {} seconds"
 SESSION_SECONDS = 12 * 3600
 REQUEUE_FIELDS = ("ext", "handler", "queue", "since", "from", "to")
+Action = Callable[[Request], Awaitable[Response]]
+
+
+def guarded(action: Action) -> Action:
+    """`action` run only for a POST that may act; any other gets the refusal page."""
+
+    @functools.wraps(action)
+    async def checked(request: Request) -> Response:
+        refused = await _refusal(request)
+        return refused if refused is not None else await action(request)
+
+    return checked
+
+
+async def _refusal(request: Request) -> Response | None:
+    """Why this POST may not act (no token configured, not logged in, wrong CSRF token),
+    as the response to send; None when it may."""
+    token = request.app.state.token
+    if token is None:
+        return render(request, "error.html", 403, message=NO_TOKEN)
+    nonce = nonce_of(request, token)
+    if nonce is None:
+        return render(request, "error.html", 403, message="log in first: your session ended")
+    form = await read_form(request)
+    given = form.get("csrf", "").encode()
+    if not hmac.compare_digest(given, csrf_token(token, nonce).encode()):
+        return render(request, "error.html", 403, message="the form is stale; reload the page")
+    return None
 
 
 async def login_form(request: Request) -> Response:
@@ -66,28 +96,22 @@ async def login(request: Request) -> Response:
     return response
 
 
+@guarded
 async def logout(request: Request) -> Response:
-    refused = await _refusal(request)
-    if refused is not None:
-        return refused
     response = RedirectResponse(f"{root_path(request)}/", 303)
     response.delete_cookie(SESSION_COOKIE, path=f"{root_path(request)}/")
     return response
 
 
+@guarded
 async def retry(request: Request) -> Response:
-    refused = await _refusal(request)
-    if refused is not None:
-        return refused
     queue = request.app.state.queue
     attempt_id = await run_in_threadpool(queue.retry, request.path_params["job_id"])
     return RedirectResponse(f"{root_path(request)}/jobs/{attempt_id}", 303)
 
 
+@guarded
 async def cancel(request: Request) -> Response:
-    refused = await _refusal(request)
-    if refused is not None:
-        return refused
     job_id = request.path_params["job_id"]
     await run_in_threadpool(request.app.state.queue.cancel, job_id)
     return RedirectResponse(f"{root_path(request)}/jobs/{job_id}", 303)
@@ -104,29 +128,11 @@ async def requeue_preview(request: Request) -> Response:
     return render(request, "requeue.html", given=given, result=result, done=False)
 
 
+@guarded
 async def requeue(request: Request) -> Response:
-    refused = await _refusal(request)
-    if refused is not None:
-        return refused
     form = await read_form(request)
     given = {name: value for name, value in form.items() if name in REQUEUE_FIELDS and value}
     filters = job_filter(given, (Status.FAILED,))
     queue = request.app.state.queue
     result = await run_in_threadpool(lambda: queue.requeue(filters))
     return render(request, "requeue.html", given=given, result=result, done=True)
-
-
-async def _refusal(request: Request) -> Response | None:
-    """Why this POST may not act (no token configured, not logged in, wrong CSRF token),
-    as the response to send; None when it may."""
-    token = request.app.state.token
-    if token is None:
-        return render(request, "error.html", 403, message=NO_TOKEN)
-    nonce = nonce_of(request, token)
-    if nonce is None:
-        return render(request, "error.html", 403, message="log in first: your session ended")
-    form = await read_form(request)
-    given = form.get("csrf", "").encode()
-    if not hmac.compare_digest(given, csrf_token(token, nonce).encode()):
-        return render(request, "error.html", 403, message="the form is stale; reload the page")
-    return None

@@ -20,7 +20,7 @@ from ..errors import BadInput
 from ..ops.dashboard import dashboard_report
 from ..ops.minutes import Minute
 from ..ops.overview import JobFilter, StatusReport
-from ..store.failures import backend_errors
+from ..store.backend_errors import backend_errors
 from ..store.table import Status
 from . import charts
 from .rendering import render, root_path

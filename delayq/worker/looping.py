@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from ..config import Settings
-from ..store.failures import is_lock_conflict, is_outage, one_line
+from ..store.backend_errors import is_lock_conflict, is_outage, one_line
 from ..store.index import ScheduleIndex
 from ..store.table import Table
 from .interrupts import GracefulStop

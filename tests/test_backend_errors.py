@@ -8,8 +8,7 @@ import pytest
 
 import delayq
 from delayq.errors import BackendUnavailable
-from delayq.store.database import open_database, run_reconnecting
-from delayq.store.failures import (
+from delayq.store.backend_errors import (
     DEADLOCK,
     LOCK_WAIT_TIMEOUT,
     NO_SUCH_TABLE,
@@ -18,6 +17,7 @@ from delayq.store.failures import (
     is_missing_table,
     mysql_error_number,
 )
+from delayq.store.database import open_database, run_reconnecting
 from delayq.store.table import Table, create_tables
 from tests.conftest import mysql_connect
 
