@@ -14,7 +14,7 @@ from .errors import BadInput, JobNotFound
 from .jobspec import job_view, row_view
 from .store import queries
 from .store.failures import backend_errors
-from .store.index import ScheduleIndex
+from .store.index import Index
 from .store.keys import MAX_ID
 from .store.table import Job, Table
 from .worker.report import RunReport
@@ -32,7 +32,7 @@ class QueueReads:
     settings: Settings
     db: peewee.Database
     table: Table
-    index: ScheduleIndex
+    index: Index
 
     @backend_errors
     def reach(self) -> None:
@@ -62,7 +62,7 @@ class QueueReads:
         from .ops import overview
 
         return overview.status_report(
-            self.table, self.index, self.index.now() if now is None else now
+            self.table, self.index, self.index.clock.now() if now is None else now
         )
 
     @backend_errors
@@ -79,7 +79,7 @@ class QueueReads:
             raise BadInput(f"--limit must be between 1 and {MAX_PAGE}")
         if before_id is not None and not 1 <= before_id <= MAX_ID:
             raise BadInput(f"--before-id must be between 1 and {MAX_ID}")
-        now = self.index.now() if now is None else now
+        now = self.index.clock.now() if now is None else now
         from .ops import overview
 
         return [
@@ -95,7 +95,7 @@ class QueueReads:
             names = [validate_queue_name(name) for name in queues]
         else:
             # The default schedule's key is the contract's, so producers ZADD it directly.
-            names = sorted({DEFAULT_QUEUE, *self.index.queues()})
+            names = sorted({DEFAULT_QUEUE, *self.index.registry.queues()})
         from .ops import overview
 
         return overview.next_scheduled(self.table, self.index, names, count)
@@ -105,12 +105,13 @@ class QueueReads:
         """The Prometheus exposition (`delayq metrics`); with a run's report, its figures too."""
         from .ops.metrics import exposition  # prometheus_client only when asked for
 
-        return exposition(self.table, self.index, self.index.now(), report)
+        return exposition(self.table, self.index, self.index.clock.now(), report)
 
     @backend_errors
     def due_count(self, queues: Sequence[str] | None = None) -> int:
         """How many jobs are due now on the schedule of `queues` (default: all)."""
-        return self.index.due_count(list(queues) if queues else known_queues(self.index))
+        names = list(queues) if queues else known_queues(self.index)
+        return self.index.schedule.due_count(names, self.index.clock.now())
 
     def _get(self, job_id: int) -> Job:
         # An id no column can hold names no job; asked as it is, the database would fail.
