@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import peewee
 
-from .config import DEFAULT_QUEUE, Settings, validate_queue_name
+from .config import Settings, validate_queue_name
 from .errors import BadInput, JobNotFound
 from .jobspec import job_view, row_view
 from .store import queries
@@ -18,7 +18,6 @@ from .store.index import Index
 from .store.keys import MAX_ID
 from .store.table import Job, Table
 from .worker.report import RunReport
-from .worker.run import known_queues
 
 if TYPE_CHECKING:  # loaded by the methods that use them, so `delayq run` does without
     from .ops.overview import JobFilter, StatusReport, Upcoming
@@ -95,7 +94,7 @@ class QueueReads:
             names = [validate_queue_name(name) for name in queues]
         else:
             # The default schedule's key is the contract's, so producers ZADD it directly.
-            names = sorted({DEFAULT_QUEUE, *self.index.registry.queues()})
+            names = self.index.registry.known_queues()
         from .ops import overview
 
         return overview.next_scheduled(self.table, self.index, names, count)
@@ -110,7 +109,7 @@ class QueueReads:
     @backend_errors
     def due_count(self, queues: Sequence[str] | None = None) -> int:
         """How many jobs are due now on the schedule of `queues` (default: all)."""
-        names = list(queues) if queues else known_queues(self.index)
+        names = list(queues) if queues else self.index.registry.known_queues()
         return self.index.schedule.due_count(names, self.index.clock.now())
 
     def _get(self, job_id: int) -> Job:

@@ -13,7 +13,6 @@ from ..store.index import Index
 from ..store.queries import overdue_pending
 from ..store.table import Status, Table, tuples
 from ..worker.recovery import ORPHAN_GRACE, SWEEP_LIMIT
-from ..worker.run import known_queues
 from .doctor import FAIL, OK, WARN, Check
 
 
@@ -21,7 +20,7 @@ def consistency_checks(table: Table, index: Index) -> list[Check]:
     """An ok or warn line for rows missing from the schedule and for stale journal fields."""
     try:
         now = index.clock.now()
-        queues = known_queues(index)
+        queues = index.registry.known_queues()
         unscheduled = sum(_unscheduled(table, index, queue, now) for queue in queues)
         stale = sum(_stale_journal_fields(table, index, queue) for queue in queues)
     except (peewee.PeeweeException, redis.RedisError) as exc:

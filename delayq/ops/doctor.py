@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import peewee
 import redis
 
-from ..config import DEFAULT_QUEUE, Settings, redact_url
+from ..config import Settings, redact_url
 from ..durations import format_delta
 from ..errors import BadInput, ConfigError
 from ..store.failures import one_line
@@ -156,7 +156,7 @@ def redis_checks(index: Index, settings: Settings) -> list[Check]:
 def _stray_members(index: Index) -> dict[str, int]:
     """{queue: members of its schedule that are not job ids}, for queues that have any."""
     found: dict[str, int] = {}
-    for queue in sorted({DEFAULT_QUEUE, *index.registry.queues()}):
+    for queue in index.registry.known_queues():
         count = sum(
             job_id_of(member) is None
             for chunk in index.schedule.members(queue)

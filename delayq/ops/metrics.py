@@ -16,7 +16,6 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from ..config import DEFAULT_QUEUE
 from ..store import queries
 from ..store.index import Index
 from ..store.table import Table
@@ -43,7 +42,7 @@ class QueueGauges:
 
 def exposition(table: Table, index: Index, now: float, report: RunReport | None = None) -> bytes:
     """The whole exposition, in the text format, from a registry of its own."""
-    names = sorted({DEFAULT_QUEUE, *index.registry.queues()})
+    names = index.registry.known_queues()
     registry = CollectorRegistry(auto_describe=True)
     registry.register(_Tallies(index.tallies.counters(names)))
     registry.register(_Queues(queue_gauges(table, index, names, now)))

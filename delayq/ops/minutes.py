@@ -12,7 +12,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..config import DEFAULT_QUEUE
 from ..store.index import Index
 from ..store.tallies import LATENESS_BOUNDS, bucket_field
 
@@ -76,9 +75,7 @@ def per_minute(
     now = index.clock.now() if now is None else now
     last = int(now // 60 * 60)
     starts = [last - 60 * back for back in range(minutes - 1, -1, -1)]
-    names = (
-        list(queues) if queues is not None else sorted({DEFAULT_QUEUE, *index.registry.queues()})
-    )
+    names = list(queues) if queues is not None else index.registry.known_queues()
     found = index.tallies.minutes(names, starts)
     active = sorted({name for name, _ in found})
     return [

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 import redis
 from redis.client import Pipeline
 
+from ..config import DEFAULT_QUEUE
 from .keys import INDEXED_KEY, LAST_RUN_KEY, QUEUES_KEY, text
 
 
@@ -22,6 +23,11 @@ class Registry:
     def queues(self) -> list[str]:
         """Names of every queue that has ever been indexed."""
         return sorted(text(name) for name in self.client.smembers(QUEUES_KEY))
+
+    def known_queues(self) -> list[str]:
+        """Every queue ever indexed, and always the default one, which producers that write
+        rows themselves use without registering it."""
+        return sorted({DEFAULT_QUEUE, *self.queues()})
 
     def register(self, queues: Iterable[str]) -> None:
         """Record queue names so that a plain `run` visits them."""

@@ -20,7 +20,7 @@ from .interrupts import GracefulStop
 from .liveness import Liveness
 from .passes import run_once
 from .report import OutcomeCallback, RunReport
-from .run import RunLimits, known_queues
+from .run import RunLimits
 
 # Lease recovery and the orphan sweep need not run on every wake-up.
 SWEEP_EVERY = 5.0
@@ -134,7 +134,7 @@ def _sleep_until_due(index: Index, queues: Sequence[str] | None, remaining: floa
 
 
 def _wait_for_head(index: Index, queues: Sequence[str] | None, remaining: float) -> None:
-    names = list(queues) if queues else known_queues(index)
+    names = list(queues) if queues else index.registry.known_queues()
     heads = index.schedule.heads(names)
     head = min(heads.values()) if heads else None
     due_in = head - index.clock.now() if head is not None else MAX_WAIT
