@@ -86,7 +86,7 @@ def _baseline(n: int) -> float:
 
 def _check_pending(queue: delayq.Queue, n: int) -> None:
     rows = env.count_status(queue, delayq.Status.PENDING)
-    indexed = queue.index.size("default")
+    indexed = queue.index.schedule.size("default")
     if rows != n or indexed != n:
         raise RuntimeError(
             f"enqueue wrote {rows} pending rows and {indexed} index entries, not {n}"

@@ -121,8 +121,8 @@ def load(queue: delayq.Queue, database_url: str, rows: int, now: float) -> None:
     for name, members in pending.items():
         for start in range(0, len(members), CHUNK):
             part = dict(list(members.items())[start : start + CHUNK])
-            queue.index.add_many(name, [(int(key), due) for key, due in part.items()])
-    queue.index.register(list(QUEUES))
+            queue.index.schedule.add_many(name, [(int(key), due) for key, due in part.items()])
+    queue.index.registry.register(list(QUEUES))
     queue.init()
     env.log(f"bench.web: loaded in {time.perf_counter() - started:.0f}s")
 

@@ -9,7 +9,7 @@ from .config import Settings, load_settings
 from .queue import Queue
 from .store import embedded
 from .store.database import open_database, sqlite_url
-from .store.index import ScheduleIndex
+from .store.index import Index
 from .store.urls import open_redis
 
 
@@ -23,4 +23,4 @@ def connect(settings: Settings | None = None, **overrides: Any) -> Queue:
         client = open_redis(settings.redis_url, socket_connect_timeout=5, socket_timeout=30)
     else:
         client = embedded.open_client(settings.home, settings.embedded_idle)
-    return Queue(settings, db, ScheduleIndex(client))
+    return Queue(settings, db, Index(client))

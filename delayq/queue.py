@@ -25,7 +25,7 @@ from .jobspec import JobSpec, check_key, run_at_of, to_row
 from .reading import QueueReads
 from .store import chains, inserts, queries
 from .store.backend_errors import backend_errors, one_line
-from .store.index import ScheduleIndex
+from .store.index import Index
 from .store.params import read_call
 from .store.table import Status, Table, create_tables, utc_stamp
 from .store.upgrade import upgrade_table
@@ -47,7 +47,7 @@ logger = logging.getLogger(__name__)
 class Queue(QueueReads):
     """Add, cancel, retry, inspect and run delayed jobs."""
 
-    def __init__(self, settings: Settings, db: peewee.Database, index: ScheduleIndex) -> None:
+    def __init__(self, settings: Settings, db: peewee.Database, index: Index) -> None:
         self.settings = settings
         self.db = db
         self.table = Table(db)
@@ -64,10 +64,10 @@ class Queue(QueueReads):
         """
         changes = []
         if not create_tables(self.table):
-            now = self.index.now() if now is None else now
+            now = self.index.clock.now() if now is None else now
             changes = upgrade_table(self.table, self.index, now, schedule_lost)
-        if not self.index.is_complete():
-            self.index.register(queries.pending_queues(self.table))
+        if not self.index.registry.is_complete():
+            self.index.registry.register(queries.pending_queues(self.table))
             self.index.rebuild_from(queries.iter_pending(self.table))
         return changes
 
@@ -110,18 +110,18 @@ class Queue(QueueReads):
     def _replace(self, spec: JobSpec, now: float | None) -> int:
         if not spec.ext:
             raise BadInput("--replace needs --ext: the key of the job to replace")
-        now = self.index.now() if now is None else now
+        now = self.index.clock.now() if now is None else now
         row = to_row(spec, now, self.settings.handlers, set())
         with queries.exclusive(self.table, f"{spec.queue}\0{spec.ext}"):
             job_id, dropped = queries.replace_pending(self.table, row, now)
-        self.index.remove(spec.queue, dropped)
-        self.index.add(spec.queue, job_id, row["run_at"])
+        self.index.schedule.remove(spec.queue, dropped)
+        self.index.schedule.add(spec.queue, job_id, row["run_at"])
         return job_id
 
     @backend_errors
     def add_many(self, specs: Iterable[JobSpec], *, now: float | None = None) -> list[int]:
         """Schedule several jobs: one transaction, one Redis round trip per queue."""
-        now = self.index.now() if now is None else now
+        now = self.index.clock.now() if now is None else now
         located: set[tuple[str, str]] = set()
         stamp = utc_stamp(now)
         allowed = self.settings.handlers
@@ -146,7 +146,7 @@ class Queue(QueueReads):
             by_queue.setdefault(row["queue"], []).append((job_id, row["run_at"]))
         try:
             for queue, entries in by_queue.items():
-                self.index.add_many(queue, entries)
+                self.index.schedule.add_many(queue, entries)
         except redis.RedisError as exc:
             # The rows are saved and the table is the truth: a run re-indexes them.
             logger.warning(
@@ -170,7 +170,7 @@ class Queue(QueueReads):
         key = None if ext is None else check_key(ext)
         if queue is not None:
             validate_queue_name(queue)
-        now = self.index.now() if now is None else now
+        now = self.index.clock.now() if now is None else now
         if key is None:
             job = self._get(job_id or 0)
             targets = [(job.id, job.queue)] if job.status == Status.PENDING else []
@@ -179,7 +179,7 @@ class Queue(QueueReads):
             targets = queries.pending_by_ext(self.table, key, queue)
         count = queries.cancel(self.table, [job_id for job_id, _ in targets], now)
         for name in {name for _, name in targets}:
-            self.index.remove(name, [job_id for job_id, q in targets if q == name])
+            self.index.schedule.remove(name, [job_id for job_id, q in targets if q == name])
         return count
 
     @backend_errors
@@ -190,7 +190,7 @@ class Queue(QueueReads):
         gets a new attempt. Refused while an attempt runs. Concurrent retries of one chain
         take its lock in turn, so they leave one pending attempt between them.
         """
-        now = self.index.now() if now is None else now
+        now = self.index.clock.now() if now is None else now
         run_at = run_at_of(delay, None, now)
         job = self._get(job_id)
         call = read_call(job.params, dict(self.settings.php_classes))
@@ -199,7 +199,7 @@ class Queue(QueueReads):
             attempt_id, queue = chains.retry_chain(self.table, job, run_at, now)
             # Inside the lock: two retries of one chain reach the index in the order they
             # reached the table, so its score is the row's run_at.
-            self.index.add(queue, attempt_id, run_at)
+            self.index.schedule.add(queue, attempt_id, run_at)
         return attempt_id
 
     @backend_errors
@@ -274,7 +274,7 @@ class Queue(QueueReads):
         from .ops import maintenance
 
         age = parse_duration(older_than, "--older-than")
-        before = (self.index.now() if now is None else now) - age
+        before = (self.index.clock.now() if now is None else now) - age
         statuses = maintenance.PURGEABLE if statuses is None else statuses
         if dry_run:
             return sum(len(ids) for ids in maintenance.purgeable_ids(self.table, statuses, before))
@@ -287,7 +287,7 @@ class Queue(QueueReads):
         self, filters: JobFilter, *, dry_run: bool = False, now: float | None = None
     ) -> RequeueResult:
         """`retry` every chain whose latest attempt matches `filters`, due now."""
-        now = self.index.now() if now is None else now
+        now = self.index.clock.now() if now is None else now
         from .ops import maintenance
 
         return maintenance.requeue(

@@ -9,16 +9,15 @@ from typing import TYPE_CHECKING, Any
 
 import peewee
 
-from .config import DEFAULT_QUEUE, Settings, validate_queue_name
+from .config import Settings, validate_queue_name
 from .errors import BadInput, JobNotFound
 from .jobspec import job_view, row_view
 from .store import queries
 from .store.backend_errors import backend_errors
-from .store.index import ScheduleIndex
+from .store.index import Index
 from .store.keys import MAX_ID
 from .store.table import Job, Table
 from .worker.report import RunReport
-from .worker.run import known_queues
 
 if TYPE_CHECKING:  # loaded by the methods that use them, so `delayq run` does without
     from .ops.overview import JobFilter, StatusReport, Upcoming
@@ -32,7 +31,7 @@ class QueueReads:
     settings: Settings
     db: peewee.Database
     table: Table
-    index: ScheduleIndex
+    index: Index
 
     @backend_errors
     def reach(self) -> None:
@@ -62,7 +61,7 @@ class QueueReads:
         from .ops import overview
 
         return overview.status_report(
-            self.table, self.index, self.index.now() if now is None else now
+            self.table, self.index, self.index.clock.now() if now is None else now
         )
 
     @backend_errors
@@ -79,7 +78,7 @@ class QueueReads:
             raise BadInput(f"--limit must be between 1 and {MAX_PAGE}")
         if before_id is not None and not 1 <= before_id <= MAX_ID:
             raise BadInput(f"--before-id must be between 1 and {MAX_ID}")
-        now = self.index.now() if now is None else now
+        now = self.index.clock.now() if now is None else now
         from .ops import overview
 
         return [
@@ -95,7 +94,7 @@ class QueueReads:
             names = [validate_queue_name(name) for name in queues]
         else:
             # The default schedule's key is the contract's, so producers ZADD it directly.
-            names = sorted({DEFAULT_QUEUE, *self.index.queues()})
+            names = self.index.registry.known_queues()
         from .ops import overview
 
         return overview.next_scheduled(self.table, self.index, names, count)
@@ -105,12 +104,13 @@ class QueueReads:
         """The Prometheus exposition (`delayq metrics`); with a run's report, its figures too."""
         from .ops.metrics import exposition  # prometheus_client only when asked for
 
-        return exposition(self.table, self.index, self.index.now(), report)
+        return exposition(self.table, self.index, self.index.clock.now(), report)
 
     @backend_errors
     def due_count(self, queues: Sequence[str] | None = None) -> int:
         """How many jobs are due now on the schedule of `queues` (default: all)."""
-        return self.index.due_count(list(queues) if queues else known_queues(self.index))
+        names = list(queues) if queues else self.index.registry.known_queues()
+        return self.index.schedule.due_count(names, self.index.clock.now())
 
     def _get(self, job_id: int) -> Job:
         # An id no column can hold names no job; asked as it is, the database would fail.

@@ -26,7 +26,7 @@ def test_ids_come_back_in_the_order_of_the_specs(queue):
     assert [queue.show(job_id)["data"] for job_id in ids[:5]] == [{"n": n} for n in range(5)]
     for n, job_id in enumerate(ids):
         assert f'"n": {n}}}' in stored[job_id]
-    assert queue.index.size("default") == count
+    assert queue.index.schedule.size("default") == count
 
 
 def test_values_are_stored_as_given_whatever_characters_they_hold(queue):
@@ -81,7 +81,7 @@ def test_a_bad_spec_in_a_later_chunk_leaves_nothing_written(queue):
         queue.add_many(specs, now=NOW)
 
     assert Job.select().count() == 0
-    assert queue.index.size("default") == 0
+    assert queue.index.schedule.size("default") == 0
 
 
 def test_columns_left_at_their_default_read_back_as_it_next_to_rows_that_set_them(queue):

@@ -113,7 +113,7 @@ def test_a_planted_row_naming_a_foreign_constructor_fails_for_good_without_runni
     spawned = tmp_path / "spawned"
     params = json.dumps({"class": FOREIGN, "method": "Spawner", "data": ["touch", str(spawned)]})
     job_id = Job.create(params=params, run_at=time.time() - 1).id
-    queue.index.add("default", job_id, time.time() - 1)
+    queue.index.schedule.add("default", job_id, time.time() - 1)
 
     completed = delayq(cli_env, "run")
 

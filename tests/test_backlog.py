@@ -44,7 +44,7 @@ def test_a_backlog_runs_each_job_once_in_due_order(make_queue, log):
     assert read_log(log) == [str(n) for n in range(10)]
     assert (report.succeeded, report.claimed) == (10, 10)
     assert statuses() == {"success": 10}
-    assert queue.index.size("default") == 0
+    assert queue.index.schedule.size("default") == 0
     assert journal_fields(queue) == []  # outcomes settled, batch order forgotten
 
 
@@ -56,7 +56,7 @@ def test_failures_in_a_backlog_get_their_retries_indexed(make_queue, log):
 
     assert (report.failed, report.retried) == (5, 5)
     assert statuses() == {"failed": 5, "pending": 5}
-    assert queue.index.size("default") == 5
+    assert queue.index.schedule.size("default") == 5
     for job_id in ids:
         assert [step["status"] for step in queue.history(job_id)] == ["failed", "pending"]
 
@@ -71,7 +71,7 @@ def test_limit_counts_the_batch_leased_ahead(make_queue, log):
     assert report.succeeded == 5
     assert read_log(log) == ["0", "1", "2", "3", "4"]
     assert statuses() == {"success": 5, "pending": 5}
-    assert queue.index.size("default") == 5
+    assert queue.index.schedule.size("default") == 5
 
 
 def test_max_seconds_hands_back_the_batch_leased_ahead(make_queue, log):
@@ -85,7 +85,7 @@ def test_max_seconds_hands_back_the_batch_leased_ahead(make_queue, log):
     assert report.stopped_early
     assert read_log(log) == ["start 0", "done 0"]
     assert statuses() == {"success": 1, "pending": 5}  # none left running under a lease
-    assert queue.index.size("default") == 5
+    assert queue.index.schedule.size("default") == 5
 
 
 @pytest.mark.slow
@@ -136,6 +136,6 @@ def test_sigterm_in_a_backlog_hands_back_the_batch_leased_ahead(queue, cli_env, 
     assert read_log(log)[:2] == ["start current", "done current"]
     ran = len(read_log(log)) - 2
     assert statuses() == {"success": 1 + ran, "pending": 7 - ran}
-    assert queue.index.size("default") == 7 - ran  # back at once, not after the lease
+    assert queue.index.schedule.size("default") == 7 - ran  # back at once, not after the lease
     assert run_cli(cli_env, "run").returncode == 0
     assert statuses() == {"success": 8}

@@ -96,7 +96,7 @@ def test_a_run_drops_schedule_members_that_are_not_job_ids_with_a_line_each(queu
 
     assert queue.show(good)["status"] == "success"
     assert report.dropped == len(STRAY_MEMBERS)
-    assert queue.index.size("default") == 0
+    assert queue.index.schedule.size("default") == 0
     dropped = [r.getMessage() for r in caplog.records if "not a job id" in r.getMessage()]
     assert len(dropped) == len(STRAY_MEMBERS)
     assert all(repr(member) in " ".join(dropped) for member in STRAY_MEMBERS)
@@ -108,4 +108,4 @@ def test_peek_and_reconcile_pass_over_members_that_are_not_job_ids(queue):
 
     assert [entry.id for entry in queue.peek(20)] == [job_id]
     assert queue.reconcile().removed["default"] == len(STRAY_MEMBERS)
-    assert queue.index.size("default") == 1
+    assert queue.index.schedule.size("default") == 1

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from delayq.store.index import clock_offset
+from delayq.store.clock import clock_offset
 
 
 def test_a_server_clock_ahead_or_behind_gives_that_offset():
@@ -21,10 +21,10 @@ def test_an_offset_within_the_readings_uncertainty_counts_as_none():
 
 
 def test_queue_time_follows_the_redis_servers_clock(queue):
-    queue.index.now()  # its first reading measures the offset
+    queue.index.clock.now()  # its first reading measures the offset
     before = time.time()
     seconds, micros = queue.index.client.time()
-    now = queue.index.now()
+    now = queue.index.clock.now()
     after = time.time()
     server = seconds + micros / 1e6
 

@@ -297,7 +297,7 @@ def test_a_job_in_flight_put_back_on_the_schedule_is_not_started_again(
     wait_for(lambda: read_log(log) == ["start 0"], 30, "the job to start")
 
     # What a rebuild after a FLUSHDB does when it read the row just before the run leased it.
-    queue.index.add("default", job_id, time.time() - 1)
+    queue.index.schedule.add("default", job_id, time.time() - 1)
     key = schedule_key("default")
     wait_for(lambda: queue.index.client.zscore(key, job_id) is None, 30, "the run's claim")
     gate.touch()

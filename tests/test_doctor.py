@@ -171,9 +171,9 @@ def test_an_evicting_redis_is_a_warning(tmp_path, cli_env):
 
 
 def test_rows_missing_from_the_schedule_are_counted(queue, cli_env):
-    old = queue.index.now() - 120
+    old = queue.index.clock.now() - 120
     ids = [queue.add(H, "echo", {}, at=old) for _ in range(3)]
-    queue.add(H, "echo", {}, at=queue.index.now() - 5)  # within the grace: a run may hold it
+    queue.add(H, "echo", {}, at=queue.index.clock.now() - 5)  # within the grace: a run may hold it
     queue.index.client.zrem(schedule_key("default"), *map(str, ids[:2]))  # the ZADD that failed
 
     result = invoke(cli_env, "doctor")
@@ -187,7 +187,7 @@ def test_rows_missing_from_the_schedule_are_counted(queue, cli_env):
 
 def test_journal_fields_of_gone_runs_are_counted(queue, cli_env):
     running = queue.add(H, "echo", {})
-    Job.update(status=2, lease_token="alive", lease_until=queue.index.now() + 60).where(
+    Job.update(status=2, lease_token="alive", lease_until=queue.index.clock.now() + 60).where(
         Job.id == running
     ).execute()
     journal = "{delay_queue_job}:journal"

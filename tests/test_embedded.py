@@ -152,7 +152,7 @@ def test_jobs_survive_a_stop_and_restart_of_the_embedded_server(home, tmp_path, 
         assert pid_of(path) != first_pid
         assert server_pids(embedded.socket_path(path)) == [pid_of(path)]
         # Redis itself kept the schedule: the marker is there, so nothing gets rebuilt.
-        assert queue.index.is_complete()
+        assert queue.index.registry.is_complete()
         assert queue.index.client.zscore(schedule_key("default"), str(job_id)) == NOW + 30
 
         report = queue.run(now=NOW + 30)

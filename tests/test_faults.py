@@ -68,7 +68,7 @@ def wait_for_leases_to_lapse(queue, timeout: float = 30.0) -> None:
 
     def lapsed() -> bool:
         held = Job.select().where(
-            Job.status == Status.RUNNING, Job.lease_until >= queue.index.now()
+            Job.status == Status.RUNNING, Job.lease_until >= queue.index.clock.now()
         )
         return not held.exists()
 
@@ -201,7 +201,7 @@ def test_sigterm_finishes_the_current_job_and_hands_the_rest_back(queue, cli_env
     assert read_log(log) == ["start current", "done current"]
     assert queue.show(slow)["status"] == "success"
     assert [queue.show(job_id)["status"] for job_id in rest] == ["pending"] * 5
-    assert queue.index.size("default") == 5  # back at once, not after the lease
+    assert queue.index.schedule.size("default") == 5  # back at once, not after the lease
     assert run_cli(cli_env, "run").returncode == 0
     assert sorted(read_log(log)[2:]) == ["0", "1", "2", "3", "4"]
 
@@ -221,7 +221,7 @@ def test_a_second_signal_abandons_the_current_job_back_to_the_schedule(
     assert run.wait(timeout=15) == 128 + signal.SIGINT
     assert "Traceback" not in stderr.read_text()
     assert queue.show(slow)["status"] == "pending"
-    assert queue.index.size("default") == 1
+    assert queue.index.schedule.size("default") == 1
 
 
 @pytest.mark.parametrize("backend", ["mariadb"], indirect=True)  # a MariaDB fault
@@ -246,7 +246,7 @@ def test_redis_flushed_while_a_job_runs_loses_and_duplicates_nothing(queue, cli_
     assert run.wait(timeout=15) == 0
 
     due = queue.show(later)["run_at"]
-    wait_for(lambda: queue.index.now() >= due, 10, "the later job to fall due")
+    wait_for(lambda: queue.index.clock.now() >= due, 10, "the later job to fall due")
     assert run_cli(cli_env, "run").returncode == 0
     assert read_log(log) == ["start inflight", "done inflight", "later"]
     assert queue.show(running)["status"] == "success"
@@ -257,7 +257,7 @@ def test_reconcile_reports_what_it_reindexed_and_removed(queue, cli_env, log):
     kept = queue.add(H, "record", {"log": log}, delay=60)
     lost = queue.add(H, "record", {"log": log}, delay=60)
     cancelled = queue.add(H, "record", {"log": log}, delay=60)
-    queue.index.remove("default", [lost])
+    queue.index.schedule.remove("default", [lost])
     Job.update(status=Status.CANCELLED).where(Job.id == cancelled).execute()
     queue.index.client.zadd(schedule_key("default"), {"junk": 1.0})
 
@@ -294,7 +294,7 @@ def test_hostile_input_is_refused_with_one_line_and_nothing_written(queue, cli_e
     assert message in result.stderr.decode()
     assert len(result.stderr.splitlines()) == 1
     assert Job.select().count() == 0
-    assert queue.index.size("default") == 0
+    assert queue.index.schedule.size("default") == 0
 
 
 def test_sql_metacharacters_in_ext_are_just_text(queue, cli_env, log):

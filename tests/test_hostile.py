@@ -164,7 +164,7 @@ def test_data_nested_too_deeply_is_refused_at_add_and_nothing_is_written(queue, 
         queue.add_many([JobSpec(H, "echo", 1), JobSpec(H, "echo", nested(levels))])
 
     assert Job.select().count() == 0
-    assert queue.index.size("default") == 0
+    assert queue.index.schedule.size("default") == 0
     queue.add(H, "echo", nested(100))  # the limit itself is fine
     assert Job.select().count() == 1
 
@@ -178,7 +178,7 @@ def test_a_row_with_data_nested_too_deeply_fails_for_good_and_the_run_goes_on(
     data = "[" * levels + "]" * levels
     params = f'{{"class": "{H}", "method": "echo", "data": {data}}}'
     job_id = Job.insert(params=params, run_at=NOW).execute()
-    queue.index.add("default", job_id, NOW)
+    queue.index.schedule.add("default", job_id, NOW)
     after = queue.add(H, "record", {"log": log, "n": "after"}, now=NOW)
 
     report = queue.run(now=NOW, concurrency=concurrency)

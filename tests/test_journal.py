@@ -10,16 +10,16 @@ import time
 import pytest
 import redis
 
-from delayq.store.index import ScheduleIndex
+from delayq.store.index import Index
 from delayq.store.keys import queue_key
 from tests.conftest import ROOT
 
 WRITER = """
 import os, signal, sys, time
 import redis
-from delayq.store.index import ScheduleIndex
+from delayq.store.index import Index
 client = redis.Redis.from_url(sys.argv[1])
-index = ScheduleIndex(client)
+index = Index(client)
 for job_id in range(1000):
     index.journal.write("default", job_id, '[10, "", false, 1.0]')
 time.sleep(0.2)  # Redis has applied these (and, with replies on, answered them)
@@ -56,7 +56,7 @@ def test_journal_writes_all_land_when_the_process_is_killed_right_after(backend)
 
 def test_the_journal_connection_goes_back_to_the_pool_answering_again(backend):
     client = redis.Redis.from_url(backend["redis_url"])
-    index = ScheduleIndex(client)
+    index = Index(client)
     index.journal.write("default", 7, "x")
     index.journal.close()
 

@@ -29,7 +29,7 @@ def test_a_job_back_on_the_schedule_while_its_call_runs_is_not_called_again(
     Job.update(status=Status.PENDING, lease_token=None, lease_until=None).where(
         Job.id == job_id
     ).execute()
-    queue.index.add("default", job_id, time.time() - 1)
+    queue.index.schedule.add("default", job_id, time.time() - 1)
     wait_for(
         lambda: job_id not in zset(queue) and Job.get_by_id(job_id).status == Status.RUNNING,
         20,

@@ -259,5 +259,5 @@ def test_an_unwritable_metrics_path_is_refused_before_any_job_is_claimed(
     (line,) = result.stderr.splitlines()
     assert line.startswith("delayq: error: --metrics-file")
     assert queue.show(job_id)["status"] == "pending"
-    assert queue.index.size("default") == 1
+    assert queue.index.schedule.size("default") == 1
     assert read_log(log) == []

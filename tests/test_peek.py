@@ -32,7 +32,7 @@ def test_peek_claims_nothing(queue, log):
 
     queue.peek(5)
 
-    assert queue.index.size("default") == 1
+    assert queue.index.schedule.size("default") == 1
     assert queue.run(now=NOW).succeeded == 1
 
 

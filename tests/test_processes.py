@@ -136,7 +136,7 @@ def test_job_of_a_killed_run_is_taken_over_after_its_lease_and_its_batch_complet
     assert len({row.lease_token for row in held}) == 1
     assert zset(queue) == {}
     lease_until = max(row.lease_until for row in held)
-    wait_for(lambda: queue.index.now() > lease_until, 30, "the killed run's leases to lapse")
+    wait_for(lambda: queue.index.clock.now() > lease_until, 30, "the killed run's leases to lapse")
 
     completed = delayq(cli_env, "run", DELAYQ_LEASE="2")
 

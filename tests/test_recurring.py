@@ -190,7 +190,7 @@ def test_replace_with_no_pending_job_adds_one_and_folds_duplicates(queue, log):
     assert kept == extra[0]
     assert [row.id for row in pending("k")] == [kept]
     assert queue.show(extra[1])["status"] == "cancelled"
-    assert queue.index.size("default") == 1
+    assert queue.index.schedule.size("default") == 1
     fresh = queue.add(H, "record", {"log": log}, ext="other", replace=True, now=NOW)
     assert [row.id for row in pending("other")] == [fresh]
 
@@ -228,7 +228,7 @@ def test_concurrent_replaces_leave_exactly_one_pending_job(queue, cli_env, log):
     assert len({int(result.stdout) for result in results}) == 1
     assert len(pending("debounce")) == 1
     assert Job.select().count() == 1
-    assert queue.index.size("default") == 1
+    assert queue.index.schedule.size("default") == 1
 
 
 def test_add_every_and_replace_from_the_command_line(queue, cli_env):

@@ -115,7 +115,7 @@ def test_dry_run_counts_and_writes_nothing(queue, log):
 
     assert result.ids == ids
     assert Job.select().count() == rows_before
-    assert queue.index.size("default") == 0
+    assert queue.index.schedule.size("default") == 0
 
 
 def test_rows_whose_handler_is_not_allowed_are_skipped_with_the_reason(queue, log):
@@ -182,4 +182,4 @@ def test_two_requeues_at_once_add_one_attempt_per_chain(queue, cli_env, log):
     # Each sees every chain: failed, or with the pending attempt another one made, moved.
     assert [out for out, _ in outputs] == ["200\n"] * 3
     assert Job.select().where(Job.status == Status.PENDING).count() == 200
-    assert queue.index.size("default") == 200
+    assert queue.index.schedule.size("default") == 200

@@ -136,7 +136,7 @@ def test_cancel_by_ext_cancels_every_pending_job_with_that_key(queue, log):
     assert read_log(log) == ["0"]
     assert [queue.show(job_id)["status"] for job_id in ids] == ["cancelled", "cancelled"]
     assert queue.show(kept)["status"] == "success"
-    assert queue.index.size("default") == 0
+    assert queue.index.schedule.size("default") == 0
 
 
 def test_cancel_by_id_only_touches_a_pending_job(queue, log):
@@ -252,7 +252,7 @@ def test_hostile_rows_fail_without_executing_and_are_not_retried(queue, tmp_path
     marker = tmp_path / "pwned"
     params = dict(params, data=params["data"].format(marker=str(marker)))
     job = Job.create(params=json.dumps(params), run_at=NOW, status=Status.PENDING)
-    queue.index.add("default", job.id, NOW)
+    queue.index.schedule.add("default", job.id, NOW)
 
     report = queue.run(now=NOW)
 
@@ -274,7 +274,7 @@ def test_hostile_rows_fail_without_executing_and_are_not_retried(queue, tmp_path
 )
 def test_malformed_rows_fail_with_a_message_and_the_run_goes_on(queue, log, params, expected):
     bad = Job.create(params=params, run_at=NOW, status=Status.PENDING)
-    queue.index.add("default", bad.id, NOW)
+    queue.index.schedule.add("default", bad.id, NOW)
     good = queue.add(H, "record", {"log": log, "n": 1}, now=NOW)
 
     queue.run(now=NOW)
@@ -293,7 +293,7 @@ def test_index_member_without_a_row_or_not_an_id_is_dropped(queue, log):
 
     assert report.dropped == 2
     assert queue.show(good)["status"] == "success"
-    assert queue.index.size("default") == 0
+    assert queue.index.schedule.size("default") == 0
 
 
 def test_limit_runs_at_most_n_and_leaves_the_rest_due(queue, log):
@@ -321,7 +321,7 @@ def test_max_seconds_hands_unstarted_jobs_back_at_once(make_queue, log):
     assert report.stopped_early
     assert read_log(log) == ["start 0", "done 0"]
     assert Job.select().where(Job.status == Status.PENDING).count() == 2
-    assert queue.index.size("default") == 2
+    assert queue.index.schedule.size("default") == 2
     queue.run(now=NOW)
     assert Job.select().where(Job.status == Status.SUCCESS).count() == 3
 

@@ -193,7 +193,7 @@ def test_init_on_a_table_made_by_schema_sql_changes_nothing(server, fresh_databa
     assert server.execute(f"SELECT COUNT(*) FROM `{from_file}`.delay_queue") == [(1,)]
     job_id = server.execute(f"SELECT id FROM `{from_file}`.delay_queue")[0][0]
     assert queue.show(job_id)["status"] == "pending"
-    assert queue.index.size("default") == 1
+    assert queue.index.schedule.size("default") == 1
 
 
 def test_a_row_written_by_a_producer_into_the_schema_sql_table_runs(
@@ -243,7 +243,7 @@ def test_init_is_idempotent_on_sqlite(embedded_home, tmp_path):
         index_names = {name for kind, name, _, _ in first[0] if kind == "index"}
         assert {name for name in INDEXES if name != "PRIMARY"} <= index_names
         assert queue.show(job_id)["status"] == "pending"
-        assert queue.index.size("default") == 1
+        assert queue.index.schedule.size("default") == 1
         queue.index.client.flushdb()
 
 
@@ -280,7 +280,9 @@ def test_init_upgrades_a_seed_table_and_its_rows_still_run(backend, tmp_path):
         (json.dumps(params),),
     )
     job_id = queue.db.execute_sql("SELECT MAX(id) FROM delay_queue").fetchone()[0]
-    queue.index.client.zadd("delay_queue_job", {str(job_id): queue.index.now()})  # as the seed
+    queue.index.client.zadd(
+        "delay_queue_job", {str(job_id): queue.index.clock.now()}
+    )  # as the seed
 
     added = queue.init()
 

@@ -36,7 +36,9 @@ def test_a_stalled_runs_late_outcome_is_refused_and_logged(
         wait_for(lambda: read_log(log) == [f"start {first.pid}"], 30, "the first run's call")
         first.send_signal(signal.SIGSTOP)  # heartbeat and all: as a stalled process
         lease_until = Job.get_by_id(job_id).lease_until
-        wait_for(lambda: queue.index.now() > lease_until, 30, "the first run's lease to lapse")
+        wait_for(
+            lambda: queue.index.clock.now() > lease_until, 30, "the first run's lease to lapse"
+        )
 
         second = subprocess.run([*DELAYQ, "run", *args], env=env, capture_output=True, timeout=60)
         assert second.returncode == 0, second.stderr

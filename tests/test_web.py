@@ -378,7 +378,7 @@ def test_cancel_cancels_a_pending_job(queue, log):
 
     client.post(f"/jobs/{job_id}/cancel", data={"csrf": csrf_of(page)})
     assert queue.show(job_id)["status"] == "cancelled"
-    assert queue.index.size("default") == 0
+    assert queue.index.schedule.size("default") == 0
 
 
 def test_requeue_previews_then_retries_the_failed_jobs_of_a_search(queue, log):
@@ -537,7 +537,7 @@ def test_the_overviews_index_only_figures_match_status(queue, log):
         queue.add(H, "fail_for_good", {"log": log}, queue=name, delay=0)
     queue.add(H, "record", {"log": log}, queue="mail", delay=0)
     queue.run(limit=4)
-    now = queue.index.now()
+    now = queue.index.clock.now()
     full = queue.status(now=now)
 
     live = dashboard_report(queue.table, queue.index, now)

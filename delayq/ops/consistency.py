@@ -9,20 +9,18 @@ import peewee
 import redis
 
 from ..store.backend_errors import one_line
-from ..store.index import ScheduleIndex
-from ..store.keys import queue_key
+from ..store.index import Index
 from ..store.queries import overdue_pending
 from ..store.table import Status, Table, tuples
 from ..worker.recovery import ORPHAN_GRACE, SWEEP_LIMIT
-from ..worker.run import known_queues
 from .doctor import FAIL, OK, WARN, Check
 
 
-def consistency_checks(table: Table, index: ScheduleIndex) -> list[Check]:
+def consistency_checks(table: Table, index: Index) -> list[Check]:
     """An ok or warn line for rows missing from the schedule and for stale journal fields."""
     try:
-        now = index.now()
-        queues = known_queues(index)
+        now = index.clock.now()
+        queues = index.registry.known_queues()
         unscheduled = sum(_unscheduled(table, index, queue, now) for queue in queues)
         stale = sum(_stale_journal_fields(table, index, queue) for queue in queues)
     except (peewee.PeeweeException, redis.RedisError) as exc:
@@ -31,16 +29,15 @@ def consistency_checks(table: Table, index: ScheduleIndex) -> list[Check]:
     return [_unscheduled_check(unscheduled), _journal_check(stale)]
 
 
-def _unscheduled(table: Table, index: ScheduleIndex, queue: str, now: float) -> int:
+def _unscheduled(table: Table, index: Index, queue: str, now: float) -> int:
     overdue = overdue_pending(table, queue, now - ORPHAN_GRACE, SWEEP_LIMIT)
-    return len(index.missing(queue, [job_id for job_id, _ in overdue]))
+    return len(index.schedule.missing(queue, [job_id for job_id, _ in overdue]))
 
 
-def _stale_journal_fields(table: Table, index: ScheduleIndex, queue: str) -> int:
+def _stale_journal_fields(table: Table, index: Index, queue: str) -> int:
     """Fields of the queue's journal whose job or run holds no RUNNING row: an outcome
     already in the table, or the batch order and start notes of a run that is gone."""
-    keys = index.client.hkeys(queue_key(queue, "journal"))
-    fields = [key.decode() if isinstance(key, bytes) else key for key in keys]
+    fields = index.journal.fields(queue)
     Job = table.model
     running = Job.select(Job.id, Job.lease_token).where(
         Job.status == Status.RUNNING, Job.queue == queue

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 from peewee import fn
 
-from ..store.index import ScheduleIndex
+from ..store.index import Index
 from ..store.table import Status, Table
 from .overview import QueueStats, StatusReport, fill_live, read_last_run
 
@@ -20,7 +20,7 @@ from .overview import QueueStats, StatusReport, fill_live, read_last_run
 LIVE_STATUSES = (Status.PENDING, Status.RUNNING, Status.FAILED)
 
 
-def dashboard_report(table: Table, index: ScheduleIndex, now: float) -> StatusReport:
+def dashboard_report(table: Table, index: Index, now: float) -> StatusReport:
     """A StatusReport whose success, cancelled and missed counts are left at 0."""
     Job = table.model
     counted = (
@@ -30,9 +30,9 @@ def dashboard_report(table: Table, index: ScheduleIndex, now: float) -> StatusRe
     )
     rows: Iterable[tuple[int, str, int]] = counted.tuples()  # type: ignore[assignment]
     counts = list(rows)
-    names = {name for _, name, _ in counts} | set(index.queues())
+    names = {name for _, name, _ in counts} | set(index.registry.queues())
     stats = {name: QueueStats() for name in sorted(names)}
     for status, name, count in counts:
         setattr(stats[name], Status(status).word, count)
     fill_live(table, index, stats, now)
-    return StatusReport(now, stats, read_last_run(index.client))
+    return StatusReport(now, stats, read_last_run(index.registry))

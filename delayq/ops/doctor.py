@@ -12,11 +12,11 @@ from dataclasses import dataclass
 import peewee
 import redis
 
-from ..config import DEFAULT_QUEUE, Settings, redact_url
+from ..config import Settings, redact_url
 from ..durations import format_delta
 from ..errors import BadInput, ConfigError
 from ..store.backend_errors import one_line
-from ..store.index import ScheduleIndex
+from ..store.index import Index
 from ..store.keys import INDEXED_KEY, job_id_of
 from ..store.table import Job, Table, is_mysql
 from ..store.upgrade import column_problems
@@ -126,13 +126,13 @@ def _index_checks(db: peewee.Database) -> list[Check]:
     return checks
 
 
-def redis_checks(index: ScheduleIndex, settings: Settings) -> list[Check]:
+def redis_checks(index: Index, settings: Settings) -> list[Check]:
     """Reachability and version, eviction policy, and whether the index is complete."""
     where = redact_url(settings.redis_url)
     try:
         server = index.client.info("server")
         memory = index.client.info("memory")
-        complete = index.is_complete()
+        complete = index.registry.is_complete()
         strays = _stray_members(index)
     except redis.RedisError as exc:
         detail = one_line(exc, settings.redis_url)
@@ -153,12 +153,14 @@ def redis_checks(index: ScheduleIndex, settings: Settings) -> list[Check]:
     ]
 
 
-def _stray_members(index: ScheduleIndex) -> dict[str, int]:
+def _stray_members(index: Index) -> dict[str, int]:
     """{queue: members of its schedule that are not job ids}, for queues that have any."""
     found: dict[str, int] = {}
-    for queue in sorted({DEFAULT_QUEUE, *index.queues()}):
+    for queue in index.registry.known_queues():
         count = sum(
-            job_id_of(member) is None for chunk in index.members(queue) for member, _ in chunk
+            job_id_of(member) is None
+            for chunk in index.schedule.members(queue)
+            for member, _ in chunk
         )
         if count:
             found[queue] = count

@@ -17,7 +17,7 @@ from peewee import SQL, fn
 
 from ..errors import BadInput
 from ..store import chains
-from ..store.index import ScheduleIndex
+from ..store.index import Index
 from ..store.params import read_call
 from ..store.table import Job, Status, Table, id_batches, utc_stamp
 from ..worker.handlers import locate
@@ -115,7 +115,7 @@ def requeue(
     table: Table,
     filters: JobFilter,
     allowed: Sequence[str],
-    index: ScheduleIndex,
+    index: Index,
     now: float,
     dry_run: bool = False,
     *,
@@ -140,7 +140,9 @@ def requeue(
         ]
         result.ids += [new_id for _, new_id in entries]
         for queue in {queue for queue, _ in entries}:
-            index.add_many(queue, [(new_id, now) for name, new_id in entries if name == queue])
+            index.schedule.add_many(
+                queue, [(new_id, now) for name, new_id in entries if name == queue]
+            )
     return result
 
 

@@ -16,9 +16,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from ..config import DEFAULT_QUEUE
 from ..store import queries
-from ..store.index import ScheduleIndex
+from ..store.index import Index
 from ..store.table import Table
 from ..store.tallies import (
     DURATION_BOUNDS,
@@ -26,7 +25,6 @@ from ..store.tallies import (
     OUTCOMES,
     SEPARATOR,
     bucket_field,
-    read_counters,
 )
 from ..worker.report import RunReport
 
@@ -42,13 +40,11 @@ class QueueGauges:
     oldest_due_age: float  # seconds the longest-due entry has waited; 0 when none is due
 
 
-def exposition(
-    table: Table, index: ScheduleIndex, now: float, report: RunReport | None = None
-) -> bytes:
+def exposition(table: Table, index: Index, now: float, report: RunReport | None = None) -> bytes:
     """The whole exposition, in the text format, from a registry of its own."""
-    names = sorted({DEFAULT_QUEUE, *index.queues()})
+    names = index.registry.known_queues()
     registry = CollectorRegistry(auto_describe=True)
-    registry.register(_Tallies(read_counters(index.client, names)))
+    registry.register(_Tallies(index.tallies.counters(names)))
     registry.register(_Queues(queue_gauges(table, index, names, now)))
     if report is not None:
         registry.register(_LastRun(report, now))
@@ -56,13 +52,13 @@ def exposition(
 
 
 def queue_gauges(
-    table: Table, index: ScheduleIndex, names: list[str], now: float
+    table: Table, index: Index, names: list[str], now: float
 ) -> dict[str, QueueGauges]:
     """Each queue's gauges: one Redis round trip and one indexed query."""
     running = queries.running_by_queue(table)
     return {
         name: QueueGauges(size, due, running.get(name, 0), _age(head, now))
-        for name, (size, due, head) in index.backlog(names, now).items()
+        for name, (size, due, head) in index.schedule.backlog(names, now).items()
     }
 
 

@@ -12,9 +12,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..config import DEFAULT_QUEUE
-from ..store.index import ScheduleIndex
-from ..store.tallies import LATENESS_BOUNDS, bucket_field, read_minutes
+from ..store.index import Index
+from ..store.tallies import LATENESS_BOUNDS, bucket_field
 
 __all__ = ["LATENESS_BOUNDS", "Minute", "merge", "per_minute"]
 
@@ -22,7 +21,7 @@ __all__ = ["LATENESS_BOUNDS", "Minute", "merge", "per_minute"]
 class QueueLike(Protocol):
     """What per_minute needs of a delayq.Queue (ops/ sits below the Queue it serves)."""
 
-    index: ScheduleIndex
+    index: Index
 
 
 @dataclass(frozen=True)
@@ -73,11 +72,11 @@ def per_minute(
     if minutes < 1:
         raise ValueError(f"minutes must be at least 1, not {minutes!r}")
     index = queue.index
-    now = index.now() if now is None else now
+    now = index.clock.now() if now is None else now
     last = int(now // 60 * 60)
     starts = [last - 60 * back for back in range(minutes - 1, -1, -1)]
-    names = list(queues) if queues is not None else sorted({DEFAULT_QUEUE, *index.queues()})
-    found = read_minutes(index.client, names, starts)
+    names = list(queues) if queues is not None else index.registry.known_queues()
+    found = index.tallies.minutes(names, starts)
     active = sorted({name for name, _ in found})
     return [
         _minute(start, name, found.get((name, start), {})) for start in starts for name in active

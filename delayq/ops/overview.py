@@ -11,17 +11,17 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, cast
+from typing import Any
 
-import redis
 from peewee import SQL, ModelSelect, NodeList, Value, fn
 
 from ..config import validate_queue_name, validate_text
 from ..durations import Duration, format_delta, parse_duration
 from ..store import queries
-from ..store.index import ScheduleIndex
-from ..store.keys import LAST_RUN_KEY, job_id_of, schedule_key
+from ..store.index import Index
+from ..store.keys import LAST_RUN_KEY, job_id_of
 from ..store.params import payload_or_empty
+from ..store.registry import Registry
 from ..store.table import Job, Status, Table, due_column, tuples, utc_stamp
 
 FAILED_WINDOW = 3600.0  # `failed_last_hour` counts failures this recent
@@ -119,15 +119,15 @@ class StatusReport:
         return found
 
 
-def status_report(table: Table, index: ScheduleIndex, now: float) -> StatusReport:
+def status_report(table: Table, index: Index, now: float) -> StatusReport:
     """Stats of every queue the table or the index knows, and the last run."""
-    return StatusReport(now, queue_stats(table, index, now), read_last_run(index.client))
+    return StatusReport(now, queue_stats(table, index, now), read_last_run(index.registry))
 
 
-def queue_stats(table: Table, index: ScheduleIndex, now: float) -> dict[str, QueueStats]:
+def queue_stats(table: Table, index: Index, now: float) -> dict[str, QueueStats]:
     """{queue: QueueStats} for every queue with rows or an index entry, sorted by name."""
     counts = queries.counts_by_queue(table)
-    stats = {name: QueueStats() for name in sorted(set(counts) | set(index.queues()))}
+    stats = {name: QueueStats() for name in sorted(set(counts) | set(index.registry.queues()))}
     for name, by_status in counts.items():
         for status, count in by_status.items():
             if status in KNOWN_STATUSES:  # a number delayq never writes counts nowhere
@@ -136,7 +136,7 @@ def queue_stats(table: Table, index: ScheduleIndex, now: float) -> dict[str, Que
     return stats
 
 
-def fill_live(table: Table, index: ScheduleIndex, stats: dict[str, QueueStats], now: float) -> None:
+def fill_live(table: Table, index: Index, stats: dict[str, QueueStats], now: float) -> None:
     """Each queue's due count, failures in the last hour, due times and schedule size:
     ranges of the (status, queue, run_at) and (status, modified) indexes."""
     Job = table.model
@@ -150,7 +150,7 @@ def fill_live(table: Table, index: ScheduleIndex, stats: dict[str, QueueStats], 
             setattr(stats[name], field, count)
     for name, entry in stats.items():
         fill_times(table, entry, name, now)
-        entry.scheduled = index.size(name)
+        entry.scheduled = index.schedule.size(name)
 
 
 def _is_due(table: Table, now: float) -> Any:
@@ -206,12 +206,11 @@ def oldest_due(table: Table, queue: str, now: float) -> tuple[int, float] | None
     return job_id, float(due)
 
 
-def read_last_run(client: redis.Redis) -> LastRun | None:
-    """The hash the last run wrote, or None when no run has recorded itself."""
-    raw = client.hgetall(LAST_RUN_KEY)
-    if not raw:
+def read_last_run(registry: Registry) -> LastRun | None:
+    """What the last run recorded, or None when no run has recorded itself."""
+    fields = registry.last_run()
+    if not fields:
         return None
-    fields = {_text(key): _text(value) for key, value in raw.items()}
     jobs = _number(fields.get("jobs"))
     return LastRun(
         started_at=_number(fields.get("started_at")),
@@ -323,9 +322,7 @@ class Upcoming:
     row: Job | None
 
 
-def next_scheduled(
-    table: Table, index: ScheduleIndex, queues: Sequence[str], count: int
-) -> list[Upcoming]:
+def next_scheduled(table: Table, index: Index, queues: Sequence[str], count: int) -> list[Upcoming]:
     """The first `count` entries across the queues' schedules, soonest first, with their rows.
 
     Reads the sorted sets with ZRANGE: nothing is claimed. Members that are not ids are left
@@ -333,10 +330,8 @@ def next_scheduled(
     """
     entries: list[tuple[float, int, str]] = []
     for queue in queues:
-        key = schedule_key(queue)
-        scored = index.client.zrange(key, 0, count - 1, withscores=True)
-        for member, score in cast(list[tuple[bytes, float]], scored):
-            job_id = job_id_of(_text(member))
+        for member, score in index.schedule.earliest(queue, count):
+            job_id = job_id_of(member)
             if job_id is not None:
                 entries.append((float(score), job_id, queue))
     entries.sort()
@@ -358,7 +353,3 @@ def _number(text: str | None) -> float | None:
         return float(text) if text is not None else None
     except ValueError:
         return None
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value

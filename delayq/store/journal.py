@@ -10,9 +10,10 @@ import threading
 from collections.abc import Sequence
 
 import redis
+from redis.client import Pipeline
 from redis.connection import Connection
 
-from .keys import queue_key, text
+from .keys import JOURNAL_TTL, queue_key, text
 
 
 class Journal:
@@ -38,7 +39,7 @@ class Journal:
         after the data. (A socket closed with unread replies is reset instead, and Redis
         drops what it had not read yet: journal writes went missing that way.) So the
         journal covers kill -9 at the cost of a write(2), not a round trip. The expiry is
-        refreshed once per batch, in `ScheduleIndex.leased`.
+        refreshed once per batch, in `note_order`.
         """
         fields = [part for job_id, record in records for part in (b"%d" % job_id, record.encode())]
         if fields:
@@ -50,6 +51,20 @@ class Journal:
         fields = [part for job_id in job_ids for part in (start_field(token, job_id), b"1")]
         if fields:
             self._send(pack(b"HSET", self._key(queue), *fields))
+
+    def note_order(
+        self, pipe: Pipeline, queue: str, token: str, order: Sequence[int], notes_starts: bool
+    ) -> None:
+        """Add to `pipe` the note of the order run `token` will call a batch in (see
+        `orders`), or that it notes each job it starts (`note_starts`)."""
+        key = queue_key(queue, "journal")
+        if notes_starts:
+            pipe.hset(key, f"starts:{token}", "1")
+        if len(order) > 1:
+            # If the run dies, recovery can tell the job that was running from the ones that
+            # never started.
+            pipe.hset(key, f"order:{token}", ",".join(map(str, order)))
+            pipe.expire(key, JOURNAL_TTL)  # covers the outcomes journaled for this batch
 
     def _key(self, queue: str) -> bytes:
         key = self._keys.get(queue)
@@ -141,6 +156,10 @@ class Journal:
             for token, value in zip(tokens, values, strict=True)
             if value is not None
         }
+
+    def fields(self, queue: str) -> list[str]:
+        """Every field of a queue's journal: outcomes by job id, and runs' notes."""
+        return [text(field) for field in self.client.hkeys(queue_key(queue, "journal"))]
 
     def journaled(self, queue: str, job_ids: Sequence[int]) -> dict[int, str]:
         """The journaled outcomes of those of `job_ids` that have one."""

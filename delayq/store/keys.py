@@ -12,7 +12,7 @@ INDEXED_KEY = "delay_queue_indexed"
 # A hash each run overwrites with when it started, how long it took, its outcome and how
 # many jobs it ran; `delayq status` reads it to tell whether cron is alive.
 LAST_RUN_KEY = "delay_queue_last_run"
-# The handlers that have a metrics label of their own (tallies.HandlerLabels).
+# The handlers that have a metrics label of their own (tallies.Tallies).
 METRICS_HANDLERS_KEY = "delay_queue_metrics_handlers"
 # Outcomes a run journaled but has not yet written to the table live this long at most.
 JOURNAL_TTL = 7 * 86400

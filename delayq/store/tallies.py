@@ -176,19 +176,34 @@ def _increments(
     commands += [("HINCRBYFLOAT", key, name, repr(float(s))) for name, s in sums.items() if s]
 
 
-class HandlerLabels:
-    """Which handlers have a label of their own: a set in Redis shared by every run, asked
-    once per handler per process (a round trip only the first time a handler finishes)."""
+class Tallies:
+    """The tallies of every queue on one Redis client, and which handlers have a label of
+    their own: a set in Redis shared by every run, asked once per handler per process (a
+    round trip only the first time a handler finishes)."""
 
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
         self.admitted: set[str] = set()
         self.refused: set[str] = set()
 
-    def apply(self, tally: Tally) -> None:
+    def commands(self, tally: Tally | None) -> list[tuple[str, ...]]:
+        """The Redis commands that add `tally`, its handlers labelled; none for no tally."""
+        if not tally:
+            return []
         for handler in tally.handlers() - self.admitted - self.refused:
             self._ask(handler)
         tally.relabel(self.admitted)
+        return tally.commands()
+
+    def add(self, tally: Tally) -> None:
+        """Add a tally on its own (missed jobs, found while claiming): one round trip."""
+        commands = self.commands(tally)
+        if not commands:
+            return
+        pipe = self.client.pipeline(transaction=False)
+        for command in commands:
+            pipe.execute_command(*command)
+        pipe.execute()
 
     def _ask(self, handler: str) -> None:
         # Concurrent first sightings may admit a few past MAX_HANDLERS: the bound holds
@@ -205,29 +220,28 @@ class HandlerLabels:
         else:
             self.refused.add(handler)
 
+    def counters(self, queues: Sequence[str]) -> dict[str, dict[str, float]]:
+        """{queue: {counters-hash field: value}} of those of `queues` that have any."""
+        pipe = self.client.pipeline(transaction=False)
+        for queue in queues:
+            pipe.hgetall(queue_key(queue, "metrics"))
+        found = {}
+        for queue, fields in zip(queues, pipe.execute(), strict=True):
+            if fields:
+                found[queue] = {text(name): float(value) for name, value in fields.items()}
+        return found
 
-def read_counters(client: redis.Redis, queues: Sequence[str]) -> dict[str, dict[str, float]]:
-    """{queue: {counters-hash field: value}} of those of `queues` that have any."""
-    pipe = client.pipeline(transaction=False)
-    for queue in queues:
-        pipe.hgetall(queue_key(queue, "metrics"))
-    found = {}
-    for queue, fields in zip(queues, pipe.execute(), strict=True):
-        if fields:
-            found[queue] = {text(name): float(value) for name, value in fields.items()}
-    return found
-
-
-def read_minutes(
-    client: redis.Redis, queues: Sequence[str], minutes: Iterable[int]
-) -> dict[tuple[str, int], dict[str, float]]:
-    """{(queue, minute): {field: value}} of the minute hashes that exist, one round trip."""
-    wanted = [(queue, minute) for queue in queues for minute in minutes]
-    pipe = client.pipeline(transaction=False)
-    for queue, minute in wanted:
-        pipe.hgetall(minute_key(queue, minute))
-    found = {}
-    for where, fields in zip(wanted, pipe.execute(), strict=True):
-        if fields:
-            found[where] = {text(name): float(value) for name, value in fields.items()}
-    return found
+    def minutes(
+        self, queues: Sequence[str], minutes: Iterable[int]
+    ) -> dict[tuple[str, int], dict[str, float]]:
+        """{(queue, minute): {field: value}} of the minute hashes that exist, one round
+        trip."""
+        wanted = [(queue, minute) for queue in queues for minute in minutes]
+        pipe = self.client.pipeline(transaction=False)
+        for queue, minute in wanted:
+            pipe.hgetall(minute_key(queue, minute))
+        found = {}
+        for where, fields in zip(wanted, pipe.execute(), strict=True):
+            if fields:
+                found[where] = {text(name): float(value) for name, value in fields.items()}
+        return found

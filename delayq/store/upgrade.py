@@ -17,7 +17,7 @@ from peewee import Field
 from ..config import DEFAULT_QUEUE
 from ..errors import ConfigError
 from . import queries
-from .index import ScheduleIndex
+from .index import Index
 from .keys import schedule_key
 from .table import TABLE_NAME, Status, Table, id_batches, tuples, utc_stamp
 
@@ -35,9 +35,7 @@ TEXT_COLUMNS = ("params", "message")
 TEXT_TYPES = ("text", "mediumtext", "longtext")
 
 
-def upgrade_table(
-    table: Table, index: ScheduleIndex, now: float, schedule_lost: bool = False
-) -> list[str]:
+def upgrade_table(table: Table, index: Index, now: float, schedule_lost: bool = False) -> list[str]:
     """Add what the existing table lacks and settle rows no delayq run could settle; returns
     one line per change made, none when the table was already up to date.
 
@@ -46,7 +44,7 @@ def upgrade_table(
     """
     changes: list[str] = []
     if not _has_column(table, "run_at"):
-        if not index.size(DEFAULT_QUEUE) and not schedule_lost:
+        if not index.schedule.size(DEFAULT_QUEUE) and not schedule_lost:
             _refuse_without_schedule(table)
         changes += _miss_unscheduled(table, index, now)
     changes += _alter_columns(table)
@@ -71,13 +69,13 @@ def _refuse_without_schedule(table: Table) -> None:
         )
 
 
-def _miss_unscheduled(table: Table, index: ScheduleIndex, now: float) -> list[str]:
+def _miss_unscheduled(table: Table, index: Index, now: float) -> list[str]:
     """Waiting rows whose id is not on the seed's schedule (its one sorted set, the default
     queue's) become missed; asked a batch at a time, as the seed never prunes that set."""
     Job = table.model
     missed = 0
     for ids in _batches(table, Job.status == Status.PENDING):
-        scores = index.scores(DEFAULT_QUEUE, ids)
+        scores = index.schedule.scores(DEFAULT_QUEUE, ids)
         absent = [job_id for job_id in ids if job_id not in scores]
         if absent:
             missed += (
@@ -203,14 +201,14 @@ def _add_indexes(table: Table) -> list[str]:
     return changes
 
 
-def _adopt_due_times(table: Table, index: ScheduleIndex) -> list[str]:
+def _adopt_due_times(table: Table, index: Index) -> list[str]:
     """Pending rows written without run_at but on a schedule take its score as run_at: the
     seed's rows, and those of producers that only ZADD the due time."""
     adopted = 0
     for queue in queries.pending_queues(table):
         after_id = 0
         while ids := queries.pending_without_run_at(table, queue, BATCH, after_id):
-            adopted += queries.adopt_run_at(table, index.scores(queue, ids))
+            adopted += queries.adopt_run_at(table, index.schedule.scores(queue, ids))
             after_id = ids[-1]
     return [f"took the due times of {adopted} jobs from the schedule"] if adopted else []
 
@@ -223,7 +221,7 @@ def _by_queue(table: Table, ids: Sequence[int]) -> dict[str, list[int]]:
     return out
 
 
-def _recover_stranded(table: Table, index: ScheduleIndex, now: float) -> list[str]:
+def _recover_stranded(table: Table, index: Index, now: float) -> list[str]:
     """Running rows without a lease were left by a runner that died without one (delayq
     always leases what it runs), so no lapse ever frees them: like a job whose run died,
     each goes back on the schedule, due now, with its lost lease counted."""
@@ -243,7 +241,7 @@ def _recover_stranded(table: Table, index: ScheduleIndex, now: float) -> list[st
                 .where(Job.id.in_(queue_ids), stranded)
                 .execute()
             )
-            index.add_many(queue, [(job_id, now) for job_id in queue_ids])
+            index.schedule.add_many(queue, [(job_id, now) for job_id in queue_ids])
             recovered += count
     if not recovered:
         return []

@@ -59,7 +59,7 @@ def overview(request: Request) -> Response:
 def _read_overview(queue: Queue, window: str) -> tuple[StatusReport, list[Minute]]:
     """The queues' live figures (index ranges only, see ops/dashboard.py) and the window's
     per-minute aggregates."""
-    report = dashboard_report(queue.table, queue.index, queue.index.now())
+    report = dashboard_report(queue.table, queue.index, queue.index.clock.now())
     return report, charts.read_window(queue, window)
 
 

@@ -17,7 +17,7 @@ from ..durations import format_instant
 from ..errors import BadInput
 from ..store import leases
 from ..store.database import run_reconnecting
-from ..store.index import ScheduleIndex
+from ..store.index import Index
 from ..store.keys import job_id_of
 from ..store.outcomes import rearm
 from ..store.params import read_call
@@ -49,9 +49,7 @@ class Batch:
 class Claimer:
     """Claims and hands back the jobs of run `token`."""
 
-    def __init__(
-        self, table: Table, index: ScheduleIndex, token: str, lease: float, since: float
-    ) -> None:
+    def __init__(self, table: Table, index: Index, token: str, lease: float, since: float) -> None:
         self.table = table
         self.index = index
         self.token = token
@@ -65,7 +63,7 @@ class Claimer:
         `before`, the batch still running, so that recovery can tell which job was
         running) or, for a run that notes each start, that it does; None if none is due.
         The caller adds the batch's counts to its report."""
-        claimed = self.index.claim_due(queue, now, size)
+        claimed = self.index.schedule.claim_due(queue, now, size)
         if not claimed:
             return None
         batch = Batch(size, claimed, {}, [], time.monotonic())
@@ -94,7 +92,9 @@ class Claimer:
             return
         try:
             released = leases.release(self.table, [job.id for job in jobs], self.token, now)
-            self.index.add_many(queue, [(job_id, due_by_id[job_id]) for job_id, _ in released])
+            self.index.schedule.add_many(
+                queue, [(job_id, due_by_id[job_id]) for job_id, _ in released]
+            )
         except Exception as exc:  # noqa: BLE001 - their leases bring them back anyway
             logger.error("could not hand %d jobs back (%s); their leases will", len(jobs), exc)
 
@@ -116,7 +116,9 @@ class Claimer:
         # connection: had that try committed, the second would re-arm the series again.
         missed, occurrences = run_reconnecting(self.table.db, mark, reconnect=False)
         batch.dropped += len(ids) - len(missed)
-        self.index.add_many(queue, [occurrence for occurrence in occurrences if occurrence])
+        self.index.schedule.add_many(
+            queue, [occurrence for occurrence in occurrences if occurrence]
+        )
         _tally_missed(self.index, queue, missed, now)
         logger.warning("%d jobs missed the run window (ids %s)", len(missed), _preview(ids))
         return len(missed)
@@ -139,12 +141,12 @@ def without_jobs_in_hand(jobs: list[ClaimedJob], in_hand: Collection[int]) -> li
     return [job for job in jobs if job.id not in in_hand]
 
 
-def _tally_missed(index: ScheduleIndex, queue: str, missed: list[ClaimedJob], now: float) -> None:
+def _tally_missed(index: Index, queue: str, missed: list[ClaimedJob], now: float) -> None:
     tally = Tally(queue)
     for job in missed:
         tally.observe_missed(handler_label(job.params), now)
     try:
-        index.add_tally(tally)
+        index.tallies.add(tally)
     except Exception as exc:  # noqa: BLE001 - metrics are best-effort; the table has them
         logger.warning("could not count %d missed jobs in the metrics: %s", len(missed), exc)
 

@@ -14,13 +14,13 @@ from dataclasses import replace
 
 from ..config import Settings
 from ..store.backend_errors import is_lock_conflict, is_outage, one_line
-from ..store.index import ScheduleIndex
+from ..store.index import Index
 from ..store.table import Table
 from .interrupts import GracefulStop
 from .liveness import Liveness
 from .passes import run_once
 from .report import OutcomeCallback, RunReport
-from .run import RunLimits, known_queues
+from .run import RunLimits
 
 # Lease recovery and the orphan sweep need not run on every wake-up.
 SWEEP_EVERY = 5.0
@@ -39,7 +39,7 @@ logger = logging.getLogger(__name__)
 def run_loop(
     settings: Settings,
     table: Table,
-    index: ScheduleIndex,
+    index: Index,
     queues: Sequence[str] | None,
     limits: RunLimits,
     duration: float | None,
@@ -80,7 +80,7 @@ def run_loop(
     return total
 
 
-def _reach(table: Table, index: ScheduleIndex) -> None:
+def _reach(table: Table, index: Index) -> None:
     """Ask both servers once. A loop waits out a server that went away, but one it cannot
     reach when it starts is more likely a wrong URL than a restart, and is said at once, as
     a one-shot run says it. A child of `--processes` skips this: its parent asked before
@@ -125,7 +125,7 @@ class Outage:
         self.pause, self.failed = OUTAGE_PAUSE_FIRST, 0
 
 
-def _sleep_until_due(index: ScheduleIndex, queues: Sequence[str] | None, remaining: float) -> None:
+def _sleep_until_due(index: Index, queues: Sequence[str] | None, remaining: float) -> None:
     try:
         _wait_for_head(index, queues, remaining)
     except Exception as exc:
@@ -133,18 +133,18 @@ def _sleep_until_due(index: ScheduleIndex, queues: Sequence[str] | None, remaini
             raise  # an outage is met by the next pass
 
 
-def _wait_for_head(index: ScheduleIndex, queues: Sequence[str] | None, remaining: float) -> None:
-    names = list(queues) if queues else known_queues(index)
-    heads = index.heads(names)
+def _wait_for_head(index: Index, queues: Sequence[str] | None, remaining: float) -> None:
+    names = list(queues) if queues else index.registry.known_queues()
+    heads = index.schedule.heads(names)
     head = min(heads.values()) if heads else None
-    due_in = head - index.now() if head is not None else MAX_WAIT
+    due_in = head - index.clock.now() if head is not None else MAX_WAIT
     wait = min(due_in, remaining, MAX_WAIT)
     if wait <= 0:
         return
     # Redis checks blocked clients' timeouts on its own clock tick (hz 10: every 100 ms), so
     # BLPOP may return up to that late. Block until just before the head is due (an add of a
     # sooner job still wakes us), then sleep the last stretch here, to the millisecond.
-    if wait > WAKE_SLACK and index.wait_for_wake(names, wait - WAKE_SLACK):
+    if wait > WAKE_SLACK and index.schedule.wait_for_wake(names, wait - WAKE_SLACK):
         return
     if head is not None and due_in <= wait:
-        time.sleep(max(0.0, head - index.now()))
+        time.sleep(max(0.0, head - index.clock.now()))

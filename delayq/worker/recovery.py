@@ -15,7 +15,7 @@ from typing import TypeVar
 
 from ..store import leases, queries
 from ..store.database import run_reconnecting
-from ..store.index import ScheduleIndex
+from ..store.index import Index
 from ..store.keys import job_id_of
 from ..store.outcomes import Outcome, rearm, write_outcomes
 from ..store.policies import RetryPolicy
@@ -42,15 +42,13 @@ class Recovered:
     reindexed: int = 0  # pending rows put back into the index
 
 
-def ensure_index(
-    table: Table, index: ScheduleIndex, on_batch: Callable[[], None] | None = None
-) -> int:
+def ensure_index(table: Table, index: Index, on_batch: Callable[[], None] | None = None) -> int:
     """Rebuild the index from the table if Redis lost it; returns the entries added.
     `on_batch` is called before each batch of rows: a rebuild of a large table is progress
     that a supervising parent must not take for a stuck run."""
-    if index.is_complete():
+    if index.registry.is_complete():
         return 0
-    index.register(queries.pending_queues(table))
+    index.registry.register(queries.pending_queues(table))
     batches = queries.iter_pending(table)
     if on_batch is not None:
         batches = _calling_before_each(batches, on_batch)
@@ -65,7 +63,7 @@ def _calling_before_each(items: Iterator[T], call: Callable[[], None]) -> Iterat
         yield item
 
 
-def recover_leases(table: Table, index: ScheduleIndex, queue: str, now: float) -> Recovered:
+def recover_leases(table: Table, index: Index, queue: str, now: float) -> Recovered:
     """Settle the jobs of runs that died: from their journal if the outcome is there,
     otherwise back onto the schedule (or failed, for a job that keeps killing its run)."""
     result = Recovered()
@@ -85,17 +83,17 @@ def recover_leases(table: Table, index: ScheduleIndex, queue: str, now: float) -
         if was_running and item.lost_leases + 1 >= MAX_LOST_LEASES:
             result.poisoned += _fail_poison(table, index, item, now)
         elif leases.reclaim(table, item, now, was_running):
-            index.add(queue, item.job.id, now)
+            index.schedule.add(queue, item.job.id, now)
             result.requeued += 1
             logger.warning("job %d: its run died (lease lapsed); scheduled again", item.job.id)
     for token, items in _by_token(unsettled).items():
         if token is not None:
-            index.settle(queue, [], [], (token, sorted(items)))  # their start notes
+            index.journal.forget(queue, [], (token, sorted(items)))  # their start notes
     dead_runs = {item.token for item in lapsed if item.token is not None}
     for token, settled_outcomes in outcomes.items():
         written = write_outcomes(table, settled_outcomes, token)
         ids = [outcome.job.id for outcome in settled_outcomes]
-        index.settle(queue, ids, written.scheduled, None if token is None else (token, ids))
+        index.committed(queue, ids, written.scheduled, None if token is None else (token, ids))
         result.journaled += written.succeeded + written.failed + len(written.deferred)
         logger.warning("recorded %d journaled outcomes of a run that died", len(settled_outcomes))
     for token in dead_runs - leases.tokens_holding(table, queue, dead_runs):
@@ -113,7 +111,7 @@ def journaled_outcome(job: ClaimedJob, record: str) -> Outcome:
     return Outcome.from_record(job, record, retry_in)
 
 
-def _were_running(index: ScheduleIndex, queue: str, unsettled: list[leases.Lapsed]) -> set[int]:
+def _were_running(index: Index, queue: str, unsettled: list[leases.Lapsed]) -> set[int]:
     """Ids of the jobs whose handler was running when their run died. A run with many jobs
     in flight noted each start: those of its unsettled jobs. A run calling one at a time
     noted its batch order: the first unsettled job in it. With neither, every job counts."""
@@ -141,7 +139,7 @@ def _by_token(items: list[leases.Lapsed]) -> dict[str | None, set[int]]:
     return ids_by_token
 
 
-def _fail_poison(table: Table, index: ScheduleIndex, item: leases.Lapsed, now: float) -> int:
+def _fail_poison(table: Table, index: Index, item: leases.Lapsed, now: float) -> int:
     message = (
         f"lost: the run holding it died {item.lost_leases + 1} times while it ran; "
         "not retried (does the handler kill its process?)"
@@ -159,30 +157,30 @@ def _fail_poison(table: Table, index: ScheduleIndex, item: leases.Lapsed, now: f
     if not failed:
         return 0
     if occurrence is not None:
-        index.add(item.job.queue, *occurrence)
+        index.schedule.add(item.job.queue, *occurrence)
     logger.error("job %d failed: %s", item.job.id, message)
     return 1
 
 
-def adopt_due_times(table: Table, index: ScheduleIndex, queue: str) -> int:
+def adopt_due_times(table: Table, index: Index, queue: str) -> int:
     """Pending rows another producer wrote without run_at take their score on the schedule
     as run_at (the seed's PHP producers write none), so that status and the orphan sweep
     see when they are due rather than when they were created."""
     ids = queries.pending_without_run_at(table, queue, SWEEP_LIMIT)
-    return queries.adopt_run_at(table, index.scores(queue, ids))
+    return queries.adopt_run_at(table, index.schedule.scores(queue, ids))
 
 
-def reindex_orphans(table: Table, index: ScheduleIndex, queue: str, now: float) -> int:
+def reindex_orphans(table: Table, index: Index, queue: str, now: float) -> int:
     """Put back pending rows that have been due a while but are neither on the schedule nor
     claimed by a live run: Redis lost them, or a run died between claiming and leasing."""
     adopt_due_times(table, index, queue)
     overdue = dict(queries.overdue_pending(table, queue, now - ORPHAN_GRACE, SWEEP_LIMIT))
-    missing = index.lost(queue, list(overdue), claimed_before=now - ORPHAN_GRACE)
+    missing = index.schedule.lost(queue, list(overdue), claimed_before=now - ORPHAN_GRACE)
     # A run may have claimed and leased a job between our read of the table and our look at
     # Redis; only a job still pending after Redis said it is nowhere is really lost.
     missing = queries.still_pending(table, missing)
     if missing:
-        index.add_many(queue, [(job_id, overdue[job_id]) for job_id in missing])
+        index.schedule.add_many(queue, [(job_id, overdue[job_id]) for job_id in missing])
         logger.warning(
             "queue %s: re-indexed %d pending jobs the index had lost", queue, len(missing)
         )
@@ -195,7 +193,7 @@ class Reconciled:
     removed: Counter[str]  # index entries whose row is not pending (or does not exist)
 
 
-def reconcile(table: Table, index: ScheduleIndex) -> Reconciled:
+def reconcile(table: Table, index: Index) -> Reconciled:
     """Compare the whole index with the table both ways and fix both kinds of difference."""
     result = Reconciled(Counter(), Counter())
     for batch in queries.iter_pending(table):
@@ -204,24 +202,24 @@ def reconcile(table: Table, index: ScheduleIndex) -> Reconciled:
             by_queue.setdefault(queue, []).append((job_id, due))
         for queue, entries in by_queue.items():
             due_by_id = dict(entries)
-            missing = index.missing(queue, list(due_by_id))
-            index.add_many(queue, [(job_id, due_by_id[job_id]) for job_id in missing])
+            missing = index.schedule.missing(queue, list(due_by_id))
+            index.schedule.add_many(queue, [(job_id, due_by_id[job_id]) for job_id in missing])
             result.reindexed[queue] += len(missing)
-    for queue in sorted(set(index.queues()) | set(queries.pending_queues(table))):
+    for queue in sorted(set(index.registry.queues()) | set(queries.pending_queues(table))):
         result.removed[queue] += _remove_stale(table, index, queue)
-    index.register(queries.pending_queues(table))
-    index.mark_complete()
+    index.registry.register(queries.pending_queues(table))
+    index.registry.mark_complete()
     return result
 
 
-def _remove_stale(table: Table, index: ScheduleIndex, queue: str) -> int:
+def _remove_stale(table: Table, index: Index, queue: str) -> int:
     Job = table.model
     removed = 0
-    for chunk in index.members(queue):
+    for chunk in index.schedule.members(queue):
         ids = [job_id for member, _ in chunk if (job_id := job_id_of(member)) is not None]
         query = Job.select(Job.id).where(
             Job.id.in_(ids), Job.status == Status.PENDING, Job.queue == queue
         )
         pending = {str(job_id) for (job_id,) in tuples(query)}
-        removed += index.remove_members(queue, [m for m, _ in chunk if m not in pending])
+        removed += index.schedule.remove_members(queue, [m for m, _ in chunk if m not in pending])
     return removed

@@ -1,0 +1,191 @@
+"""The schedule: one Redis sorted set per queue (member = job id, score = due time), the
+claims a run holds between taking members out of it and leasing their rows, and each
+queue's wake-up list that a looping run blocks on.
+
+The schedule only says *when*; the table says *whether*. It can be rebuilt from the table
+(`Index.rebuild_from`), so losing Redis costs a rebuild, never a job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from importlib import resources
+from typing import cast
+
+import redis
+from redis.client import Pipeline
+from redis.commands.core import Script
+
+from .keys import queue_key, schedule_key, text
+from .registry import Registry
+
+ADD_CHUNK = 2000
+
+
+def load_script(client: redis.Redis, name: str) -> Script:
+    source = (resources.files(__package__) / "lua" / f"{name}.lua").read_text()
+    return client.register_script(source)
+
+
+class Schedule:
+    """The per-queue schedules and claims on one Redis client."""
+
+    def __init__(self, client: redis.Redis, registry: Registry) -> None:
+        self.client = client
+        self.registry = registry
+        self._claim_due = load_script(client, "claim_due")
+        self._add_jobs = load_script(client, "add_jobs")
+        self._registered: set[str] = set()  # queues this client has registered already
+
+    def add(self, queue: str, job_id: int, run_at: float) -> None:
+        """Put one job on its queue's schedule: one round trip."""
+        self.add_many(queue, [(job_id, run_at)])
+
+    def add_many(self, queue: str, entries: Sequence[tuple[int, float]]) -> None:
+        """Put jobs of one queue on its schedule, waking a looping run if one is now due
+        soonest.
+
+        Up to ADD_CHUNK entries cost one round trip: the script call, plus the queue's
+        registration the first time this client meets the queue.
+        """
+        if not entries:
+            return
+        keys = [schedule_key(queue), queue_key(queue, "wake")]
+        chunks = [entries[start : start + ADD_CHUNK] for start in range(0, len(entries), ADD_CHUNK)]
+        if len(chunks) == 1 and queue in self._registered:
+            self._add_jobs(keys=keys, args=_score_args(chunks[0]))
+            return
+        pipe = self.client.pipeline(transaction=False)
+        for chunk in chunks:
+            self._add_jobs(keys=keys, args=_score_args(chunk), client=pipe)
+        self.registry.register_on(pipe, queue)
+        pipe.execute()
+        self._registered.add(queue)
+
+    def remove(self, queue: str, job_ids: Iterable[int]) -> int:
+        """Drop jobs from a queue's schedule; returns how many were there."""
+        return self.remove_members(queue, [str(job_id) for job_id in job_ids])
+
+    def remove_members(self, queue: str, members: Sequence[str]) -> int:
+        """Drop members (ids or junk another producer wrote) from a queue's schedule."""
+        return int(self.client.zrem(schedule_key(queue), *members)) if members else 0
+
+    def claim_due(self, queue: str, now: float, limit: int) -> list[tuple[str, float]]:
+        """Atomically take up to `limit` due members out of the schedule, oldest first.
+
+        Members come back as text: a member written by another producer may not be an id.
+        """
+        keys = [schedule_key(queue), queue_key(queue, "claimed")]
+        flat = self._claim_due(keys=keys, args=[repr(now), limit])
+        return [(text(flat[i]), float(flat[i + 1])) for i in range(0, len(flat), 2)]
+
+    def drop_claims(self, pipe: Pipeline, queue: str, members: Sequence[str]) -> None:
+        """Add to `pipe` the forgetting of claims whose rows are now leased (or dropped)."""
+        if members:
+            pipe.zrem(queue_key(queue, "claimed"), *members)
+
+    def lost(self, queue: str, job_ids: Sequence[int], claimed_before: float) -> list[int]:
+        """Those of `job_ids` neither on the schedule nor claimed since `claimed_before`.
+
+        Claims older than that are dropped first: a run leases its claims within
+        milliseconds, so an old claim belongs to a run that died.
+        """
+        if not job_ids:
+            return []
+        members = [str(job_id) for job_id in job_ids]
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zremrangebyscore(queue_key(queue, "claimed"), "-inf", f"({claimed_before!r}")
+        pipe.zmscore(schedule_key(queue), members)
+        pipe.zmscore(queue_key(queue, "claimed"), members)
+        _, scheduled, claimed = pipe.execute()
+        return [
+            job_id
+            for job_id, on_schedule, in_flight in zip(job_ids, scheduled, claimed, strict=True)
+            if on_schedule is None and in_flight is None
+        ]
+
+    def missing(self, queue: str, job_ids: Sequence[int]) -> list[int]:
+        """Those of `job_ids` that are not in the queue's schedule."""
+        if not job_ids:
+            return []
+        scores = self.client.zmscore(schedule_key(queue), [str(job_id) for job_id in job_ids])
+        return [job_id for job_id, score in zip(job_ids, scores, strict=True) if score is None]
+
+    def scores(self, queue: str, job_ids: Sequence[int]) -> dict[int, float]:
+        """{id: due} of those of `job_ids` on the queue's schedule."""
+        if not job_ids:
+            return {}
+        found = self.client.zmscore(schedule_key(queue), [str(job_id) for job_id in job_ids])
+        return {
+            job_id: float(score)
+            for job_id, score in zip(job_ids, found, strict=True)
+            if score is not None
+        }
+
+    def due_count(self, queues: Sequence[str], now: float) -> int:
+        """Members due by `now` across `queues`, in one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for queue in queues:
+            pipe.zcount(schedule_key(queue), "-inf", repr(now))
+        return sum(int(count) for count in pipe.execute())
+
+    def heads(self, queues: Sequence[str]) -> dict[str, float]:
+        """The earliest due time of each non-empty queue, in one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for queue in queues:
+            pipe.zrange(schedule_key(queue), 0, 0, withscores=True)
+        heads = {}
+        for queue, head in zip(queues, pipe.execute(), strict=True):
+            if head:
+                heads[queue] = float(head[0][1])
+        return heads
+
+    def backlog(
+        self, queues: Sequence[str], now: float
+    ) -> dict[str, tuple[int, int, float | None]]:
+        """{queue: (entries, entries due by `now`, earliest due time or None)}, one round
+        trip: ZCARD, ZCOUNT and the head, each O(log n)."""
+        pipe = self.client.pipeline(transaction=False)
+        for queue in queues:
+            pipe.zcard(schedule_key(queue))
+            pipe.zcount(schedule_key(queue), "-inf", repr(now))
+            pipe.zrange(schedule_key(queue), 0, 0, withscores=True)
+        replies = pipe.execute()
+        found = {}
+        for position, queue in enumerate(queues):
+            size, due, head = replies[3 * position : 3 * position + 3]
+            found[queue] = (int(size), int(due), float(head[0][1]) if head else None)
+        return found
+
+    def earliest(self, queue: str, count: int) -> list[tuple[str, float]]:
+        """The first `count` (member, score) of a queue's schedule, soonest first; nothing is
+        claimed."""
+        scored = self.client.zrange(schedule_key(queue), 0, count - 1, withscores=True)
+        pairs = cast(list[tuple[bytes, float]], scored)
+        return [(text(member), float(score)) for member, score in pairs]
+
+    def wait_for_wake(self, queues: Sequence[str], timeout: float) -> bool:
+        """Block until a job due sooner is added to one of `queues`, or `timeout` passes."""
+        keys = [queue_key(queue, "wake") for queue in queues]
+        return self.client.blpop(keys, timeout=max(timeout, 0.001)) is not None
+
+    def members(self, queue: str, batch: int = 5000) -> Iterable[list[tuple[str, float]]]:
+        """Every (member, score) of a queue's schedule, in batches, without blocking Redis."""
+        chunk: list[tuple[str, float]] = []
+        for member, score in self.client.zscan_iter(schedule_key(queue), count=batch):
+            chunk.append((text(member), float(score)))
+            if len(chunk) >= batch:
+                yield chunk
+                chunk = []
+        if chunk:
+            yield chunk
+
+    def size(self, queue: str) -> int:
+        return int(self.client.zcard(schedule_key(queue)))
+
+
+def _score_args(entries: Sequence[tuple[int, float]]) -> list[str]:
+    args: list[str] = []
+    for job_id, run_at in entries:
+        args += [repr(float(run_at)), str(job_id)]
+    return args
