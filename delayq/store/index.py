@@ -77,27 +77,3 @@ class Index:
             count += len(batch)
         self.registry.mark_complete()
         return count
-
-    def now(self) -> float:  # for the worker until it calls the part itself
-        return self.clock.now()
-
-    def queues(self) -> list[str]:  # for the worker until it calls the part itself
-        return self.registry.queues()
-
-    def record_run(  # for the worker until it calls the part itself
-        self, started_at: float, duration: float, outcome: str, jobs: int
-    ) -> None:
-        self.registry.record_run(started_at, duration, outcome, jobs)
-
-    def settle(  # for the worker until it calls the part itself
-        self,
-        queue: str,
-        journaled_ids: Sequence[int],
-        retries: Sequence[tuple[int, float]],
-        started: tuple[str, Sequence[int]] | None = None,
-        tally: Tally | None = None,
-    ) -> None:
-        self.committed(queue, journaled_ids, retries, started, tally)
-
-
-ScheduleIndex = Index  # for the worker until it calls the part itself

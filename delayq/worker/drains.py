@@ -156,7 +156,7 @@ class Drain:
         self.run.claimer.hand_back(self.queue, unfinished, self.due_by_id, self.run.clock())
         if running:
             started = (self.run.token, [job.id for job in running])
-            self.run.index.settle(self.queue, [], [], started)
+            self.run.index.journal.forget(self.queue, [], started)
 
     def _flush(self, quietly: bool) -> None:
         """Record what the buffer holds. If that fails, what is not in the table yet is

@@ -15,7 +15,7 @@ from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-from ..store.index import ScheduleIndex
+from ..store.index import Index
 from ..store.outcomes import Outcome, Written, write_outcomes
 from ..store.table import Status, Table
 from ..store.tallies import Tally
@@ -35,7 +35,7 @@ class OutcomeBuffer:
     def __init__(
         self,
         table: Table,
-        index: ScheduleIndex,
+        index: Index,
         queue: str,
         token: str | None,
     ) -> None:
@@ -122,7 +122,7 @@ class OutcomeBuffer:
         if self.notes_starts and self.token is not None:
             started = (self.token, [outcome.job.id for outcome in commit.outcomes])
         tally = tally_of(self.queue, commit.outcomes, set(written.lost))
-        self.index.settle(self.queue, commit.journaled, written.scheduled, started, tally)
+        self.index.committed(self.queue, commit.journaled, written.scheduled, started, tally)
         return written
 
     def _collect(self, block: bool) -> Written | None:

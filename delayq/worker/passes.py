@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from ..config import MAX_CONCURRENCY, Settings, validate_queue_name
 from ..durations import Duration, parse_duration
 from ..errors import BadInput
-from ..store.index import ScheduleIndex
+from ..store.index import Index
 from ..store.table import Table
 from .allowlist import check_allowlist
 from .interrupts import GracefulStop
@@ -73,7 +73,7 @@ def _not_whole(value: object) -> bool:
 def run_once(
     settings: Settings,
     table: Table,
-    index: ScheduleIndex,
+    index: Index,
     queues: Sequence[str] | None = None,
     limits: RunLimits | None = None,
     now: float | None = None,
@@ -84,6 +84,6 @@ def run_once(
     """One pass over `queues` (default: every queue the index knows); `liveness`: beats for
     a supervising parent."""
     limits = limits or RunLimits(settings.since, None, settings.max_seconds)
-    clock = (lambda: now) if now is not None else index.now
+    clock = (lambda: now) if now is not None else index.clock.now
     run = Run(settings, table, index, limits, clock, on_outcome, stop, liveness)
     return run.execute(queues)

@@ -16,9 +16,9 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ..config import DEFAULT_QUEUE, Settings
+from ..config import Settings
 from ..store import leases
-from ..store.index import ScheduleIndex
+from ..store.index import Index
 from ..store.outcomes import Written
 from ..store.table import ClaimedJob, Table
 from . import interrupts, recovery
@@ -45,12 +45,6 @@ class RunLimits:
     weights: Mapping[str, int] = field(default_factory=dict)
 
 
-def known_queues(index: ScheduleIndex) -> list[str]:
-    """Every queue the index has met, and always the default one, which producers that
-    write rows themselves use without registering it."""
-    return sorted(set(index.queues()) | {DEFAULT_QUEUE})
-
-
 class Run:
     """One pass: its lease token, its limits, what it has started and what it reports."""
 
@@ -58,7 +52,7 @@ class Run:
         self,
         settings: Settings,
         table: Table,
-        index: ScheduleIndex,
+        index: Index,
         limits: RunLimits,
         clock: Callable[[], float],
         on_outcome: OutcomeCallback | None = None,
@@ -120,7 +114,7 @@ class Run:
         """Serve the queues in turn, each its weight in batches a turn, so a backlog in one
         delays another queue's due jobs by about one batch, not by the whole backlog."""
         self.report.reindexed += recovery.ensure_index(self.table, self.index, self.beat)
-        names = list(queues) if queues else known_queues(self.index)
+        names = list(queues) if queues else self.index.registry.known_queues()
         if self.limits.sweep:
             for queue in names:
                 self._sweep(queue)
@@ -147,7 +141,9 @@ class Run:
     def _record(self, started_at: float, outcome: str) -> None:
         self.report.elapsed = time.monotonic() - self.started_at
         try:
-            self.index.record_run(started_at, self.report.elapsed, outcome, self.report.ran)
+            self.index.registry.record_run(
+                started_at, self.report.elapsed, outcome, self.report.ran
+            )
         except Exception as exc:  # noqa: BLE001 - a run is not failed by its own bookkeeping
             logger.warning("could not record the run for `delayq status`: %s", exc)
 
