@@ -95,7 +95,11 @@ def run(
         if processes != 1 and not 1 <= processes <= MAX_PROCESSES:
             raise BadInput(f"--processes must be between 1 and {MAX_PROCESSES}")
         printer = _job_printer(verbose, as_json)  # first: a refusal leaves no log file behind
-        _prepare_outputs(log_level, log_file, log_json, metrics_file)
+        interval = _metrics_interval(metrics_interval)
+        outputs = Outputs(
+            verbose, as_json, log_file, log_level, log_json, metrics_file, interval, on_failure
+        )
+        _prepare_outputs(outputs)
         names, weights = parse_weighted(weighted) if weighted is not None else ([], None)
         options = RunOptions.build(
             queues=[*(queues or ()), *names],
@@ -107,10 +111,6 @@ def run(
             grace=grace,
             loop=loop,
             duration=loop_for,
-        )
-        interval = _metrics_interval(metrics_interval)
-        outputs = Outputs(
-            verbose, as_json, log_file, log_level, log_json, metrics_file, interval, on_failure
         )
     if processes != 1:
         _supervise(processes, options, outputs)
@@ -183,16 +183,14 @@ def _run_here(
     return report
 
 
-def _prepare_outputs(
-    log_level: str, log_file: str | None, log_json: bool, metrics_file: str | None
-) -> None:
+def _prepare_outputs(outputs: Outputs) -> None:
     """Open the log and check the metrics file can be written, before any job runs: a
     run that found out only afterwards had run its jobs and still exited 2."""
-    setup_logging(log_level, log_file, log_json)
-    if metrics_file is not None:
+    setup_logging(outputs.log_level, outputs.log_file, outputs.log_json)
+    if outputs.metrics_file is not None:
         from ..ops.textfile import check_writable
 
-        check_writable(metrics_file)
+        check_writable(outputs.metrics_file)
 
 
 def _supervise(processes: int, options: RunOptions, outputs: Outputs) -> None:

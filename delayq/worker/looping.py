@@ -74,8 +74,7 @@ def run_loop(
 ) -> RunReport:
     """Run passes until the options' duration has passed (None: until stopped)."""
     total = RunReport()
-    duration = options.duration
-    deadline = None if duration is None else time.monotonic() + duration
+    deadline = None if options.duration is None else time.monotonic() + options.duration
     last_sweep = float("-inf")
     if liveness is None:  # a supervising parent asked once for all its children
         _reach(table, index)  # a server not reachable at all from the start: exit 1, at once
