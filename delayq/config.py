@@ -1,6 +1,7 @@
 """Settings: the one frozen bundle of configuration, and the only reader of DELAYQ_* and the file.
 
-Precedence: explicit arguments, then the environment, then the config file, then DEFAULTS.
+Precedence: explicit arguments, then the environment, then the config file, then the defaults
+written on Settings' fields.
 """
 
 from __future__ import annotations
@@ -18,25 +19,6 @@ from urllib.parse import unquote, urlsplit
 from .durations import parse_duration
 from .errors import BadInput, ConfigError
 
-DEFAULTS: dict[str, Any] = {
-    "database_url": None,  # None: SQLite under home (the embedded default)
-    "redis_url": None,  # None: a Redis server embedded under home
-    "handlers": (),  # module prefixes whose code jobs may call; empty allows nothing
-    "home": ".delayq",
-    "embedded_idle": 600.0,  # seconds without a client before the embedded Redis stops
-    "path": (),  # directories the commands import handlers from, besides the working directory
-    "lease": 60.0,  # seconds a claimed job stays ours without a heartbeat
-    "batch_size": 500,  # jobs claimed per Redis call and per guarded UPDATE
-    "since": 86400.0,  # how far back `run` looks; older due jobs become `missed`
-    "max_seconds": 50.0,  # a run claims nothing new after this, so cron runs do not pile up
-    "timeout": 300.0,  # a handler running longer than this fails with JobTimeout
-    "concurrency": 1,  # jobs in flight in one run: 1 calls handlers on the main thread
-    "grace": 25.0,  # on SIGTERM, how long jobs in flight may take to finish
-    "php_classes": (),  # (PHP class name, Python dotted path) pairs, for PHP producers' jobs
-    "web_token": None,  # what logs in to `delayq web`'s actions; None: the page is read-only
-    "on_failure": None,  # dotted path of a function called after each failed attempt
-    "sentry_dsn": None,  # where failed attempts are reported (the `sentry` extra)
-}
 MIN_WEB_TOKEN = 16
 MAX_CONCURRENCY = 1000
 ENV_PREFIX = "DELAYQ_"
@@ -48,23 +30,30 @@ DEFAULT_QUEUE = "default"
 
 @dataclass(frozen=True)
 class Settings:
-    database_url: str | None = None
-    redis_url: str | None = None
-    handlers: tuple[str, ...] = ()
+    """Every setting, with its default: the one place a default is written."""
+
+    database_url: str | None = None  # None: SQLite under home (the embedded default)
+    redis_url: str | None = None  # None: a Redis server embedded under home
+    handlers: tuple[str, ...] = ()  # module prefixes whose code jobs may call; empty allows nothing
     home: Path = Path(".delayq")
-    embedded_idle: float = 600.0
+    embedded_idle: float = 600.0  # seconds without a client before the embedded Redis stops
+    # Directories the commands import handlers from, besides the working directory.
     path: tuple[Path, ...] = ()
-    lease: float = 60.0
-    batch_size: int = 500
-    since: float = 86400.0
-    max_seconds: float = 50.0
-    timeout: float = 300.0
-    concurrency: int = 1
-    grace: float = 25.0
+    lease: float = 60.0  # seconds a claimed job stays ours without a heartbeat
+    batch_size: int = 500  # jobs claimed per Redis call and per guarded UPDATE
+    since: float = 86400.0  # how far back `run` looks; older due jobs become `missed`
+    max_seconds: float = 50.0  # a run claims nothing new after this, so cron runs do not pile up
+    timeout: float = 300.0  # a handler running longer than this fails with JobTimeout
+    concurrency: int = 1  # jobs in flight in one run: 1 calls handlers on the main thread
+    grace: float = 25.0  # on SIGTERM, how long jobs in flight may take to finish
+    # (PHP class name, Python dotted path) pairs, for PHP producers' jobs.
     php_classes: tuple[tuple[str, str], ...] = ()
-    web_token: str | None = dataclass_field(default=None, repr=False)  # a secret: never in a repr
-    on_failure: str | None = None
-    sentry_dsn: str | None = dataclass_field(default=None, repr=False)  # holds a key
+    # What logs in to `delayq web`'s actions; None: the page is read-only. A secret: never
+    # in a repr.
+    web_token: str | None = dataclass_field(default=None, repr=False)
+    on_failure: str | None = None  # dotted path of a function called after each failed attempt
+    # Where failed attempts are reported (the `sentry` extra); it holds a key.
+    sentry_dsn: str | None = dataclass_field(default=None, repr=False)
 
     def validate(self) -> Settings:
         """Return self, or raise ConfigError naming the variable that is wrong."""
@@ -99,6 +88,9 @@ class Settings:
         return replace(self, **_coerce(given)).validate()
 
 
+DEFAULTS: Mapping[str, Any] = {field.name: field.default for field in fields(Settings)}
+
+
 def _check_directories(path: tuple[Path, ...]) -> None:
     for directory in path:
         if not directory.is_dir():
@@ -113,8 +105,7 @@ def load_settings(
 ) -> Settings:
     """Settings from the config file overlaid by DELAYQ_* variables."""
     environ = os.environ if environ is None else environ
-    values: dict[str, Any] = dict(DEFAULTS)
-    values.update(_read_file(config_path or environ.get(ENV_PREFIX + "CONFIG")))
+    values = _read_file(config_path or environ.get(ENV_PREFIX + "CONFIG"))
     for field in fields(Settings):
         raw = environ.get(ENV_PREFIX + field.name.upper())
         if raw is not None and raw != "":

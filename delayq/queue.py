@@ -29,11 +29,12 @@ from .store.index import Index
 from .store.params import read_call
 from .store.table import Status, Table, create_tables, utc_stamp
 from .store.upgrade import upgrade_table
+from .worker.allowlist import check_allowlist
 from .worker.handlers import locate
 from .worker.interrupts import GracefulStop
 from .worker.liveness import Liveness
-from .worker.looping import run_loop
-from .worker.passes import RunOptions, run_once
+from .worker.looping import run_loop, run_once
+from .worker.options import RunOptions
 from .worker.report import OutcomeCallback, RunReport
 
 if TYPE_CHECKING:  # loaded by the methods that use them, so `delayq run` does without
@@ -202,7 +203,6 @@ class Queue(QueueReads):
             self.index.schedule.add(queue, attempt_id, run_at)
         return attempt_id
 
-    @backend_errors
     def run(
         self,
         *,
@@ -222,13 +222,17 @@ class Queue(QueueReads):
         (default DELAYQ_CONCURRENCY), `grace` seconds for them to finish on a stop signal,
         `weights` the batches each queue takes in its turn (default 1); `liveness`: the
         beats a `--processes` parent watches."""
-        options = RunOptions(since, limit, max_seconds, queues, weights, concurrency, grace)
-        settings, limits = options.plan(self.settings)
-        return run_once(
-            settings, self.table, self.index, queues, limits, now, on_outcome, stop, liveness
+        options = RunOptions.build(
+            queues=queues,
+            weights=weights,
+            limit=limit,
+            since=since,
+            max_seconds=max_seconds,
+            concurrency=concurrency,
+            grace=grace,
         )
+        return self.run_with(options, now=now, on_outcome=on_outcome, stop=stop, liveness=liveness)
 
-    @backend_errors
     def run_loop(
         self,
         *,
@@ -246,12 +250,35 @@ class Queue(QueueReads):
     ) -> RunReport:
         """Passes back to back for `duration` seconds (None: until stopped), sleeping until
         the next job is due, as `delayq run --loop`."""
-        options = RunOptions(since, limit, max_seconds, queues, weights, concurrency, grace)
-        settings, limits = options.plan(self.settings)
-        seconds = None if duration is None else parse_duration(duration, "--for")
-        return run_loop(
-            settings, self.table, self.index, queues, limits, seconds, on_outcome, stop, liveness
+        options = RunOptions.build(
+            queues=queues,
+            weights=weights,
+            limit=limit,
+            since=since,
+            max_seconds=max_seconds,
+            concurrency=concurrency,
+            grace=grace,
+            loop=True,
+            duration=duration,
         )
+        return self.run_with(options, on_outcome=on_outcome, stop=stop, liveness=liveness)
+
+    @backend_errors
+    def run_with(
+        self,
+        options: RunOptions,
+        *,
+        now: float | None = None,
+        on_outcome: OutcomeCallback | None = None,
+        stop: GracefulStop | None = None,
+        liveness: Liveness | None = None,
+    ) -> RunReport:
+        """A pass, or with `options.loop` a loop of passes, as the options ask."""
+        check_allowlist(self.settings.handlers)
+        store = (self.settings, self.table, self.index, options)
+        if options.loop:
+            return run_loop(*store, on_outcome=on_outcome, stop=stop, liveness=liveness)
+        return run_once(*store, now=now, on_outcome=on_outcome, stop=stop, liveness=liveness)
 
     @backend_errors
     def reconcile(self) -> Reconciled:

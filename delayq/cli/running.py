@@ -4,8 +4,9 @@ per job with -v (a JSON object with --json), a progress bar on a terminal."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -16,7 +17,8 @@ from ..errors import BadInput
 from ..ops.logs import job_fields, setup_logging
 from ..worker.allowlist import check_allowlist
 from ..worker.interrupts import graceful_stop
-from .app import app, duration_or_none, open_queue, print_json, printable, reporting_errors
+from ..worker.options import RunOptions
+from .app import app, open_queue, print_json, printable, reporting_errors
 
 if TYPE_CHECKING:
     from ..queue import Queue
@@ -26,11 +28,6 @@ if TYPE_CHECKING:
 
 PROGRESS_MIN_JOBS = 50  # a bar for a handful of jobs is noise
 MAX_PROCESSES = 64
-FLAGS = {
-    "loop_for": "--for",
-    "weighted": "--queues",
-    "as_json": "--json",
-}  # parameters not named as their flag
 
 
 @app.command()
@@ -95,46 +92,30 @@ def run(
     ] = None,
 ) -> None:
     """Run the due jobs once (or, with --loop, as they fall due); silent when all is well."""
-    if processes != 1:
-        _supervise(processes, dict(locals()))
     with reporting_errors():
+        if processes != 1 and not 1 <= processes <= MAX_PROCESSES:
+            raise BadInput(f"--processes must be between 1 and {MAX_PROCESSES}")
         printer = _job_printer(verbose, as_json)  # first: a refusal leaves no log file behind
-        _prepare_outputs(log_level, log_file, log_json, metrics_file)
-        options: dict[str, Any] = {
-            "since": parse_duration(since, "--since") if since is not None else None,
-            "limit": limit,
-            "max_seconds": duration_or_none(max_seconds, "--max-seconds"),
-            "queues": queues,
-            "on_outcome": printer,
-            "concurrency": concurrency,
-            "grace": duration_or_none(grace, "--grace"),
-            "liveness": _liveness(liveness_fd),
-        }
-        if weighted is not None:
-            names, options["weights"] = parse_weighted(weighted)
-            options["queues"] = [*(queues or ()), *names]
-        duration = duration_or_none(loop_for, "--for")
-        if duration is not None and not loop:
-            raise BadInput("--for needs --loop")
         interval = _metrics_interval(metrics_interval)
-        queue = open_queue(on_failure=on_failure)
-        with (
-            graceful_stop() as stop,
-            _progress(queue, verbose and not (loop or as_json), queues) as bar,
-            _rewriting(queue, metrics_file if loop else None, interval),
-        ):
-            if bar is not None:
-                options["on_outcome"] = bar
-            if loop:
-                report = queue.run_loop(duration=duration, stop=stop, **options)
-            else:
-                report = queue.run(stop=stop, **options)
-        if metrics_file is not None:
-            from ..ops.textfile import write_file  # prometheus_client only when asked for
-
-            write_file(metrics_file, queue.metrics(report))
-        if verbose:
-            _print_summary(report, as_json)
+        outputs = Outputs(
+            verbose, as_json, log_file, log_level, log_json, metrics_file, interval, on_failure
+        )
+        _prepare_outputs(outputs)
+        names, weights = parse_weighted(weighted) if weighted is not None else ([], None)
+        options = RunOptions.build(
+            queues=[*(queues or ()), *names],
+            weights=weights,
+            limit=limit,
+            since=since,
+            max_seconds=max_seconds,
+            concurrency=concurrency,
+            grace=grace,
+            loop=loop,
+            duration=loop_for,
+        )
+    if processes != 1:
+        _supervise(processes, options, outputs)
+    report = _run_here(options, outputs, printer, liveness_fd)
     if report.interrupted is not None:
         raise typer.Exit(128 + report.interrupted)
     if report.stuck:
@@ -146,40 +127,91 @@ def run(
         raise typer.Exit(1)
 
 
-def _prepare_outputs(
-    log_level: str, log_file: str | None, log_json: bool, metrics_file: str | None
-) -> None:
+@dataclass(frozen=True)
+class Outputs:
+    """What `delayq run` was asked besides the run's own options: what it prints, logs and
+    writes as metrics, and the hook it calls on a failure."""
+
+    verbose: bool
+    as_json: bool
+    log_file: str | None
+    log_level: str
+    log_json: bool
+    metrics_file: str | None
+    metrics_interval: float  # seconds; at least 1, so never written with an exponent
+    on_failure: str | None
+
+    def argv(self) -> list[str]:
+        """These as `delayq run` flags, which the command reads back into equal Outputs."""
+        switches = {"--verbose": self.verbose, "--json": self.as_json, "--log-json": self.log_json}
+        valued = {
+            "--log-file": self.log_file,
+            "--log-level": self.log_level,
+            "--metrics-file": self.metrics_file,
+            "--metrics-interval": self.metrics_interval,
+            "--on-failure": self.on_failure,
+        }
+        return [flag for flag, on in switches.items() if on] + [
+            f"{flag}={value}" for flag, value in valued.items() if value is not None
+        ]
+
+
+def _run_here(
+    options: RunOptions,
+    outputs: Outputs,
+    printer: Callable[[Outcome], None] | None,
+    liveness_fd: int | None,
+) -> RunReport:
+    """Run in this process, as `options` and `outputs` ask."""
+    with reporting_errors():
+        liveness = _liveness(liveness_fd)
+        queue = open_queue(on_failure=outputs.on_failure)
+        wanted = outputs.verbose and not (options.loop or outputs.as_json)
+        metrics_file = outputs.metrics_file
+        with (
+            graceful_stop() as stop,
+            _progress(queue, wanted, options.queues) as bar,
+            _rewriting(queue, metrics_file if options.loop else None, outputs.metrics_interval),
+        ):
+            on_outcome = printer if bar is None else bar
+            report = queue.run_with(options, on_outcome=on_outcome, stop=stop, liveness=liveness)
+        if metrics_file is not None:
+            from ..ops.textfile import write_file  # prometheus_client only when asked for
+
+            write_file(metrics_file, queue.metrics(report))
+        if outputs.verbose:
+            _print_summary(report, outputs.as_json)
+    return report
+
+
+def _prepare_outputs(outputs: Outputs) -> None:
     """Open the log and check the metrics file can be written, before any job runs: a
     run that found out only afterwards had run its jobs and still exited 2."""
-    setup_logging(log_level, log_file, log_json)
-    if metrics_file is not None:
+    setup_logging(outputs.log_level, outputs.log_file, outputs.log_json)
+    if outputs.metrics_file is not None:
         from ..ops.textfile import check_writable
 
-        check_writable(metrics_file)
+        check_writable(outputs.metrics_file)
 
 
-def _supervise(processes: int, params: dict[str, Any]) -> None:
+def _supervise(processes: int, options: RunOptions, outputs: Outputs) -> None:
     """Run `processes` children with this command's own options, and exit as they do."""
     with reporting_errors():
-        if not 1 <= processes <= MAX_PROCESSES:
-            raise BadInput(f"--processes must be between 1 and {MAX_PROCESSES}")
         from ..worker.hooks import load_reporters  # imports handler code: only for -p
 
         # Refused once here, rather than by every child on its own line.
-        settings = load_settings().with_overrides(on_failure=params["on_failure"])
+        settings = load_settings().with_overrides(on_failure=outputs.on_failure)
         check_allowlist(settings.handlers)
         load_reporters(settings)
-        # The parent's own lines (a child died, giving up) go where its children's go.
-        setup_logging(params["log_level"], params["log_file"], params["log_json"])
-        if params["loop"]:  # a looping child waits out an outage, even one at its start
-            queue = open_queue(on_failure=params["on_failure"])
+        if options.loop:  # a looping child waits out an outage, even one at its start
+            queue = open_queue(on_failure=outputs.on_failure)
             try:
                 queue.reach()  # so a wrong URL is said once, here, and at once
             finally:
                 queue.close()
     from ..worker.processes import Supervisor
 
-    child = [sys.executable, "-m", "delayq", "run", *_child_options(params)]
+    child = [sys.executable, "-m", "delayq", "run", *options.argv(), *outputs.argv()]
 
     def command(fd: int) -> list[str]:
         return [*child, "--liveness-fd", str(fd)]
@@ -197,22 +229,6 @@ def _liveness(fd: int | None) -> Liveness | None:
         return Liveness(fd)
     except OSError as exc:
         raise BadInput(f"--liveness-fd {fd}: not an open pipe ({exc.strerror})") from None
-
-
-def _child_options(params: dict[str, Any]) -> list[str]:
-    """This command's options as given, but --processes, for a child `delayq run`."""
-    options: list[str] = []
-    for name, value in params.items():
-        if name == "processes" or value is None or value is False:
-            continue
-        flag = FLAGS.get(name, "--" + name.replace("_", "-"))
-        if name == "queues":
-            options += [part for queue in value for part in ("--queue", queue)]
-        elif value is True:
-            options.append(flag)
-        else:
-            options += [flag, str(value)]
-    return options
 
 
 def parse_weighted(text: str) -> tuple[list[str], dict[str, int]]:
@@ -311,7 +327,7 @@ def _rewriting(queue: Queue, metrics_file: str | None, interval: float) -> Itera
 
 @contextmanager
 def _progress(
-    queue: Queue, wanted: bool, queues: list[str] | None
+    queue: Queue, wanted: bool, queues: Sequence[str]
 ) -> Iterator[Callable[[Outcome], None] | None]:
     """On a terminal, `run -v` over a backlog shows a progress bar under the job lines;
     never in cron, which has no terminal."""

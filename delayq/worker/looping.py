@@ -1,5 +1,6 @@
-"""`delayq run --loop`: passes back to back, sleeping between them until the head of the
-schedule is due or an adder wakes the loop because it added a job due sooner.
+"""A pass of `delayq run` (run_once) and `delayq run --loop`
+(run_loop: passes back to back, sleeping between them until the head of the schedule is due
+or an adder wakes the loop because it added a job due sooner).
 
 No fixed polling step: the wait is computed from the schedule, so a job starts within
 milliseconds of its due time instead of within the seed's loop step.
@@ -18,9 +19,9 @@ from ..store.index import Index
 from ..store.table import Table
 from .interrupts import GracefulStop
 from .liveness import Liveness
-from .passes import run_once
+from .options import RunOptions
 from .report import OutcomeCallback, RunReport
-from .run import RunLimits
+from .run import Run
 
 # Lease recovery and the orphan sweep need not run on every wake-up.
 SWEEP_EVERY = 5.0
@@ -36,33 +37,59 @@ OUTAGE_PAUSE_MAX = 30.0
 logger = logging.getLogger(__name__)
 
 
+def run_once(
+    settings: Settings,
+    table: Table,
+    index: Index,
+    options: RunOptions,
+    *,
+    now: float | None = None,
+    on_outcome: OutcomeCallback | None = None,
+    stop: GracefulStop | None = None,
+    liveness: Liveness | None = None,
+    sweep: bool = True,
+) -> RunReport:
+    """One pass over the options' queues (default: every queue the index knows); `liveness`:
+    beats for a supervising parent; `sweep`: recover leases and re-index orphans first."""
+    clock = (lambda: now) if now is not None else index.clock.now
+    run = Run(settings, table, index, options, clock, on_outcome, stop, liveness, sweep)
+    return run.execute()
+
+
 def run_loop(
     settings: Settings,
     table: Table,
     index: Index,
-    queues: Sequence[str] | None,
-    limits: RunLimits,
-    duration: float | None,
+    options: RunOptions,
+    *,
     on_outcome: OutcomeCallback | None = None,
     stop: GracefulStop | None = None,
     liveness: Liveness | None = None,
 ) -> RunReport:
-    """Run passes until `duration` seconds have passed (None: until stopped)."""
+    """Run passes until the options' duration has passed (None: until stopped)."""
     total = RunReport()
-    deadline = None if duration is None else time.monotonic() + duration
+    deadline = None if options.duration is None else time.monotonic() + options.duration
     last_sweep = float("-inf")
     if liveness is None:  # a supervising parent asked once for all its children
         _reach(table, index)  # a server not reachable at all from the start: exit 1, at once
-    outage = Outage(stop, liveness, settings.lease + settings.grace)
+    asked = options.applied_to(settings)
+    outage = Outage(stop, liveness, asked.lease + asked.grace)
     while True:
         remaining = float("inf") if deadline is None else deadline - time.monotonic()
         if remaining <= 0 or (stop is not None and stop.requested):
             break
         sweep = time.monotonic() - last_sweep >= SWEEP_EVERY
-        pass_limits = replace(limits, max_seconds=min(limits.max_seconds, remaining), sweep=sweep)
+        budget = replace(options, max_seconds=min(asked.max_seconds, remaining))
         try:
             report = run_once(
-                settings, table, index, queues, pass_limits, None, on_outcome, stop, liveness
+                settings,
+                table,
+                index,
+                budget,
+                on_outcome=on_outcome,
+                stop=stop,
+                liveness=liveness,
+                sweep=sweep,
             )
         except Exception as exc:
             outage.wait_out(exc, remaining)  # re-raises what is not an outage
@@ -74,7 +101,7 @@ def run_loop(
         if report.interrupted is not None or report.stuck:
             break
         if not report.stopped_early:
-            _sleep_until_due(index, queues, remaining)
+            _sleep_until_due(index, options.queues, remaining)
     if stop is not None and stop.requested:
         total.interrupted = stop.signum
     return total

@@ -13,8 +13,7 @@ import logging
 import signal
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 
 from ..config import Settings
 from ..store import leases
@@ -30,19 +29,10 @@ from .heartbeat import Heartbeat, LeaseDeadline
 from .hooks import load_reporters
 from .interrupts import Abandoned, GracefulStop
 from .liveness import Liveness
+from .options import RunOptions
 from .report import OutcomeCallback, RunReport
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class RunLimits:
-    since: float
-    limit: int | None
-    max_seconds: float
-    sweep: bool = True  # recover leases and re-index orphans before claiming
-    # Batches a queue may take in its turn while other queues wait (default 1 each).
-    weights: Mapping[str, int] = field(default_factory=dict)
 
 
 class Run:
@@ -53,16 +43,18 @@ class Run:
         settings: Settings,
         table: Table,
         index: Index,
-        limits: RunLimits,
+        options: RunOptions,
         clock: Callable[[], float],
         on_outcome: OutcomeCallback | None = None,
         stop: GracefulStop | None = None,
         liveness: Liveness | None = None,
+        sweep: bool = True,  # recover leases and re-index orphans before claiming
     ) -> None:
-        self.settings = settings
+        self.settings = settings = options.applied_to(settings)
         self.table = table
         self.index = index
-        self.limits = limits
+        self.options = options
+        self.sweep = sweep
         self.clock = clock
         self.on_outcome = on_outcome
         self.reporters = load_reporters(settings)  # before any claim: a bad hook runs no job
@@ -73,16 +65,16 @@ class Run:
         self.started_at = time.monotonic()
         self.calls = 0
         self.deadline = LeaseDeadline(settings.lease)
-        self.claimer = Claimer(table, index, self.token, settings.lease, limits.since)
+        self.claimer = Claimer(table, index, self.token, settings.lease, settings.since)
         self.turn_left: int | None = None  # jobs the queue being drained may still take
         self._bookkeeper: Bookkeeper | None = None  # started once a drain asks for it
 
-    def execute(self, queues: Sequence[str] | None) -> RunReport:
+    def execute(self) -> RunReport:
         """Run the pass, note it for `delayq status`, and return its report."""
         started_at = self.clock()
         self.beat()
         try:
-            self._run_queues(queues)
+            self._run_queues(self.options.queues)
         except Exception as exc:
             self._record(started_at, f"failed: {type(exc).__name__}")
             raise
@@ -115,7 +107,7 @@ class Run:
         delays another queue's due jobs by about one batch, not by the whole backlog."""
         self.report.reindexed += recovery.ensure_index(self.table, self.index, self.beat)
         names = list(queues) if queues else self.index.registry.known_queues()
-        if self.limits.sweep:
+        if self.sweep:
             for queue in names:
                 self._sweep(queue)
         active = names
@@ -125,7 +117,7 @@ class Run:
     def _take_turn(self, queue: str, caller: Caller, queues_left: int) -> bool:
         """Drain `queue` for one turn (all of it when no other queue waits); whether it
         stopped because its turn was over, so it may have more."""
-        weight = self.limits.weights.get(queue, 1)
+        weight = self.options.weights.get(queue, 1)
         self.turn_left = None if queues_left == 1 else weight * self.settings.batch_size
         kind = ConcurrentDrain if self.settings.concurrency > 1 else SequentialDrain
         kind(self, queue, caller).drain()
@@ -162,8 +154,8 @@ class Run:
         """How many jobs the next claim may take with `pending` claimed but not started: a
         batch at most, and within --limit and the queue's turn (already charged for them)."""
         size = self.settings.batch_size
-        if self.limits.limit is not None:
-            size = min(size, self.limits.limit - self.calls - pending)
+        if self.options.limit is not None:
+            size = min(size, self.options.limit - self.calls - pending)
         if self.turn_left is not None:
             size = min(size, self.turn_left)
         return size
@@ -185,8 +177,9 @@ class Run:
     def should_stop(self) -> bool:
         if self.stop is not None and self.stop.requested:
             return True
-        over_limit = self.limits.limit is not None and self.calls >= self.limits.limit
-        over_time = time.monotonic() - self.started_at >= self.limits.max_seconds
+        limit = self.options.limit
+        over_limit = limit is not None and self.calls >= limit
+        over_time = time.monotonic() - self.started_at >= self.settings.max_seconds
         if over_limit or over_time:
             self.report.stopped_early = True
         return over_limit or over_time

@@ -1,0 +1,110 @@
+"""RunOptions: what one run, or a loop of runs, was asked to do. Checked once where the
+caller speaks (`delayq run`, Queue.run, Queue.run_loop), then passed whole down to the
+pass; a `--processes` child gets it back from the flags `argv` writes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from decimal import Decimal
+
+from ..config import MAX_CONCURRENCY, Settings, validate_queue_name
+from ..durations import Duration, parse_duration
+from ..errors import BadInput
+
+MAX_WEIGHT = 100
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """A run's options, checked; None: the setting of the same name."""
+
+    queues: tuple[str, ...]  # empty: every queue the index knows
+    weights: Mapping[str, int]  # batches a queue takes in its turn while others wait (1)
+    limit: int | None
+    since: float | None
+    max_seconds: float | None
+    concurrency: int | None
+    grace: float | None
+    loop: bool
+    duration: float | None  # how long a loop runs; None: until stopped
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        queues: Sequence[str] | None = None,
+        weights: Mapping[str, int] | None = None,
+        limit: int | None = None,
+        since: Duration | None = None,
+        max_seconds: Duration | None = None,
+        concurrency: int | None = None,
+        grace: Duration | None = None,
+        loop: bool = False,
+        duration: Duration | None = None,
+    ) -> RunOptions:
+        """The options, or BadInput naming the one that is wrong."""
+        seconds = {
+            "since": _seconds(since, "--since"),
+            "max_seconds": _seconds(max_seconds, "--max-seconds"),
+            "grace": _seconds(grace, "--grace"),
+            "duration": _seconds(duration, "--for"),
+        }
+        if duration is not None and not loop:
+            raise BadInput("--for needs --loop")
+        if limit is not None and (_not_whole(limit) or limit < 1):
+            raise BadInput("--limit must be at least 1")
+        weights = dict(weights or {})
+        for name in [*(queues or ()), *weights]:
+            validate_queue_name(name)
+        for name, weight in weights.items():
+            if _not_whole(weight) or not 1 <= weight <= MAX_WEIGHT:
+                raise BadInput(f"queue {name}: a weight is a whole number from 1 to {MAX_WEIGHT}")
+        if concurrency is not None and (
+            _not_whole(concurrency) or not 1 <= concurrency <= MAX_CONCURRENCY
+        ):
+            raise BadInput(f"--concurrency must be between 1 and {MAX_CONCURRENCY}")
+        # A queue named twice is served once (and so a child reads back the same queues).
+        unique = tuple(dict.fromkeys(queues or ()))
+        return cls(unique, weights, limit, concurrency=concurrency, loop=loop, **seconds)
+
+    def applied_to(self, settings: Settings) -> Settings:
+        """`settings` with the window, time budget, concurrency and grace asked for here."""
+        return replace(
+            settings,
+            since=settings.since if self.since is None else self.since,
+            max_seconds=settings.max_seconds if self.max_seconds is None else self.max_seconds,
+            concurrency=settings.concurrency if self.concurrency is None else self.concurrency,
+            grace=settings.grace if self.grace is None else self.grace,
+        )
+
+    def argv(self) -> list[str]:
+        """These options as `delayq run` flags, which the command reads back into an equal
+        RunOptions: how a `--processes` child is told them."""
+        flags = [f"--queue={queue}" for queue in self.queues]
+        if self.weights:
+            flags.append("--queues=" + ",".join(f"{q}:{w}" for q, w in self.weights.items()))
+        valued = {
+            "--limit": self.limit,
+            "--since": self.since,
+            "--max-seconds": self.max_seconds,
+            "--concurrency": self.concurrency,
+            "--grace": self.grace,
+            "--for": self.duration,
+        }
+        flags += [f"{flag}={_text(value)}" for flag, value in valued.items() if value is not None]
+        return flags + ["--loop"] * self.loop
+
+
+def _seconds(value: Duration | None, name: str) -> float | None:
+    return None if value is None else parse_duration(value, name)
+
+
+def _text(value: float) -> str:
+    """A number as the shortest text that reads back as the same float, without the
+    exponent (1e-05) a duration does not take."""
+    return str(value) if isinstance(value, int) else f"{Decimal(repr(value)):f}"
+
+
+def _not_whole(value: object) -> bool:
+    return isinstance(value, bool) or not isinstance(value, int)
