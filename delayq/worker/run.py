@@ -24,7 +24,8 @@ from . import interrupts, recovery
 from .bookkeeper import Bookkeeper
 from .calls import Caller
 from .claims import Batch, Claimer
-from .drains import ConcurrentDrain, SequentialDrain
+from .concurrent import ConcurrentDrain
+from .drains import SequentialDrain
 from .heartbeat import Heartbeat, LeaseDeadline
 from .hooks import load_reporters
 from .interrupts import Abandoned, GracefulStop
