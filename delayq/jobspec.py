@@ -28,7 +28,7 @@ from .errors import BadInput
 from .store import table
 from .store.params import may_nest_deeper, nests_deeper, payload_or_empty, too_deep
 from .store.policies import check_policy, policy_text
-from .store.schedules import parse_schedule
+from .store.recurrence import parse_schedule
 from .store.table import Job, Status
 from .worker.handlers import locate
 

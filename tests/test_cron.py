@@ -17,7 +17,7 @@ import pytest
 from delayq import BadInput
 from delayq.durations import HORIZON
 from delayq.store.keys import schedule_key
-from delayq.store.schedules import CronSchedule, parse_schedule
+from delayq.store.recurrence import CronSchedule, parse_schedule
 from tests.conftest import DELAYQ
 from tests.sample_handlers.jobs import read_log
 from tests.test_faults import run_cli

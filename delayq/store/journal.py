@@ -90,7 +90,7 @@ class Journal:
             self.client.connection_pool.release(connection)
 
     def _send(self, packed: bytes) -> None:
-        # The main thread journals while the bookkeeping thread settles: sends take turns.
+        # The main thread journals while the bookkeeping thread commits: sends take turns.
         with self._lock:
             if self._connection is None:
                 self._connection = self.client.connection_pool.get_connection()

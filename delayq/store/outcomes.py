@@ -16,7 +16,7 @@ from ..errors import BadInput
 from . import leases, queries
 from .database import run_reconnecting
 from .policies import read_policy
-from .schedules import is_recurring, next_due
+from .recurrence import is_recurring, next_due
 from .table import ClaimedJob, Status, Table, failure_parts, tuples
 from .tallies import label
 
@@ -150,7 +150,7 @@ def _write_outcomes(table: Table, outcomes: Sequence[Outcome], token: str | None
     now = max(outcome.finished_at for outcome in outcomes)
     successes = [(o.job.id, o.message) for o in outcomes if o.status == Status.SUCCESS]
     with table.db.atomic():
-        # Only a series whose occurrence this transaction settles re-arms: replayed after
+        # Only a series whose occurrence this transaction records re-arms: replayed after
         # a dropped connection whose first try had committed, it must not re-arm again. A
         # deferred occurrence has not happened yet: it re-arms when it runs.
         recurring = [
@@ -180,7 +180,7 @@ def _write_outcomes(table: Table, outcomes: Sequence[Outcome], token: str | None
 
 def rearm(table: Table, job: ClaimedJob, now: float) -> tuple[int, float] | None:
     """Insert the next occurrence of recurring `job` (id, due), or None if its series was
-    stopped. Call it in the transaction that settles `job`: that write's guard (status and
+    stopped. Call it in the transaction that records `job`'s outcome: that write's guard (status and
     lease token) is what makes a replayed commit or a second recovery re-arm nothing."""
     try:
         run_at = next_due(job, now)

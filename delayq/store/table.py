@@ -121,7 +121,7 @@ class Job(Model):
     lost_leases = IntegerField(default=0, constraints=[SQL("DEFAULT 0")])
     timeout = DoubleField(null=True)  # seconds the handler may take; NULL: the configured default
     every = DoubleField(null=True)  # a recurring job's period in seconds; NULL: runs once
-    # A recurring job's cron expression and zone ("0 9 * * MON-FRI Europe/Berlin"; schedules.py)
+    # A recurring job's cron expression and zone ("0 9 * * MON-FRI Europe/Berlin"; recurrence.py)
     schedule = CharField(max_length=255, null=True)
     # The job's own retry policy and its attempt's RetryLater count, compact JSON;
     # NULL: the handler's policy or the default ladder.

@@ -21,7 +21,7 @@ from ..store.index import Index
 from ..store.keys import job_id_of
 from ..store.outcomes import rearm
 from ..store.params import read_call
-from ..store.schedules import is_recurring
+from ..store.recurrence import is_recurring
 from ..store.table import ClaimedJob, Table
 from ..store.tallies import Tally, label
 

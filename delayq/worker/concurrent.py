@@ -125,7 +125,7 @@ class ConcurrentDrain(Drain):
 
     def _collect(self, timeout: float) -> None:
         # Every turn of the main loop passes here, calls in flight or not.
-        self.run.beat()
+        self.run.show_progress()
         finished = self._finished(timeout)
         if finished:
             self.record(finished)
@@ -147,7 +147,7 @@ class ConcurrentDrain(Drain):
         finished: list[Outcome] = []
         try:
             while self.slots.busy and time.monotonic() < until:
-                self.run.beat()
+                self.run.show_progress()
                 finished += self._finished(min(until - time.monotonic(), COLLECT_WAIT * 4))
         except Exception as exc:  # noqa: BLE001 - already failing: their leases settle the rest
             logger.error("could not wait for the calls in flight (%s)", exc)

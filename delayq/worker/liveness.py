@@ -32,7 +32,7 @@ class Liveness:
         self.promised_until = float("-inf")  # monotonic, as last written
         os.set_blocking(fd, False)  # a parent that does not read must not stop the run
 
-    def beat(self, silence: float) -> None:
+    def promise(self, silence: float) -> None:
         """Promise the next beat within `silence` seconds (a shorter promise than the last
         one is written too, so a stuck job is noticed at its own limit)."""
         now = time.monotonic()

@@ -140,7 +140,7 @@ class Outage:
         self.failed += 1
         logger.warning("%s (%s); next try in %gs", what, one_line(exc), self.pause)
         if self.liveness is not None:
-            self.liveness.beat(self.pause + self.slack)
+            self.liveness.promise(self.pause + self.slack)
         until = time.monotonic() + min(self.pause, remaining)
         while time.monotonic() < until and not (self.stop is not None and self.stop.requested):
             time.sleep(min(0.1, max(0.0, until - time.monotonic())))

@@ -19,7 +19,7 @@ from ..store.index import Index
 from ..store.keys import job_id_of
 from ..store.outcomes import Outcome, rearm, write_outcomes
 from ..store.policies import RetryPolicy
-from ..store.schedules import is_recurring
+from ..store.recurrence import is_recurring
 from ..store.table import ClaimedJob, Status, Table, tuples
 from .retry import effective_policy, retry_delay
 

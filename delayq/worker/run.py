@@ -73,7 +73,7 @@ class Run:
     def execute(self) -> RunReport:
         """Run the pass, note it for `delayq status`, and return its report."""
         started_at = self.clock()
-        self.beat()
+        self.show_progress()
         try:
             self._run_queues(self.options.queues)
         except Exception as exc:
@@ -106,7 +106,7 @@ class Run:
     def _run_each_queue(self, queues: Sequence[str] | None, caller: Caller) -> None:
         """Serve the queues in turn, each its weight in batches a turn, so a backlog in one
         delays another queue's due jobs by about one batch, not by the whole backlog."""
-        self.report.reindexed += recovery.ensure_index(self.table, self.index, self.beat)
+        self.report.reindexed += recovery.ensure_index(self.table, self.index, self.show_progress)
         names = list(queues) if queues else self.index.registry.known_queues()
         if self.sweep:
             for queue in names:
@@ -189,13 +189,13 @@ class Run:
         """The job's time limit in seconds."""
         return job.timeout or self.settings.timeout
 
-    def beat(self, limit: float | None = None) -> None:
+    def show_progress(self, limit: float | None = None) -> None:
         """Tell a supervising parent that the main thread makes progress: it may now stay
         silent for `limit` (a job's time limit; between jobs, the lease, past which a frozen
         process has lost its jobs anyway) plus the grace."""
         if self.liveness is not None:
             silence = self.settings.lease if limit is None else limit
-            self.liveness.beat(silence + self.settings.grace)
+            self.liveness.promise(silence + self.settings.grace)
 
     def reassert_leases(self, jobs: Sequence[ClaimedJob]) -> set[int]:
         """Renew the leases of `jobs` that this run still holds, and return their ids: the

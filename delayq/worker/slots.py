@@ -200,13 +200,13 @@ class Slots:
 
     def next_deadline(self) -> float | None:
         with self._lock:
-            self._drop_settled_deadlines()
+            self._drop_finished_deadlines()
             return self._deadlines[0][0] if self._deadlines else None
 
     def _push_deadline(self, call: InFlight) -> None:
-        """Add a call's deadline (the caller holds the lock). Settled entries below the top
-        stay until they reach it; behind one long call they would pile up, so the heap is
-        rebuilt from the calls in flight when it is more than twice their number."""
+        """Add a call's deadline (the caller holds the lock). Entries of finished calls below
+        the top stay until they reach it; behind one long call they would pile up, so the
+        heap is rebuilt from the calls in flight when it is more than twice their number."""
         deadlines = self._deadlines
         if len(deadlines) > 2 * len(self._in_flight) + 64:
             deadlines[:] = [
@@ -217,7 +217,7 @@ class Slots:
             heapq.heapify(deadlines)
         heapq.heappush(deadlines, (call.deadline, next(self._order), call))
 
-    def _drop_settled_deadlines(self) -> None:
+    def _drop_finished_deadlines(self) -> None:
         """Pop deadlines of calls that ended or were given up on (the caller holds the lock)."""
         deadlines = self._deadlines
         while deadlines:
@@ -232,12 +232,12 @@ class Slots:
         now = time.monotonic()
         expired: list[InFlight] = []
         with self._lock:
-            self._drop_settled_deadlines()
+            self._drop_finished_deadlines()
             while self._deadlines and self._deadlines[0][0] <= now:
                 call = heapq.heappop(self._deadlines)[2]
                 expired.append(call)
                 self._give_up(call)
-                self._drop_settled_deadlines()
+                self._drop_finished_deadlines()
             for call in expired:
                 if call.thread_id is not None:
                     _raise_in_thread(call.thread_id, JobTimeout)

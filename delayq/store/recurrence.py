@@ -1,6 +1,7 @@
-"""Cron schedules of recurring jobs: the checks a `--cron` expression and its `--tz` zone
-pass, the `schedule` column's text ("0 9 * * MON-FRI Europe/Berlin": five cron fields, then
-the zone), and the due times a schedule gives.
+"""When a recurring job is next due: by its period (`every`) or by its cron schedule. For
+cron: the checks a `--cron` expression and its `--tz` zone pass, the `schedule` column's text
+("0 9 * * MON-FRI Europe/Berlin": five cron fields, then the zone), and the due times a
+schedule gives.
 
 The matching itself is cronsim's, which follows Debian's cron across DST changes: a time
 the spring change skips runs at the change; a fixed time the autumn change repeats runs
