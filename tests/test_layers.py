@@ -163,3 +163,37 @@ def test_no_module_is_longer_than_four_hundred_lines() -> None:
         if len(path.read_text().splitlines()) > 400
     }
     assert long == {}
+
+
+FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def oversized(tree: ast.AST) -> dict[str, int]:
+    """Classes of more than 20 methods and function bodies of more than 60 lines: {name: size}."""
+    found = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            methods = [child for child in node.body if isinstance(child, FUNCTIONS)]
+            if len(methods) > 20:
+                found[f"class {node.name}"] = len(methods)
+        elif isinstance(node, FUNCTIONS):
+            length = (node.end_lineno or 0) - node.body[0].lineno + 1
+            if length > 60:
+                found[f"def {node.name}"] = length
+    return found
+
+
+def test_no_class_has_more_than_twenty_methods_nor_a_function_sixty_lines() -> None:
+    found = {
+        f"{module_name(path)}: {name}": size
+        for path in PACKAGE.rglob("*.py")
+        for name, size in oversized(ast.parse(path.read_text())).items()
+    }
+    assert found == {}
+
+
+def test_the_size_check_finds_a_large_class_and_a_long_function() -> None:
+    methods = "\n".join(f"    def m{n}(self): pass" for n in range(21))
+    body = "\n".join(f"    x{n} = {n}" for n in range(61))
+    tree = ast.parse(f"class C:\n{methods}\ndef f():\n{body}\n")
+    assert oversized(tree) == {"class C": 21, "def f": 61}
