@@ -82,8 +82,8 @@ def _parse_statuses(text: str, allowed: tuple[Status, ...]) -> tuple[Status, ...
         except KeyError:
             status = None
         if status not in allowed:
-            words = ", ".join(item.word for item in allowed)
-            raise BadInput(f"--status {word!r} is not allowed here; use one or more of {words}")
+            known = ", ".join(item.word for item in allowed)
+            raise BadInput(f"--status {word!r} is not allowed here; use one or more of {known}")
         found.append(status)
     return tuple(found)
 
