@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from .durations import parse_duration
+from .durations import format_duration, parse_duration
 from .errors import BadInput, ConfigError
 
 MIN_WEB_TOKEN = 16
@@ -118,6 +118,11 @@ def validate_queue_name(name: str) -> str:
     if not isinstance(name, str) or not QUEUE_NAME.fullmatch(name):
         raise BadInput(f"queue name {name!r} must be 1-64 characters of A-Z a-z 0-9 _ . : -")
     return name
+
+
+def window_text(since: float) -> str:
+    """The run's window as its setting reads, e.g. `1d (DELAYQ_SINCE)`."""
+    return f"{format_duration(since)} ({ENV_PREFIX}SINCE)"
 
 
 def validate_text(value: str, name: str) -> str:

@@ -112,7 +112,7 @@ class Queue(QueueReads):
         if not spec.ext:
             raise BadInput("--replace needs --ext: the key of the job to replace")
         now = self.index.clock.now() if now is None else now
-        row = to_row(spec, now, self.settings.handlers, set())
+        row = to_row(spec, now, self.settings.handlers, set(), since=self.settings.since)
         with queries.exclusive(self.table, f"{spec.queue}\0{spec.ext}"):
             job_id, dropped = queries.replace_pending(self.table, row, now)
         self.index.schedule.remove(spec.queue, dropped)
@@ -125,10 +125,10 @@ class Queue(QueueReads):
         now = self.index.clock.now() if now is None else now
         located: set[tuple[str, str]] = set()
         stamp = utc_stamp(now)
-        allowed = self.settings.handlers
+        allowed, since = self.settings.handlers, self.settings.since
 
         def to_rows(part: Sequence[JobSpec]) -> list[dict[str, Any]]:
-            return [to_row(spec, now, allowed, located, stamp) for spec in part]
+            return [to_row(spec, now, allowed, located, stamp, since) for spec in part]
 
         specs = list(specs)
         if len(specs) <= 1:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Annotated
 
 import typer
 
-from ..durations import format_instant, parse_instant
+from ..durations import format_instant
+from ..errors import BadInput
+from ..jobspec import check_at
 from .app import (
     DelayOption,
     JsonOption,
@@ -30,7 +33,12 @@ def add(
     method: Annotated[str, typer.Argument(help="Method or function to call.")],
     data: Annotated[str, typer.Option("--data", help="JSON passed to the handler.")] = "null",
     delay: DelayOption = None,
-    at: Annotated[str | None, typer.Option("--at", help="Due time, ISO 8601.")] = None,
+    at: Annotated[
+        str | None,
+        typer.Option(
+            "--at", help="Due time, ISO 8601 with its zone: 2026-11-25T20:00:00Z or ...+09:00."
+        ),
+    ] = None,
     ext: Annotated[str, typer.Option("--ext", help="Business key for lookup and cancel.")] = "",
     queue_name: QueueOption = "default",
     timeout: Annotated[
@@ -64,13 +72,17 @@ def add(
     """Schedule CLASS.METHOD(data); prints the new job id."""
     with reporting_errors():
         payload = parse_json(data)
+        if delay is not None and at is not None:
+            raise BadInput("give --delay or --at, not both")
         queue = open_queue()
+        # Checked here too, so that its errors name --at, not the API's at=.
+        due_at = None if at is None else check_at(at, time.time(), queue.settings.since, "--at")
         job_id = queue.add(
             class_path,
             method,
             payload,
             delay=duration_or_none(delay, "--delay"),
-            at=parse_instant(at) if at is not None else None,
+            at=due_at,
             ext=ext,
             queue=queue_name,
             timeout=duration_or_none(timeout, "--timeout"),
