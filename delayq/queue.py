@@ -27,7 +27,7 @@ from .store import chains, inserts, queries
 from .store.backend_errors import backend_errors, one_line
 from .store.index import Index
 from .store.params import read_call
-from .store.table import Status, Table, create_tables, utc_stamp
+from .store.table import TABLE_NAME, Status, Table, create_tables, utc_stamp
 from .store.upgrade import upgrade_table
 from .worker.allowlist import check_allowlist
 from .worker.handlers import locate
@@ -58,18 +58,19 @@ class Queue(QueueReads):
     def init(self, *, schedule_lost: bool = False, now: float | None = None) -> list[str]:
         """Create the table (or bring an existing one up to date: the seed's, an older
         version's) and make sure the index holds every pending job; returns one line per
-        change made to an existing table.
+        change made (none when all was in place).
 
         `schedule_lost`: upgrade the seed's table even though Redis holds none of its due
         times; its waiting jobs become missed.
         """
-        changes = []
+        changes = [f"created table {TABLE_NAME}"]
         if not create_tables(self.table):
             now = self.index.clock.now() if now is None else now
             changes = upgrade_table(self.table, self.index, now, schedule_lost)
         if not self.index.registry.is_complete():
             self.index.registry.register(queries.pending_queues(self.table))
-            self.index.rebuild_from(queries.iter_pending(self.table))
+            count = self.index.rebuild_from(queries.iter_pending(self.table))
+            changes.append(f"built the schedule index from {count} pending job(s)")
         return changes
 
     def add(

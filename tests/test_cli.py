@@ -395,7 +395,7 @@ def test_init_twice_is_fine_and_keeps_the_jobs(delayq, stored):
 
     assert result.exit_code == 0
     assert result.stderr == ""
-    assert result.stdout.startswith("initialised database ")
+    assert result.stdout.startswith("all in place: database ")
     assert delayq("init").exit_code == 0
     assert stored() == (1, 1, [DEFAULT_QUEUE_KEY])
     assert json.loads(delayq("show", str(job_id), "--json").stdout)["status"] == "pending"

@@ -8,12 +8,14 @@ import json
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
-from typer.testing import Result
+from typer.testing import CliRunner, Result
 
 import delayq as delayq_api
 from delayq import BadInput, JobSpec
+from delayq.cli import app
 from tests.test_cli import (
     delayq,  # noqa: F401 - a fixture
     stored,  # noqa: F401 - a fixture
@@ -112,3 +114,25 @@ def test_the_api_refuses_a_due_time_before_the_window_too(queue: delayq_api.Queu
 
 def _ago(seconds: float) -> str:
     return datetime.fromtimestamp(time.time() - seconds, timezone.utc).isoformat()
+
+
+def test_init_says_what_it_added_then_that_all_is_in_place(
+    backend: dict[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DELAYQ_DATABASE_URL", backend["database_url"])
+    monkeypatch.setenv("DELAYQ_REDIS_URL", backend["redis_url"])
+    monkeypatch.setenv("DELAYQ_HANDLERS", "tests.sample_handlers")
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+
+    first = runner.invoke(app, ["init"]).stdout.splitlines()
+    second = runner.invoke(app, ["init"]).stdout.splitlines()
+
+    assert first[:2] == [
+        "created table delay_queue",
+        "built the schedule index from 0 pending job(s)",
+    ]
+    assert first[2].startswith("initialised database ")
+    assert len(second) == 1 and second[0].startswith("all in place: database ")

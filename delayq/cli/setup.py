@@ -27,12 +27,15 @@ def init(
     ] = False,
 ) -> None:
     """Create the delay_queue table (or upgrade the one there) and the schedule index; safe
-    to run again."""
+    to run again. Prints each change, or that all was in place."""
     with reporting_errors():
         queue = open_queue()
-        for change in queue.init(schedule_lost=schedule_lost):
+        changes = queue.init(schedule_lost=schedule_lost)
+        for change in changes:
             typer.echo(change)
-        typer.echo(f"initialised {queue.describe()}")
+        typer.echo(
+            f"initialised {queue.describe()}" if changes else f"all in place: {queue.describe()}"
+        )
 
 
 @app.command()
