@@ -192,14 +192,15 @@ def _timing(spec: JobSpec, now: float, since: float | None) -> dict[str, Any]:
     return {"run_at": check_due(run_at, now, "--cron"), "schedule": schedule.column}
 
 
-def check_timeout(timeout: Duration | None) -> float | None:
+def check_timeout(timeout: Duration | None, name: str = "timeout") -> float | None:
+    """`timeout` in seconds if a handler can be given it; `name` is how the user wrote it."""
     if timeout is None:
         return None
-    timeout = seconds_of(timeout, "timeout")
+    timeout = seconds_of(timeout, name)
     if not 0 < timeout <= MAX_DURATION:
         raise BadInput(
-            f"timeout must be a positive number of seconds, at most {MAX_DURATION // YEAR} years,"
-            f" not {timeout}"
+            f"{name} must be a positive number of seconds, at most {MAX_DURATION // YEAR} years,"
+            f" not {timeout:g}"
         )
     return timeout
 

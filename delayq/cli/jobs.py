@@ -10,8 +10,9 @@ import typer
 
 from ..durations import format_instant
 from ..errors import BadInput
-from ..jobspec import check_at
+from ..jobspec import check_at, check_timeout
 from .app import (
+    Command,
     DelayOption,
     JsonOption,
     OptionalQueue,
@@ -27,10 +28,10 @@ from .app import (
 )
 
 
-@app.command()
+@app.command(cls=Command)
 def add(
     class_path: Annotated[str, typer.Argument(metavar="CLASS", help="Dotted class or module.")],
-    method: Annotated[str, typer.Argument(help="Method or function to call.")],
+    method: Annotated[str, typer.Argument(metavar="METHOD", help="Method or function to call.")],
     data: Annotated[str, typer.Option("--data", help="JSON passed to the handler.")] = "null",
     delay: DelayOption = None,
     at: Annotated[
@@ -85,7 +86,7 @@ def add(
             at=due_at,
             ext=ext,
             queue=queue_name,
-            timeout=duration_or_none(timeout, "--timeout"),
+            timeout=check_timeout(duration_or_none(timeout, "--timeout"), "--timeout"),
             every=duration_or_none(every, "--every"),
             cron=cron,
             tz=tz,
@@ -99,20 +100,26 @@ def add(
             typer.echo(job_id)
 
 
-@app.command()
+@app.command(cls=Command)
 def cancel(
-    job_id: Annotated[int | None, typer.Argument(metavar="[ID]", help="Job id.")] = None,
+    job_id: Annotated[int | None, typer.Argument(metavar="ID", help="Job id.")] = None,
     ext: Annotated[
         str | None, typer.Option("--ext", help="Cancel every pending job with this key.")
     ] = None,
     queue_name: OptionalQueue = None,
 ) -> None:
-    """Cancel a pending job by id, or every pending job with --ext; prints the count."""
+    """Cancel a pending job by id, or every pending job with --ext; prints the count (a job
+    no longer pending: 0, and its status on stderr)."""
     with reporting_errors():
-        typer.echo(open_queue().cancel(job_id, ext=ext, queue=queue_name))
+        queue = open_queue()
+        count = queue.cancel(job_id, ext=ext, queue=queue_name)
+        typer.echo(count)
+        if job_id is not None and not count:
+            state = queue.show(job_id)["status"]
+            typer.echo(f"delayq: job {job_id} is {state}, not pending; nothing cancelled", err=True)
 
 
-@app.command()
+@app.command(cls=Command)
 def retry(
     job_id: Annotated[int, typer.Argument(metavar="ID", help="Job id.")],
     delay: DelayOption = None,
@@ -123,7 +130,7 @@ def retry(
         typer.echo(open_queue().retry(job_id, delay=duration_or_none(delay, "--delay") or 0.0))
 
 
-@app.command()
+@app.command(cls=Command)
 def show(
     job_id: Annotated[int, typer.Argument(metavar="ID", help="Job id.")],
     as_json: JsonOption = False,

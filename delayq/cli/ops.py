@@ -16,6 +16,7 @@ from ..durations import format_delta, format_instant, parse_duration, shown
 from ..errors import BadInput
 from ..store.table import Status, status_word
 from .app import (
+    Command,
     JsonOption,
     OptionalQueue,
     app,
@@ -249,9 +250,9 @@ def _shorten(text: str, width: int) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
-@app.command()
+@app.command(cls=Command)
 def peek(
-    count: Annotated[int, typer.Argument(metavar="[N]", help="How many jobs.")] = 10,
+    count: Annotated[int, typer.Argument(metavar="N", help="How many jobs.")] = 10,
     queue_name: OptionalQueue = None,
     as_json: JsonOption = False,
 ) -> None:
