@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from .durations import parse_duration
+from .durations import format_duration, parse_duration
 from .errors import BadInput, ConfigError
 
 MIN_WEB_TOKEN = 16
@@ -120,6 +120,11 @@ def validate_queue_name(name: str) -> str:
     return name
 
 
+def window_text(since: float) -> str:
+    """The run's window as its setting reads, e.g. `1d (DELAYQ_SINCE)`."""
+    return f"{format_duration(since)} ({ENV_PREFIX}SINCE)"
+
+
 def validate_text(value: str, name: str) -> str:
     """`value`, if it is a non-empty value a filter or key can hold: text that encodes as
     UTF-8 (argv bytes that are not UTF-8 reach Python as lone surrogates) and no NUL."""
@@ -153,23 +158,25 @@ def redact_url(url: str | None) -> str:
         return "(embedded)"
     scheme, separator, rest = url.partition("://")
     if not separator:
-        return "***"  # not a URL at all: nothing in it can be told apart from a secret
+        scheme, rest = "", url
+    # Without a scheme (`root:pw@host/db`) the same parts are read, so that a value that is
+    # no URL at all is shown as it is, to be corrected, and only a password in it is hidden.
     rest = _SECRET_PARAMETER.sub(r"\1***", rest)
     userinfo, at, rest = rest.rpartition("@")
     if at:
         user, colon, _ = userinfo.partition(":")
         rest = f"{user}:***@{rest}" if colon else f"{user}@{rest}"
-    return f"{scheme}://{rest}"
+    return f"{scheme}{separator}{rest}"
 
 
 def url_secrets(url: str | None) -> set[str]:
     """Every spelling of the secrets in `url` an error message might repeat: the password
     as written and decoded, read both strictly and as redact_url reads it, and the values
     of password parameters."""
-    if not url or "://" not in url:
-        return {url} if url else set()
+    if not url:
+        return set()
     found: set[str] = set()
-    userinfo, at, _ = url.partition("://")[2].rpartition("@")
+    userinfo, at, _ = url.partition("://")[2 if "://" in url else 0].rpartition("@")
     if at and ":" in userinfo:
         found.add(userinfo.partition(":")[2])
     try:
@@ -205,7 +212,20 @@ def _read_file(path: str | Path | None) -> dict[str, Any]:
     unknown = sorted(set(data) - known)
     if unknown:
         raise ConfigError(f"config file {str(candidate)!r} has unknown keys: {', '.join(unknown)}")
+    path = data.get("path")
+    if isinstance(path, str | list):
+        # A file's directories are taken from where the file is, wherever delayq starts
+        # (DELAYQ_CONFIG may name one elsewhere); DELAYQ_PATH's from the working directory.
+        items = path.split(os.pathsep) if isinstance(path, str) else path
+        data["path"] = [_beside(candidate, item) for item in items]
     return data
+
+
+def _beside(config_file: Path, item: Any) -> Any:
+    if not isinstance(item, str) or not item.strip():
+        return item  # left for _directories to refuse or skip
+    directory = Path(item).expanduser()
+    return str(directory if directory.is_absolute() else config_file.parent / directory)
 
 
 def _toml_module() -> Any:

@@ -107,14 +107,25 @@ def check_due(run_at: float, now: float, name: str = "the due time") -> float:
 
 
 def parse_instant(text: str, name: str = "--at") -> float:
-    """Epoch seconds of an ISO 8601 date-time; without an offset it is local time."""
+    """Epoch seconds of an ISO 8601 date-time with its offset (`Z` or `+HH:MM`). Without
+    one it is refused: read as local time it would mean whatever zone `add` ran in, which
+    for a producer on another machine or in a container is a guess."""
     try:
-        return datetime.fromisoformat(text.strip()).timestamp()
-    except (ValueError, OverflowError, OSError):
-        # OverflowError and OSError: a date the platform's time functions cannot place.
+        # Python before 3.11 reads no `Z`; it is UTC.
+        moment = datetime.fromisoformat(re.sub(r"[zZ]$", "+00:00", text.strip()))
+    except ValueError:
         raise BadInput(
             f"{name} {shown(text)} is not an ISO 8601 date-time; use e.g. 2026-11-22T18:30:00+01:00"
         ) from None
+    if moment.utcoffset() is None:
+        raise BadInput(
+            f"{name} {shown(text)} has no time zone; add Z (UTC) or +HH:MM, "
+            "e.g. 2026-11-22T18:30:00Z"
+        )
+    try:
+        return moment.timestamp()
+    except (OverflowError, OSError):  # a date the platform's time functions cannot place
+        raise BadInput(f"{name} {shown(text)} is out of range") from None
 
 
 def parse_utc_instant(text: str, name: str) -> float:
@@ -139,6 +150,15 @@ def format_instant(epoch: float | None) -> str:
     except (ValueError, OverflowError, OSError):
         # A row another producer wrote with a due time no calendar here can show.
         return f"{epoch:g} (epoch seconds)"
+
+
+def format_duration(seconds: float) -> str:
+    """A duration as one would write it: in the largest unit it is a whole number of
+    (`1d`, `36h`, `90m`, `45s`), so a setting reads back as it was most likely written."""
+    for unit, size in sorted(_UNITS.items(), key=lambda item: -item[1]):
+        if seconds and seconds % size == 0 and unit != "w":
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
 
 
 def format_delta(seconds: float) -> str:

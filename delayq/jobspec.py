@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from .config import DEFAULT_QUEUE, validate_queue_name
+from .config import DEFAULT_QUEUE, validate_queue_name, window_text
 from .durations import (
     HORIZON,
     MAX_DURATION,
@@ -61,9 +61,11 @@ def to_row(
     allowed: Sequence[str],
     located: set[tuple[str, str]],
     stamp: datetime | None = None,
+    since: float | None = None,
 ) -> dict[str, Any]:
     """The row a JobSpec becomes, or BadInput; `located` caches handlers already checked,
-    `stamp` is `now` as created/modified (computed once for many rows)."""
+    `stamp` is `now` as created/modified (computed once for many rows), `since` the window
+    a run looks back over (a due time before it could only be missed)."""
     if (spec.class_path, spec.method) not in located:
         locate(spec.class_path, spec.method, allowed)
         located.add((spec.class_path, spec.method))
@@ -74,7 +76,7 @@ def to_row(
         "queue": spec.queue,
         "timeout": check_timeout(spec.timeout),
         "every": check_every(spec.every),
-        **_timing(spec, now),
+        **_timing(spec, now, since),
         "retry_policy": policy_text(check_policy(spec.retries, spec.retry_delays)),
         "status": Status.PENDING,
         "retry_times": 0,
@@ -173,42 +175,59 @@ def check_every(every: Duration | None) -> float | None:
     return every
 
 
-def _timing(spec: JobSpec, now: float) -> dict[str, Any]:
+def _timing(spec: JobSpec, now: float, since: float | None) -> dict[str, Any]:
     """The row's `run_at` and `schedule`. With a cron schedule the job is due at its first
     match after now, or, given a delay or an `at`, at its first match from then on."""
     if spec.cron is None:
         if spec.tz is not None:
             raise BadInput("--tz needs --cron: the zone a cron expression is read in")
-        return {"run_at": run_at_of(spec.delay, spec.at, now), "schedule": None}
+        return {"run_at": run_at_of(spec.delay, spec.at, now, since), "schedule": None}
     if spec.every is not None:
         raise BadInput("give --every or --cron, not both")
     schedule = parse_schedule(spec.cron, spec.tz)
     if spec.delay is None and spec.at is None:
         run_at = schedule.first_after(now)
     else:
-        run_at = schedule.first_from(run_at_of(spec.delay, spec.at, now))
+        run_at = schedule.first_from(run_at_of(spec.delay, spec.at, now, since))
     return {"run_at": check_due(run_at, now, "--cron"), "schedule": schedule.column}
 
 
-def check_timeout(timeout: Duration | None) -> float | None:
+def check_timeout(timeout: Duration | None, name: str = "timeout") -> float | None:
+    """`timeout` in seconds if a handler can be given it; `name` is how the user wrote it."""
     if timeout is None:
         return None
-    timeout = seconds_of(timeout, "timeout")
+    timeout = seconds_of(timeout, name)
     if not 0 < timeout <= MAX_DURATION:
         raise BadInput(
-            f"timeout must be a positive number of seconds, at most {MAX_DURATION // YEAR} years,"
-            f" not {timeout}"
+            f"{name} must be a positive number of seconds, at most {MAX_DURATION // YEAR} years,"
+            f" not {timeout:g}"
         )
     return timeout
 
 
-def run_at_of(delay: Duration | None, at: Instant | None, now: float) -> float:
-    """The due time of a new job, within the horizon durations.check_due allows."""
+def run_at_of(
+    delay: Duration | None, at: Instant | None, now: float, since: float | None = None
+) -> float:
+    """The due time of a new job, within the horizon durations.check_due allows and, given
+    the run's window `since`, not so far past that a run could only mark it missed."""
     if delay is not None and at is not None:
-        raise BadInput("give a delay or an --at time, not both")
+        raise BadInput("give delay= or at=, not both")
     if at is not None:
-        return check_due(instant_of(at, "--at"), now, "--at")
+        return check_at(at, now, since, "at=")
     seconds = 0.0 if delay is None else seconds_of(delay, "delay")
     if seconds < 0:
         raise BadInput(f"delay must be a non-negative number of seconds, not {seconds}")
     return check_due(now + seconds, now, f"delay {seconds:g}s")
+
+
+def check_at(at: Instant, now: float, since: float | None, name: str) -> float:
+    """Epoch seconds of the moment `at`, refused when no run would take it: outside the
+    horizon, or older than the window `since` a run looks back over (the job could only
+    end missed). `name` is how the caller's user wrote it: `at=` or `--at`."""
+    run_at = check_due(instant_of(at, name), now, name)
+    if since is not None and run_at < now - since:
+        raise BadInput(
+            f"{name} is more than {window_text(since)} ago, before the window a run looks "
+            "back over, so the job could only end missed; give a later time"
+        )
+    return run_at

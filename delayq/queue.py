@@ -27,7 +27,7 @@ from .store import chains, inserts, queries
 from .store.backend_errors import backend_errors, one_line
 from .store.index import Index
 from .store.params import read_call
-from .store.table import Status, Table, create_tables, utc_stamp
+from .store.table import TABLE_NAME, Status, Table, create_tables, utc_stamp
 from .store.upgrade import upgrade_table
 from .worker.allowlist import check_allowlist
 from .worker.handlers import locate
@@ -58,18 +58,19 @@ class Queue(QueueReads):
     def init(self, *, schedule_lost: bool = False, now: float | None = None) -> list[str]:
         """Create the table (or bring an existing one up to date: the seed's, an older
         version's) and make sure the index holds every pending job; returns one line per
-        change made to an existing table.
+        change made (none when all was in place).
 
         `schedule_lost`: upgrade the seed's table even though Redis holds none of its due
         times; its waiting jobs become missed.
         """
-        changes = []
+        changes = [f"created table {TABLE_NAME}"]
         if not create_tables(self.table):
             now = self.index.clock.now() if now is None else now
             changes = upgrade_table(self.table, self.index, now, schedule_lost)
         if not self.index.registry.is_complete():
             self.index.registry.register(queries.pending_queues(self.table))
-            self.index.rebuild_from(queries.iter_pending(self.table))
+            count = self.index.rebuild_from(queries.iter_pending(self.table))
+            changes.append(f"built the schedule index from {count} pending job(s)")
         return changes
 
     def add(
@@ -112,7 +113,7 @@ class Queue(QueueReads):
         if not spec.ext:
             raise BadInput("--replace needs --ext: the key of the job to replace")
         now = self.index.clock.now() if now is None else now
-        row = to_row(spec, now, self.settings.handlers, set())
+        row = to_row(spec, now, self.settings.handlers, set(), since=self.settings.since)
         with queries.exclusive(self.table, f"{spec.queue}\0{spec.ext}"):
             job_id, dropped = queries.replace_pending(self.table, row, now)
         self.index.schedule.remove(spec.queue, dropped)
@@ -125,10 +126,10 @@ class Queue(QueueReads):
         now = self.index.clock.now() if now is None else now
         located: set[tuple[str, str]] = set()
         stamp = utc_stamp(now)
-        allowed = self.settings.handlers
+        allowed, since = self.settings.handlers, self.settings.since
 
         def to_rows(part: Sequence[JobSpec]) -> list[dict[str, Any]]:
-            return [to_row(spec, now, allowed, located, stamp) for spec in part]
+            return [to_row(spec, now, allowed, located, stamp, since) for spec in part]
 
         specs = list(specs)
         if len(specs) <= 1:

@@ -154,7 +154,7 @@ BAD_ADDS = {
     "ext-not-utf8": ([H, "echo", "--ext", "a\udcffb"], "ext is not valid UTF-8"),
     "cron-six-fields": ([H, "echo", "--cron", "0 0 9 * * MON"], "is not five cron fields"),
     "cron-minute-61": ([H, "echo", "--cron", "61 * * * *"], "is not a cron expression: "),
-    "cron-never-matches": ([H, "echo", "--cron", "0 0 31 2 *"], "Bad day-of-month"),
+    "cron-never-matches": ([H, "echo", "--cron", "0 0 31 2 *"], "that never fires"),
     "cron-control-chars": ([H, "echo", "--cron", "0 9 * * \x1b[2J"], "not five cron fields"),
     "cron-surrogate": ([H, "echo", "--cron", "0 9 * * \udcff"], "not five cron fields"),
     "cron-huge": ([H, "echo", "--cron", "0 " * 100_000], "the limit is 120"),
@@ -395,7 +395,7 @@ def test_init_twice_is_fine_and_keeps_the_jobs(delayq, stored):
 
     assert result.exit_code == 0
     assert result.stderr == ""
-    assert result.stdout.startswith("initialised database ")
+    assert result.stdout.startswith("all in place: database ")
     assert delayq("init").exit_code == 0
     assert stored() == (1, 1, [DEFAULT_QUEUE_KEY])
     assert json.loads(delayq("show", str(job_id), "--json").stdout)["status"] == "pending"

@@ -87,7 +87,7 @@ USAGE_ERRORS = {
     "unknown-option": (["--bogus"], "No such option: --bogus", "delayq"),
     "unknown-option-of-a-command": (["add", "-x"], "No such option: -x", "delayq add"),
     "missing-argument": (["show"], "Missing argument 'ID'", "delayq show"),
-    "missing-second-argument": (["add", H], "Missing argument 'method'", "delayq add"),
+    "missing-second-argument": (["add", H], "Missing argument 'METHOD'", "delayq add"),
     "missing-option-value": (["list", "--limit"], "requires an argument", "delayq list"),
     "bad-choice": (["completion", "tcsh"], "'tcsh' is not one of", "delayq completion"),
     "bad-number": (["peek", "ten"], "'ten' is not a valid int", "delayq peek"),

@@ -81,9 +81,9 @@ def test_run_and_purge_take_durations(queue):
 NAIVE = datetime(2027, 1, 15, 9, 0)
 REFUSED = {
     "naive-datetime": ({"at": NAIVE}, "naive datetime; give it a time zone"),
-    "a-date": ({"at": date(2027, 1, 15)}, "--at must be epoch seconds"),
-    "at-bool": ({"at": True}, "--at must be epoch seconds"),
-    "at-list": ({"at": [NOW]}, "--at must be epoch seconds"),
+    "a-date": ({"at": date(2027, 1, 15)}, "^at= must be epoch seconds"),
+    "at-bool": ({"at": True}, "^at= must be epoch seconds"),
+    "at-list": ({"at": [NOW]}, "^at= must be epoch seconds"),
     "at-surrogates": ({"at": "2027-01-15\udcff"}, "not an ISO 8601"),
     "delay-bool": ({"delay": True}, "delay must be a number of seconds"),
     "delay-list": ({"delay": [60]}, "delay must be a number of seconds"),

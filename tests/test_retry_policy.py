@@ -175,7 +175,7 @@ def test_add_retries_and_retry_delays_on_the_command_line_reach_a_real_run(queue
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        pytest.param(["--retries", "-1"], b"--retries must be a whole number", id="negative"),
+        pytest.param(["--retries", "-1"], b"--retries '-1' is negative", id="negative"),
         pytest.param(["--retries", "three"], b"--retries must be a whole number", id="word"),
         pytest.param(["--retries", "\u0663"], b"--retries must be a whole number", id="digit"),
         pytest.param(["--retries", "9" * 30], b"--retries must be a whole number", id="huge"),

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 import typer.core
-from typer.core import TyperCommand, TyperGroup
+from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 from ..durations import parse_duration, shown
 from ..errors import BackendUnavailable, BadInput, ConfigError, DelayqError, JobNotFound
@@ -75,7 +75,22 @@ class OneLineGroup(OneLineUsageErrors, TyperGroup):
             raise
 
 
-class OneLineCommand(OneLineUsageErrors, TyperCommand):
+class Command(TyperCommand):
+    """A delayq command: its usage line names each argument as its errors do, in capitals,
+    an optional one in brackets (`delayq add [OPTIONS] CLASS METHOD`, `delayq cancel
+    [OPTIONS] [ID]`); typer's own would mix `{CLASS}`, `{method}` and `{shell}:<bash|...>`.
+    Each argument gives its capitalised name as its metavar, so the errors say `'METHOD'`."""
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if isinstance(param, TyperArgument):
+                name = param.metavar or (param.name or "").upper()
+                pieces.append(name if param.required else f"[{name}]")
+        return pieces
+
+
+class OneLineCommand(OneLineUsageErrors, Command):
     """A command built alone (`delayq run`, see cli/__init__.py)."""
 
 
@@ -176,7 +191,10 @@ def whole_or_none(text: str | None, name: str) -> int | None:
     """A whole number given as text, read here so a bad one is delayq's one-line error."""
     if text is None:
         return None
-    if not (text.isascii() and text.strip().isdigit()) or len(text) > 9:
+    digits = text.strip()
+    if digits.startswith("-") and digits[1:].isascii() and digits[1:].isdigit():
+        raise BadInput(f"{name} {shown(text)} is negative; give 0 or more")
+    if not (digits.isascii() and digits.isdigit()) or len(text) > 9:
         raise BadInput(f"{name} must be a whole number, not {shown(text)}")
     return int(text)
 

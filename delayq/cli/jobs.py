@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Annotated
 
 import typer
 
-from ..durations import format_instant, parse_instant
+from ..durations import format_instant
+from ..errors import BadInput
+from ..jobspec import check_at, check_timeout
 from .app import (
+    Command,
     DelayOption,
     JsonOption,
     OptionalQueue,
@@ -24,13 +28,18 @@ from .app import (
 )
 
 
-@app.command()
+@app.command(cls=Command)
 def add(
     class_path: Annotated[str, typer.Argument(metavar="CLASS", help="Dotted class or module.")],
-    method: Annotated[str, typer.Argument(help="Method or function to call.")],
+    method: Annotated[str, typer.Argument(metavar="METHOD", help="Method or function to call.")],
     data: Annotated[str, typer.Option("--data", help="JSON passed to the handler.")] = "null",
     delay: DelayOption = None,
-    at: Annotated[str | None, typer.Option("--at", help="Due time, ISO 8601.")] = None,
+    at: Annotated[
+        str | None,
+        typer.Option(
+            "--at", help="Due time, ISO 8601 with its zone: 2026-11-25T20:00:00Z or ...+09:00."
+        ),
+    ] = None,
     ext: Annotated[str, typer.Option("--ext", help="Business key for lookup and cancel.")] = "",
     queue_name: QueueOption = "default",
     timeout: Annotated[
@@ -64,16 +73,20 @@ def add(
     """Schedule CLASS.METHOD(data); prints the new job id."""
     with reporting_errors():
         payload = parse_json(data)
+        if delay is not None and at is not None:
+            raise BadInput("give --delay or --at, not both")
         queue = open_queue()
+        # Checked here too, so that its errors name --at, not the API's at=.
+        due_at = None if at is None else check_at(at, time.time(), queue.settings.since, "--at")
         job_id = queue.add(
             class_path,
             method,
             payload,
             delay=duration_or_none(delay, "--delay"),
-            at=parse_instant(at) if at is not None else None,
+            at=due_at,
             ext=ext,
             queue=queue_name,
-            timeout=duration_or_none(timeout, "--timeout"),
+            timeout=check_timeout(duration_or_none(timeout, "--timeout"), "--timeout"),
             every=duration_or_none(every, "--every"),
             cron=cron,
             tz=tz,
@@ -87,20 +100,26 @@ def add(
             typer.echo(job_id)
 
 
-@app.command()
+@app.command(cls=Command)
 def cancel(
-    job_id: Annotated[int | None, typer.Argument(metavar="[ID]", help="Job id.")] = None,
+    job_id: Annotated[int | None, typer.Argument(metavar="ID", help="Job id.")] = None,
     ext: Annotated[
         str | None, typer.Option("--ext", help="Cancel every pending job with this key.")
     ] = None,
     queue_name: OptionalQueue = None,
 ) -> None:
-    """Cancel a pending job by id, or every pending job with --ext; prints the count."""
+    """Cancel a pending job by id, or every pending job with --ext; prints the count (a job
+    no longer pending: 0, and its status on stderr)."""
     with reporting_errors():
-        typer.echo(open_queue().cancel(job_id, ext=ext, queue=queue_name))
+        queue = open_queue()
+        count = queue.cancel(job_id, ext=ext, queue=queue_name)
+        typer.echo(count)
+        if job_id is not None and not count:
+            state = queue.show(job_id)["status"]
+            typer.echo(f"delayq: job {job_id} is {state}, not pending; nothing cancelled", err=True)
 
 
-@app.command()
+@app.command(cls=Command)
 def retry(
     job_id: Annotated[int, typer.Argument(metavar="ID", help="Job id.")],
     delay: DelayOption = None,
@@ -111,7 +130,7 @@ def retry(
         typer.echo(open_queue().retry(job_id, delay=duration_or_none(delay, "--delay") or 0.0))
 
 
-@app.command()
+@app.command(cls=Command)
 def show(
     job_id: Annotated[int, typer.Argument(metavar="ID", help="Job id.")],
     as_json: JsonOption = False,

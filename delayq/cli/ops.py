@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ..durations import format_delta, format_instant, parse_duration
+from ..durations import format_delta, format_instant, parse_duration, shown
 from ..errors import BadInput
 from ..store.table import Status, status_word
 from .app import (
+    Command,
     JsonOption,
     OptionalQueue,
     app,
@@ -70,16 +71,20 @@ def _table(headers: str, right: str = "", wrap: str = "") -> Table:
 
 
 def _parse_statuses(text: str, allowed: tuple[Status, ...]) -> tuple[Status, ...]:
-    """`failed,missed` → (Status.FAILED, Status.MISSED), refusing words outside `allowed`."""
+    """`failed,missed` → (Status.FAILED, Status.MISSED), refusing words outside `allowed`
+    and empty ones: `--status ''` from an unset shell variable must not mean every status."""
+    words = [part.strip() for part in text.split(",")]
+    if not all(words):
+        raise BadInput(f"--status {shown(text)} names an empty status; give e.g. failed,missed")
     found = []
-    for word in filter(None, (part.strip() for part in text.split(","))):
+    for word in words:
         try:
             status = Status.from_word(word)
         except KeyError:
             status = None
         if status not in allowed:
-            words = ", ".join(item.word for item in allowed)
-            raise BadInput(f"--status {word!r} is not allowed here; use one or more of {words}")
+            known = ", ".join(item.word for item in allowed)
+            raise BadInput(f"--status {word!r} is not allowed here; use one or more of {known}")
         found.append(status)
     return tuple(found)
 
@@ -198,7 +203,7 @@ def list_jobs(
 
     with reporting_errors():
         filters = JobFilter(
-            statuses=_parse_statuses(status_words or "", tuple(Status)),
+            statuses=() if status_words is None else _parse_statuses(status_words, tuple(Status)),
             queue=queue_name,
             ext=ext,
             class_path=class_path,
@@ -245,15 +250,15 @@ def _shorten(text: str, width: int) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
-@app.command()
+@app.command(cls=Command)
 def peek(
-    count: Annotated[int, typer.Argument(metavar="[N]", help="How many jobs.")] = 10,
+    count: Annotated[int, typer.Argument(metavar="N", help="How many jobs.")] = 10,
     queue_name: OptionalQueue = None,
     as_json: JsonOption = False,
 ) -> None:
     """The next N jobs in schedule order, with the time until each is due; claims nothing."""
     with reporting_errors():
-        upcoming = open_queue().peek(count, queues=[queue_name] if queue_name else None)
+        upcoming = open_queue().peek(count, queues=None if queue_name is None else [queue_name])
     now = time.time()
     if as_json:
         print_json({"now": now, "jobs": [_upcoming_view(entry, now) for entry in upcoming]})

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from ..errors import DelayqError
-from .app import JsonOption, app, open_queue, print_json, reporting_errors
+from .app import Command, JsonOption, app, open_queue, print_json, reporting_errors
 
 if TYPE_CHECKING:
     from ..ops.doctor import Check
@@ -27,12 +27,15 @@ def init(
     ] = False,
 ) -> None:
     """Create the delay_queue table (or upgrade the one there) and the schedule index; safe
-    to run again."""
+    to run again. Prints each change, or that all was in place."""
     with reporting_errors():
         queue = open_queue()
-        for change in queue.init(schedule_lost=schedule_lost):
+        changes = queue.init(schedule_lost=schedule_lost)
+        for change in changes:
             typer.echo(change)
-        typer.echo(f"initialised {queue.describe()}")
+        typer.echo(
+            f"initialised {queue.describe()}" if changes else f"all in place: {queue.describe()}"
+        )
 
 
 @app.command()
@@ -120,8 +123,12 @@ class Shell(str, Enum):  # noqa: UP042 - StrEnum is new in Python 3.11
     POWERSHELL = "powershell"
 
 
-@app.command()
-def completion(shell: Annotated[Shell, typer.Argument(help="Your shell.")]) -> None:
+@app.command(cls=Command)
+def completion(
+    shell: Annotated[
+        Shell, typer.Argument(metavar="SHELL", help="Your shell: bash, zsh, fish or powershell.")
+    ],
+) -> None:
     """Print the shell completion script, e.g. `delayq completion bash >
     ~/.local/share/bash-completion/completions/delayq` (--install-completion does it for
     the shell you are in)."""

@@ -81,8 +81,23 @@ def parse_schedule(expression: Any, zone: Any = None) -> CronSchedule:
     try:
         CronSim(schedule.expression, datetime(2000, 1, 1, tzinfo=ZoneInfo(schedule.zone)))
     except CronSimError as exc:
+        if _valid_in_some_month(schedule.expression):
+            raise BadInput(
+                f"--cron {schedule.expression!r} is a cron expression that never fires: no month"
+                " it names has that day"
+            ) from None
         raise BadInput(f"--cron {schedule.expression!r} is not a cron expression: {exc}") from None
     return schedule
+
+
+def _valid_in_some_month(expression: str) -> bool:
+    """Whether the expression reads in every month (`0 0 31 2 *`: a day February lacks)."""
+    minute, hour, day, _, weekday = expression.split()
+    try:
+        CronSim(f"{minute} {hour} {day} * {weekday}", datetime(2000, 1, 1))
+    except CronSimError:
+        return False
+    return True
 
 
 def from_column(text: str) -> CronSchedule:

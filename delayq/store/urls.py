@@ -44,7 +44,7 @@ def check_netloc(variable: str, url: str) -> None:
     parts = split(variable, url)
     if parts.scheme not in SERVER_SCHEMES:
         return
-    if "@" in url.partition("://")[2] and "@" not in parts.netloc:
+    if _password_cut_short(url.partition("://")[2], parts.netloc):
         raise refuse(
             variable,
             url,
@@ -57,6 +57,18 @@ def check_netloc(variable: str, url: str) -> None:
         port = -1
     if port == -1 or port == 0:
         raise refuse(variable, url, "the port must be a number from 1 to 65535")
+
+
+def _password_cut_short(rest: str, netloc: str) -> bool:
+    """Whether the parser ended user:password@host before the last @ a person meant: no @
+    in what it read, or (`root:p@ss#word@host`) a # or ? after what it read and before the
+    last @, with no / between (a / there belongs to the path, and that @ to the query)."""
+    if "@" not in rest:
+        return False
+    if "@" not in netloc:
+        return True
+    between = rest[len(netloc) : rest.rfind("@")]
+    return between[:1] in ("#", "?") and "/" not in between
 
 
 def open_redis(url: str, **options: Any) -> redis.Redis:

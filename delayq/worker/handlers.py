@@ -110,7 +110,7 @@ def _import_longest(class_path: str) -> tuple[types.ModuleType, list[str]]:
             ) from None
     raise BadInput(
         f"handler {class_path!r} is not importable; start delayq in the directory that holds "
-        "it, or put that directory on PYTHONPATH"
+        "it, or list that directory in DELAYQ_PATH (path in delayq.toml) or PYTHONPATH"
     )
 
 
