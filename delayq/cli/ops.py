@@ -235,7 +235,7 @@ def _print_rows(rows: list[dict[str, Any]]) -> None:
 
 
 def _call(view: dict[str, Any]) -> str:
-    """What a row calls, and when it recurs by cron."""
+    """What a row calls, and how it recurs (by cron or `every 1h`)."""
     call = f"{view['class']}.{view['method']}"
     return f"{call} ({view['schedule']})" if view.get("schedule") else call
 
@@ -273,6 +273,7 @@ def peek(
 
 
 def _upcoming_view(entry: Upcoming, now: float) -> dict[str, Any]:
+    from ..jobspec import schedule_text
     from ..store.params import payload_or_empty
 
     payload = payload_or_empty(entry.row.params) if entry.row else {}
@@ -285,7 +286,7 @@ def _upcoming_view(entry: Upcoming, now: float) -> dict[str, Any]:
         "method": payload.get("method"),
         "ext": entry.row.ext_string if entry.row else None,
         "status": status_word(entry.row.status) if entry.row else None,
-        "schedule": entry.row.schedule if entry.row else None,
+        "schedule": schedule_text(entry.row) if entry.row else None,
     }
 
 
