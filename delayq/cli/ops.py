@@ -164,13 +164,17 @@ def _clock(epoch: float | None) -> str:
 def _describe_last_run(last: LastRun | None, now: float) -> str:
     if last is None or last.started_at is None:
         return "never"
-    parts = [f"{format_instant(last.started_at)} ({_relative(last.started_at - now)})"]
-    if last.duration is not None:
-        parts.append(f"took {last.duration:.2f}s")
+    started = f"{format_instant(last.started_at)} ({_relative(last.started_at - now)})"
+    if last.loop:  # one run: when it started, when it last beat, its jobs since it started
+        beat = min(0.0, (last.finished_at or now) - now)  # hosts' clocks may disagree a little
+        parts = [f"a loop started {started}", f"last beat {_relative(beat)}"]
+    else:
+        parts = [started] + ([] if last.duration is None else [f"took {last.duration:.2f}s"])
     if last.outcome:
         parts.append(last.outcome)
     if last.jobs is not None:
-        parts.append(f"{last.jobs} job" + ("" if last.jobs == 1 else "s"))
+        since = " since it started" if last.loop else ""
+        parts.append(f"{last.jobs} job" + ("" if last.jobs == 1 else "s") + since)
     return ", ".join(parts)
 
 

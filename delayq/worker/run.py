@@ -71,7 +71,8 @@ class Run:
         self._bookkeeper: Bookkeeper | None = None  # started once a drain asks for it
 
     def execute(self) -> RunReport:
-        """Run the pass, note it for `delayq status`, and return its report."""
+        """Run the pass, note it for `delayq status` (a loop notes itself instead, as one
+        run: its last pass's budget is no limit it was given), and return its report."""
         started_at = self.clock()
         self.show_progress()
         try:
@@ -81,7 +82,7 @@ class Run:
             raise
         if self.stop is not None and self.stop.requested:
             self.report.interrupted = self.stop.signum
-        self._record(started_at, _outcome_word(self.report))
+        self._record(started_at, outcome_word(self.report))
         return self.report
 
     def _run_queues(self, queues: Sequence[str] | None) -> None:
@@ -133,6 +134,8 @@ class Run:
 
     def _record(self, started_at: float, outcome: str) -> None:
         self.report.elapsed = time.monotonic() - self.started_at
+        if self.options.loop:
+            return
         try:
             self.index.registry.record_run(
                 started_at, self.report.elapsed, outcome, self.report.ran
@@ -231,7 +234,13 @@ class Run:
             )
 
 
-def _outcome_word(report: RunReport) -> str:
+def outcome_word(report: RunReport, loop: bool = False) -> str:
+    """How a run ended, as `delayq status` says it. A loop's passes stop at the end of its
+    time, which is no limit of a pass it was asked for."""
     if report.interrupted is not None:
         return f"interrupted by {signal.Signals(report.interrupted).name}"
-    return "stopped early (--limit or --max-seconds)" if report.stopped_early else "ok"
+    if report.stuck:
+        return f"stopped: {report.stuck} handler threads stuck past their time limit"
+    if report.stopped_early and not loop:
+        return "stopped early (--limit or --max-seconds)"
+    return "ok"
