@@ -28,7 +28,7 @@ from .concurrent import ConcurrentDrain
 from .drains import SequentialDrain
 from .heartbeat import Heartbeat, LeaseDeadline
 from .hooks import load_reporters
-from .interrupts import Abandoned, GracefulStop
+from .interrupts import Abandoned, GracefulStop, grace_on_alarm
 from .liveness import Liveness
 from .options import RunOptions
 from .report import OutcomeCallback, RunReport
@@ -94,7 +94,8 @@ class Run:
                 alarms = enabled and self.settings.concurrency == 1
                 caller = Caller(self.settings, self.clock, alarms, self.on_outcome, self.reporters)
                 try:
-                    self._run_each_queue(queues, caller)
+                    with grace_on_alarm(self.stop if alarms else None, self.settings.grace):
+                        self._run_each_queue(queues, caller)
                 finally:
                     caller.close()
         except Abandoned:
