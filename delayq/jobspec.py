@@ -103,19 +103,38 @@ def job_view(job: Job) -> dict[str, Any]:
         "class": payload.get("class"),
         "method": payload.get("method"),
         "data": payload.get("data"),
+        "schedule": schedule_text(job),
+        "every": job.every,
     }
 
 
+def schedule_text(job: Job) -> str | None:
+    """How a job recurs, as show, list and peek print it: its cron expression and zone, or
+    `every 1h` (its period as `--every` takes it); None for a job that runs once."""
+    if job.schedule:
+        return job.schedule
+    if job.every:
+        return f"every {_period(job.every)}"
+    return None
+
+
+def _period(seconds: float) -> str:
+    """A period in the largest unit it is a whole number of, so that it reads back exactly."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds // size:.0f}{unit}"
+    return f"{seconds:.6f}".rstrip("0").rstrip(".") + "s"
+
+
 def row_view(job: Job) -> dict[str, Any]:
-    """`job_view` without the traceback, plus where the row sits: queue, chain, cron schedule
-    and when it was created and changed."""
+    """`job_view` without the traceback, plus where the row sits: queue, chain and when it
+    was created and changed."""
     view = job_view(job)
     del view["traceback"]  # a list is one line per job; `show` has the traceback
     return dict(
         view,
         queue=job.queue,
         chain_id=job.chain_id,
-        schedule=job.schedule,
         created=table.stamp_epoch(job.created),
         modified=table.stamp_epoch(job.modified),
     )

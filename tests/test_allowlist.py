@@ -144,3 +144,52 @@ def test_an_entry_naming_foreign_code_is_refused_at_add_and_run_and_fails_doctor
     handlers = [line.split(None, 2) for line in doctor.stdout.splitlines() if " handlers " in line]
     assert [level for level, _, _ in handlers] == ["ok", "FAIL"]
     assert handlers[1][2].startswith(f"DELAYQ_HANDLERS entry {entry!r} names ")
+
+
+@pytest.mark.parametrize("extra", [[], ["--processes", "2"], ["--loop", "--for", "1s"]])
+def test_run_with_an_entry_that_does_not_import_refuses_and_claims_nothing(
+    queue, cli_env, log, tmp_path, extra
+):
+    job_id = queue.add(H, "record", {"log": log, "n": 1})
+    env = dict(cli_env, DELAYQ_HANDLERS="tests.sample_handlers,no_such_module")
+
+    completed = delayq(env, "run", *extra, cwd=tmp_path)
+
+    assert (completed.returncode, completed.stdout) == (2, "")
+    (line,) = completed.stderr.splitlines()
+    assert line.startswith("delayq: error: DELAYQ_HANDLERS entry 'no_such_module' does not import")
+    assert f"working directory ({tmp_path.resolve()})" in line
+    assert "DELAYQ_PATH (not set)" in line
+    assert_untouched(queue, job_id, log)
+
+
+def test_a_run_from_the_wrong_directory_names_where_it_looked(queue, cli_env, log, tmp_path):
+    for layout in ("src", "lib"):
+        (tmp_path / "app" / layout).mkdir(parents=True)
+    (tmp_path / "app" / "src" / "tasks.py").write_text("def send(data):\n    return 'sent'\n")
+    job_id = queue.add(H, "record", {"log": log, "n": 1})
+    env = dict(cli_env, DELAYQ_HANDLERS="tests.sample_handlers,tasks", DELAYQ_PATH="app/lib")
+
+    wrong = delayq(env, "run", cwd=tmp_path)
+
+    assert (wrong.returncode, wrong.stdout) == (2, "")
+    (line,) = wrong.stderr.splitlines()
+    assert "entry 'tasks' does not import: no module 'tasks'" in line
+    assert f"DELAYQ_PATH ({(tmp_path / 'app' / 'lib').resolve()})" in line
+    assert_untouched(queue, job_id, log)
+    right = delayq(dict(env, DELAYQ_PATH="src"), "run", cwd=tmp_path / "app")
+    assert (right.returncode, right.stdout, right.stderr) == (0, "", "")
+    assert queue.show(job_id)["status"] == "success"
+
+
+def test_run_with_an_entry_whose_import_raises_says_why(queue, cli_env, log):
+    job_id = queue.add(H, "record", {"log": log, "n": 1})
+    env = dict(cli_env, DELAYQ_HANDLERS="tests.sample_handlers.jobs,tests.sample_handlers.broken")
+
+    completed = delayq(env, "run")
+
+    assert (completed.returncode, completed.stdout) == (2, "")
+    (line,) = completed.stderr.splitlines()
+    assert "'tests.sample_handlers.broken' does not import" in line
+    assert "RuntimeError: broken on purpose" in line
+    assert_untouched(queue, job_id, log)

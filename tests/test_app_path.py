@@ -43,7 +43,8 @@ def configure(app: Path, text: str) -> None:
 
 def test_a_src_layout_named_in_the_config_file_is_found_by_add_and_run(app_env, tmp_path):
     app = tmp_path / "app"
-    configure(app, 'path = ["src"]')
+    # Both entries' directories: a run refuses an allowlist entry that does not import.
+    configure(app, 'path = ["src", "lib"]')
     assert delayq(app, app_env, "init").returncode == 0
 
     added = delayq(app, app_env, *ADD)

@@ -24,6 +24,8 @@ H = "tests.sample_handlers.jobs"
 VIEW_KEYS = {
     *("id", "status", "retry_times", "message", "traceback", "ext", "run_at", "class", "method"),
     "data",
+    "schedule",
+    "every",
 }
 STATUS_WORDS = {"pending", "running", "success", "failed", "cancelled", "missed"}
 SETTINGS_VARIABLES = (

@@ -30,6 +30,7 @@ ROW_KEYS = {
     "created",
     "modified",
     "schedule",
+    "every",
 }
 
 
@@ -157,3 +158,32 @@ def test_unknown_status_word_is_bad_input_exit_2(queue, cli_env):
 
     assert result.exit_code == 2
     assert "--status 'done' is not allowed here" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("every", "shown"), [("1h", "every 1h"), ("90m", "every 90m"), ("100000", "every 100000s")]
+)
+def test_an_every_job_shows_its_period_in_show_list_and_peek(queue, cli_env, every, shown):
+    added = invoke(cli_env, "add", H, "record", "--every", every, "--delay", "1h")
+    assert added.exit_code == 0, added.output
+    job_id = int(added.stdout)
+
+    show_text = invoke(cli_env, "show", str(job_id)).stdout
+    show_json = json.loads(invoke(cli_env, "show", str(job_id), "--json").stdout)
+    (listed,) = json.loads(invoke(cli_env, "list", "--json").stdout)["jobs"]
+    (peeked,) = json.loads(invoke(cli_env, "peek", "--json").stdout)["jobs"]
+
+    assert f"schedule    {shown}\n" in show_text
+    assert show_json["schedule"] == listed["schedule"] == peeked["schedule"] == shown
+    assert show_json["every"] == listed["every"] == Job.get_by_id(job_id).every
+    for command in ("list", "peek"):
+        assert f"({shown})" in invoke(cli_env, command).stdout
+
+
+def test_a_job_that_runs_once_has_no_schedule(queue, cli_env):
+    job_id = queue.add(H, "record", {})
+
+    show_json = json.loads(invoke(cli_env, "show", str(job_id), "--json").stdout)
+
+    assert (show_json["schedule"], show_json["every"]) == (None, None)
+    assert "schedule" not in invoke(cli_env, "show", str(job_id)).stdout

@@ -146,9 +146,8 @@ def show(
             typer.echo(f"{key:<12}{printable(view[key])}")
         typer.echo(f"{'data':<12}{printable(json.dumps(view['data'], ensure_ascii=False))}")
         typer.echo(f"{'run_at':<12}{format_instant(view['run_at'])}")
-        schedule = queue.schedule_of(job_id)
-        if schedule is not None:
-            typer.echo(f"{'schedule':<12}{printable(schedule)}")
+        if view["schedule"] is not None:
+            typer.echo(f"{'schedule':<12}{printable(view['schedule'])}")
         chain = queue.history(job_id)
         if len(chain) > 1:
             steps = " -> ".join(f"{step['id']} {step['status']}" for step in chain)

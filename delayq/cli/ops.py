@@ -169,13 +169,17 @@ def _clock(epoch: float | None) -> str:
 def _describe_last_run(last: LastRun | None, now: float) -> str:
     if last is None or last.started_at is None:
         return "never"
-    parts = [f"{format_instant(last.started_at)} ({_relative(last.started_at - now)})"]
-    if last.duration is not None:
-        parts.append(f"took {last.duration:.2f}s")
+    started = f"{format_instant(last.started_at)} ({_relative(last.started_at - now)})"
+    if last.loop:  # one run: when it started, when it last beat, its jobs since it started
+        beat = min(0.0, (last.finished_at or now) - now)  # hosts' clocks may disagree a little
+        parts = [f"a loop started {started}", f"last beat {_relative(beat)}"]
+    else:
+        parts = [started] + ([] if last.duration is None else [f"took {last.duration:.2f}s"])
     if last.outcome:
         parts.append(last.outcome)
     if last.jobs is not None:
-        parts.append(f"{last.jobs} job" + ("" if last.jobs == 1 else "s"))
+        since = " since it started" if last.loop else ""
+        parts.append(f"{last.jobs} job" + ("" if last.jobs == 1 else "s") + since)
     return ", ".join(parts)
 
 
@@ -240,7 +244,7 @@ def _print_rows(rows: list[dict[str, Any]]) -> None:
 
 
 def _call(view: dict[str, Any]) -> str:
-    """What a row calls, and when it recurs by cron."""
+    """What a row calls, and how it recurs (by cron or `every 1h`)."""
     call = f"{view['class']}.{view['method']}"
     return f"{call} ({view['schedule']})" if view.get("schedule") else call
 
@@ -278,6 +282,7 @@ def peek(
 
 
 def _upcoming_view(entry: Upcoming, now: float) -> dict[str, Any]:
+    from ..jobspec import schedule_text
     from ..store.params import payload_or_empty
 
     payload = payload_or_empty(entry.row.params) if entry.row else {}
@@ -290,7 +295,7 @@ def _upcoming_view(entry: Upcoming, now: float) -> dict[str, Any]:
         "method": payload.get("method"),
         "ext": entry.row.ext_string if entry.row else None,
         "status": status_word(entry.row.status) if entry.row else None,
-        "schedule": entry.row.schedule if entry.row else None,
+        "schedule": schedule_text(entry.row) if entry.row else None,
     }
 
 

@@ -16,11 +16,13 @@ from ..durations import parse_duration
 from ..errors import BadInput
 from ..ops.logs import job_fields, setup_logging
 from ..worker.allowlist import check_allowlist
+from ..worker.handlers import check_imports
 from ..worker.interrupts import graceful_stop
 from ..worker.options import RunOptions
 from .app import app, open_queue, print_json, printable, reporting_errors
 
 if TYPE_CHECKING:
+    from ..config import Settings
     from ..queue import Queue
     from ..store.outcomes import Outcome
     from ..worker.liveness import Liveness
@@ -165,6 +167,7 @@ def _run_here(
     """Run in this process, as `options` and `outputs` ask."""
     with reporting_errors():
         liveness = _liveness(liveness_fd)
+        _check_handlers(load_settings())
         queue = open_queue(on_failure=outputs.on_failure)
         wanted = outputs.verbose and not (options.loop or outputs.as_json)
         metrics_file = outputs.metrics_file
@@ -184,6 +187,13 @@ def _run_here(
     return report
 
 
+def _check_handlers(settings: Settings) -> None:
+    """Refuse an allowlist that is empty, names code not the application's, or has an entry
+    that does not import here: each would fail every due job the run claims."""
+    check_allowlist(settings.handlers)
+    check_imports(settings.handlers, settings.path)
+
+
 def _prepare_outputs(outputs: Outputs) -> None:
     """Open the log and check the metrics file can be written, before any job runs: a
     run that found out only afterwards had run its jobs and still exited 2."""
@@ -201,7 +211,7 @@ def _supervise(processes: int, options: RunOptions, outputs: Outputs) -> None:
 
         # Refused once here, rather than by every child on its own line.
         settings = load_settings().with_overrides(on_failure=outputs.on_failure)
-        check_allowlist(settings.handlers)
+        _check_handlers(settings)
         load_reporters(settings)
         if options.loop:  # a looping child waits out an outage, even one at its start
             queue = open_queue(on_failure=outputs.on_failure)

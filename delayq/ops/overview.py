@@ -64,15 +64,18 @@ class QueueStats:
 
 @dataclass(frozen=True)
 class LastRun:
-    """What the last `delayq run` recorded in Redis about itself."""
+    """What the last `delayq run` recorded in Redis about itself: a pass when it ended, a
+    `--loop` as it went (its duration runs to its last beat, its jobs are all it ran)."""
 
     started_at: float | None
     duration: float | None
     outcome: str | None
     jobs: int | None
+    loop: bool = False
 
     @property
     def finished_at(self) -> float | None:
+        """When the run last said it was alive: a pass's end, a loop's last beat."""
         if self.started_at is None:
             return None
         return self.started_at + (self.duration or 0.0)
@@ -91,7 +94,7 @@ class StatusReport:
         if self.last_run is not None:
             finished = self.last_run.finished_at
             age = None if finished is None else max(0.0, self.now - finished)
-            last = dict(asdict(self.last_run), age=age)
+            last = dict(asdict(self.last_run), age=age, beat_at=finished)
         return {
             "now": self.now,
             "last_run": last,
@@ -217,6 +220,7 @@ def read_last_run(registry: Registry) -> LastRun | None:
         duration=_number(fields.get("duration")),
         outcome=fields.get("outcome"),
         jobs=None if jobs is None else int(jobs),
+        loop=fields.get("loop") == "1",
     )
 
 

@@ -39,8 +39,11 @@ class Registry:
         """Add to `pipe` the recording of a queue's name (with the write that indexes it)."""
         pipe.sadd(QUEUES_KEY, queue)
 
-    def record_run(self, started_at: float, duration: float, outcome: str, jobs: int) -> None:
-        """Note this run for `delayq status`."""
+    def record_run(
+        self, started_at: float, duration: float, outcome: str, jobs: int, loop: bool = False
+    ) -> None:
+        """Note this run for `delayq status`, in one write: a pass when it ends; a loop when
+        it starts, as it beats (`duration` then runs to the beat) and when it ends."""
         self.client.hset(
             LAST_RUN_KEY,
             mapping={
@@ -48,6 +51,7 @@ class Registry:
                 "duration": repr(duration),
                 "outcome": outcome,
                 "jobs": str(jobs),
+                "loop": "1" if loop else "0",
             },
         )
 

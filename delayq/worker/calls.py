@@ -23,7 +23,7 @@ from ..config import Settings, hide_secrets
 from ..durations import HORIZON, format_delta, seconds_of, shown
 from ..errors import BadInput, HandlerNotAllowed, NoRetry, RetryLater
 from ..store.outcomes import Outcome
-from ..store.params import read_call
+from ..store.params import read_call, read_payload
 from ..store.policies import POLICY_MAX, RetryPolicy, read_policy
 from ..store.table import TEXT_MAX, ClaimedJob, Status, storable
 from . import forks, interrupts
@@ -38,7 +38,6 @@ from .tracebacks import describe, describe_with_traceback
 logger = logging.getLogger(__name__)
 
 Call = tuple[str, str]  # (class, method) as the job's params name them
-UNKNOWN: Call = ("?", "?")  # a job whose params name no handler that could be called
 
 
 class Caller:
@@ -79,14 +78,16 @@ class Caller:
 
     def _execute(self, job: ClaimedJob) -> Outcome:
         started = time.monotonic()
+        # A refused job is named as its row names it: that name is what the operator must fix.
+        call = _call_of(job, self.php_classes)
         try:
             class_path, method, data = read_call(job.params, self.php_classes)
             handler = self._handler(class_path, method)
         except HandlerNotAllowed as exc:
-            return self._failed(job, UNKNOWN, started, str(exc), retry=False)
+            return self._failed(job, call, started, str(exc), retry=False)
         except BadInput as exc:
             retry = not str(exc).startswith("bad params")  # a deploy may fix a missing module
-            return self._failed(job, UNKNOWN, started, str(exc), retry=retry)
+            return self._failed(job, call, started, str(exc), retry=retry)
         return self._call(job, (class_path, method), handler, data, started)
 
     def coroutine_for(self, job: ClaimedJob) -> Coroutine[Any, Any, Outcome] | None:
@@ -289,12 +290,31 @@ def _context_of(job: ClaimedJob) -> context.JobContext:
 
 
 def _call_of(job: ClaimedJob, php_classes: dict[str, str]) -> Call:
-    """(class, method) of a job whose params may be anything."""
+    """(class, method) of a job whose params may be anything: what they name, even when it
+    cannot be called (an unmapped PHP class, data nested too deep), "?" for what they do not."""
     try:
         class_path, method, _ = read_call(job.params, php_classes)
     except BadInput:
-        return UNKNOWN
+        payload = _named_fields(job.params)
+        return _name_or_unknown(payload.get("class")), _name_or_unknown(payload.get("method"))
     return class_path, method
+
+
+def _name_or_unknown(part: object) -> str:
+    return part if isinstance(part, str) else "?"
+
+
+def _named_fields(params: str) -> dict[str, Any]:
+    """The params object of a row that cannot be called, read as leniently as it can be."""
+    try:
+        return read_payload(params)
+    except BadInput:
+        pass
+    try:  # data nested too deep for a call can still be parsed for its names
+        payload = json.loads(params)
+    except (TypeError, ValueError, RecursionError):
+        return {}
+    return payload if isinstance(payload, dict) else {}
 
 
 def _deferral(delay: object) -> float:

@@ -11,12 +11,15 @@ subclass of `subprocess.Popen`) is refused.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
+import os
 import types
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
-from ..errors import BadInput, HandlerNotAllowed
+from ..errors import BadInput, ConfigError, HandlerNotAllowed
 from .allowlist import EMPTY_ALLOWLIST, check_entry
 
 Handler = Callable[[Any], Any]
@@ -87,6 +90,40 @@ def import_prefix(prefix: str) -> None:
     owner: Any = module
     for name in rest:
         owner = _attribute(owner, name, prefix)
+
+
+def check_imports(allowed: Sequence[str], path: Sequence[Path]) -> None:
+    """Refuse, with ConfigError, an allowlist entry that does not import here.
+
+    `delayq run` asks this before it claims anything: a worker started from the wrong
+    directory, or with a typo in DELAYQ_HANDLERS, would fail every job it claims (for good,
+    or onto the retry ladder as "not importable") and still exit 0, as cron sees it.
+    """
+    for prefix in allowed:
+        try:
+            import_prefix(prefix)
+        except BadInput as exc:
+            top = prefix.split(".")[0]
+            reason = _not_found_in(top, path) if _is_missing(top) else str(exc)
+            message = f"DELAYQ_HANDLERS entry {prefix!r} does not import: {reason}"
+            raise ConfigError(message) from None
+
+
+def _is_missing(top: str) -> bool:
+    try:
+        return importlib.util.find_spec(top) is None
+    except (ImportError, ValueError):
+        return True
+
+
+def _not_found_in(top: str, path: Sequence[Path]) -> str:
+    """Where a top-level module was looked for, as the operator can change it."""
+    listed = ", ".join(str(directory.resolve()) for directory in path) or "not set"
+    return (
+        f"no module {top!r} in the working directory ({os.getcwd()}), DELAYQ_PATH ({listed}) "
+        "or the installed packages; start delayq in your application's directory or list "
+        "that directory in DELAYQ_PATH (`path` in delayq.toml)"
+    )
 
 
 def _is_plain_name(name: str) -> bool:

@@ -50,17 +50,28 @@ class _Clock:
     """
 
     deadline = math.inf  # monotonic; inf while no job runs
+    grace_ends = math.inf  # monotonic: when a stop's grace ends for the job running then
     fires_at: float | None = None  # monotonic; None while the timer is off
 
     @classmethod
     def expire(cls, signum: int, frame: FrameType | None) -> None:
         now = time.monotonic()
         cls.fires_at = None
+        if cls.deadline == math.inf:
+            return  # between jobs: nothing to stop, and the timer stays off
         if now >= cls.deadline:
             cls.deadline = math.inf
             raise JobTimeout()
-        if cls.deadline != math.inf:
-            cls.set(cls.deadline - now)
+        if now >= cls.grace_ends:
+            cls.deadline = cls.grace_ends = math.inf
+            raise Abandoned()
+        cls.set(min(cls.deadline, cls.grace_ends) - now)
+
+    @classmethod
+    def end_grace_in(cls, seconds: float) -> None:
+        cls.grace_ends = time.monotonic() + seconds
+        if cls.fires_at is None or cls.fires_at > cls.grace_ends:
+            cls.set(seconds)
 
     @classmethod
     def set(cls, seconds: float) -> None:
@@ -69,7 +80,7 @@ class _Clock:
 
     @classmethod
     def clear(cls) -> None:
-        cls.deadline, cls.fires_at = math.inf, None
+        cls.deadline, cls.grace_ends, cls.fires_at = math.inf, math.inf, None
         signal.setitimer(signal.ITIMER_REAL, 0)
 
 
@@ -110,11 +121,13 @@ def disarm() -> None:
 
 
 class GracefulStop:
-    """First SIGTERM/SIGINT: finish the current job, hand the rest back, stop.
-    Second: abandon the current job too (it goes back to the schedule)."""
+    """First SIGTERM/SIGINT: finish the current job, hand the rest back, stop; a job the
+    run calls on the main thread that is still running when the grace ends is abandoned.
+    Second: abandon the current job at once. An abandoned job goes back to the schedule."""
 
     def __init__(self) -> None:
         self.signum: int | None = None
+        self.grace: float | None = None  # set while calls run under SIGALRM (`grace_on_alarm`)
 
     @property
     def requested(self) -> bool:
@@ -124,10 +137,31 @@ class GracefulStop:
         if self.signum is not None:
             raise Abandoned()
         self.signum = signum
+        within = ""
+        if self.grace is not None:
+            _Clock.end_grace_in(self.grace)
+            within = f" within {self.grace:g}s"
         logger.warning(
-            "received %s: finishing the current job, handing the rest back",
+            "received %s: finishing the current job%s, handing the rest back",
             signal.Signals(signum).name,
+            within,
         )
+
+
+@contextmanager
+def grace_on_alarm(stop: GracefulStop | None, grace: float) -> Iterator[None]:
+    """Inside `time_limits`, while handlers run on the main thread: a stop gives the job in
+    progress `grace` seconds, then the time limit's alarm abandons it, as a second signal
+    would. Without this a job far longer than the grace held the run past it, until a
+    service manager's stop timeout killed it with SIGKILL."""
+    if stop is None:
+        yield
+        return
+    stop.grace = grace
+    try:
+        yield
+    finally:
+        stop.grace = None  # out of `time_limits`, SIGALRM no longer has its handler
 
 
 @contextmanager

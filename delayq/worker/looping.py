@@ -21,10 +21,13 @@ from .interrupts import GracefulStop
 from .liveness import Liveness
 from .options import RunOptions
 from .report import OutcomeCallback, RunReport
-from .run import Run
+from .run import Run, outcome_word
 
 # Lease recovery and the orphan sweep need not run on every wake-up.
 SWEEP_EVERY = 5.0
+# How often at most a loop notes in Redis that it is alive, for `delayq status`.
+BEAT_EVERY = 1.0
+RUNNING = "running"  # a loop's outcome until it ends
 # The longest single wait, so a stop signal or a new queue is noticed within this.
 MAX_WAIT = 1.0
 # How much sooner than needed a blocking wait ends, to absorb Redis's timeout granularity.
@@ -66,12 +69,37 @@ def run_loop(
     stop: GracefulStop | None = None,
     liveness: Liveness | None = None,
 ) -> RunReport:
-    """Run passes until the options' duration has passed (None: until stopped)."""
-    total = RunReport()
-    deadline = None if options.duration is None else time.monotonic() + options.duration
-    last_sweep = float("-inf")
+    """Run passes until the options' duration has passed (None: until stopped), noting the
+    loop for `delayq status` as one run: when it started, when it last beat, its jobs."""
     if liveness is None:  # a supervising parent asked once for all its children
         _reach(table, index)  # a server not reachable at all from the start: exit 1, at once
+    total = RunReport()
+    record = LoopRecord(index)
+    try:
+        _run_passes(settings, table, index, options, total, record, on_outcome, stop, liveness)
+    except Exception as exc:
+        record.write(f"failed: {type(exc).__name__}", total)
+        raise
+    if stop is not None and stop.requested:
+        total.interrupted = stop.signum
+    record.write(outcome_word(total, loop=True), total)
+    return total
+
+
+def _run_passes(
+    settings: Settings,
+    table: Table,
+    index: Index,
+    options: RunOptions,
+    total: RunReport,
+    record: LoopRecord,
+    on_outcome: OutcomeCallback | None,
+    stop: GracefulStop | None,
+    liveness: Liveness | None,
+) -> None:
+    """The passes of a loop, each added to `total`, until its time is up or it is stopped."""
+    deadline = None if options.duration is None else time.monotonic() + options.duration
+    last_sweep = float("-inf")
     asked = options.applied_to(settings)
     outage = Outage(stop, liveness, asked.lease + asked.grace)
     while True:
@@ -98,13 +126,41 @@ def run_loop(
         if sweep:
             last_sweep = time.monotonic()
         total.merge(report)
+        record.beat(total)
         if report.interrupted is not None or report.stuck:
             break
         if not report.stopped_early:
             _sleep_until_due(index, options.queues, remaining)
-    if stop is not None and stop.requested:
-        total.interrupted = stop.signum
-    return total
+
+
+class LoopRecord:
+    """A loop's entry in `delayq status`: one write when it starts, after a pass at most
+    once a BEAT_EVERY (a busy loop's passes follow each other by milliseconds), and one
+    when it ends; a loop that died is seen by the age of its last beat."""
+
+    def __init__(self, index: Index) -> None:
+        self.index = index
+        self.started_at = self._now()
+        self.beaten_at = float("-inf")  # monotonic time of the last write
+        self.write(RUNNING, RunReport())
+
+    def beat(self, total: RunReport) -> None:
+        if time.monotonic() - self.beaten_at >= BEAT_EVERY:
+            self.write(RUNNING, total)
+
+    def write(self, outcome: str, total: RunReport) -> None:
+        self.beaten_at = time.monotonic()
+        try:
+            duration = max(0.0, self._now() - self.started_at)
+            self.index.registry.record_run(self.started_at, duration, outcome, total.ran, True)
+        except Exception as exc:  # noqa: BLE001 - a loop is not stopped by its own bookkeeping
+            logger.warning("could not record the loop for `delayq status`: %s", exc)
+
+    def _now(self) -> float:
+        try:
+            return self.index.clock.now()
+        except Exception:  # noqa: BLE001 - Redis away: its offset is a refinement
+            return time.time()
 
 
 def _reach(table: Table, index: Index) -> None:

@@ -28,7 +28,7 @@ from .concurrent import ConcurrentDrain
 from .drains import SequentialDrain
 from .heartbeat import Heartbeat, LeaseDeadline
 from .hooks import load_reporters
-from .interrupts import Abandoned, GracefulStop
+from .interrupts import Abandoned, GracefulStop, grace_on_alarm
 from .liveness import Liveness
 from .options import RunOptions
 from .report import OutcomeCallback, RunReport
@@ -71,7 +71,8 @@ class Run:
         self._bookkeeper: Bookkeeper | None = None  # started once a drain asks for it
 
     def execute(self) -> RunReport:
-        """Run the pass, note it for `delayq status`, and return its report."""
+        """Run the pass, note it for `delayq status` (a loop notes itself instead, as one
+        run: its last pass's budget is no limit it was given), and return its report."""
         started_at = self.clock()
         self.show_progress()
         try:
@@ -81,7 +82,7 @@ class Run:
             raise
         if self.stop is not None and self.stop.requested:
             self.report.interrupted = self.stop.signum
-        self._record(started_at, _outcome_word(self.report))
+        self._record(started_at, outcome_word(self.report))
         return self.report
 
     def _run_queues(self, queues: Sequence[str] | None) -> None:
@@ -93,7 +94,8 @@ class Run:
                 alarms = enabled and self.settings.concurrency == 1
                 caller = Caller(self.settings, self.clock, alarms, self.on_outcome, self.reporters)
                 try:
-                    self._run_each_queue(queues, caller)
+                    with grace_on_alarm(self.stop if alarms else None, self.settings.grace):
+                        self._run_each_queue(queues, caller)
                 finally:
                     caller.close()
         except Abandoned:
@@ -133,6 +135,8 @@ class Run:
 
     def _record(self, started_at: float, outcome: str) -> None:
         self.report.elapsed = time.monotonic() - self.started_at
+        if self.options.loop:
+            return
         try:
             self.index.registry.record_run(
                 started_at, self.report.elapsed, outcome, self.report.ran
@@ -231,7 +235,13 @@ class Run:
             )
 
 
-def _outcome_word(report: RunReport) -> str:
+def outcome_word(report: RunReport, loop: bool = False) -> str:
+    """How a run ended, as `delayq status` says it. A loop's passes stop at the end of its
+    time, which is no limit of a pass it was asked for."""
     if report.interrupted is not None:
         return f"interrupted by {signal.Signals(report.interrupted).name}"
-    return "stopped early (--limit or --max-seconds)" if report.stopped_early else "ok"
+    if report.stuck:
+        return f"stopped: {report.stuck} handler threads stuck past their time limit"
+    if report.stopped_early and not loop:
+        return "stopped early (--limit or --max-seconds)"
+    return "ok"
