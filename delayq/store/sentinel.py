@@ -23,6 +23,9 @@ QUERY_PARAMETERS = ("sentinel_username", "sentinel_password")
 # these tries (about 9 s of backoff, reconnecting and asking the sentinels each time) carry
 # a command across it. Longer outages are the looping run's to wait out.
 FAILOVER_RETRIES = 12
+# A timeout is not retried: a primary that hangs would hold a command for socket_timeout
+# on every try. It closes the connection, and the next command asks the sentinels anew.
+RETRIED = (redis.ConnectionError,)
 # A sentinel answers SENTINEL MASTERS at once; one that does not is skipped for the next.
 SENTINEL_TIMEOUT = 2.0
 _HOST = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[^:\[\]]+)(?::([^:]*))?$")
@@ -122,6 +125,6 @@ def open_sentinel(parts: SentinelUrl, **options: Any) -> redis.Redis:
         db=parts.db,
         username=parts.username,
         password=parts.password,
-        retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), FAILOVER_RETRIES),
+        retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), FAILOVER_RETRIES, RETRIED),
         **options,
     )
