@@ -112,11 +112,14 @@ def test_a_queue_on_a_sentinel_url_adds_and_runs_jobs(group, queue, env, log):
     primary.close()
 
 
+@pytest.mark.parametrize("concurrency", ["1", "4"], ids=["sequential", "concurrent"])
 @pytest.mark.parametrize("fault", FAULTS.values(), ids=FAULTS)
-def test_runs_go_on_against_the_new_primary_after_a_failover(group, queue, env, log, fault):
+def test_runs_go_on_against_the_new_primary_after_a_failover(
+    group, queue, env, log, fault, concurrency
+):
     before = add(queue, log, "before")
     due_later = add(queue, log, "due-later-1", "due-later-2", delay="2s")
-    loop = start(env, "run", "--loop", "--log-level", "warning")
+    loop = start(env, "run", "--loop", "--concurrency", concurrency, "--log-level", "warning")
     wait_for(lambda: "before" in read_log(log), 60, "the job added before the failover")
     # Nothing a failover may roll back: the replica has every write so far.
     assert queue.index.client.wait(1, 5000) == 1
