@@ -141,7 +141,7 @@ def validate_text(value: str, name: str) -> str:
     return value
 
 
-SECRET_PARAMETERS = ("password", "passwd", "pass", "secret", "token")
+SECRET_PARAMETERS = ("password", "sentinel_password", "passwd", "pass", "secret", "token")
 _SECRET_PARAMETER = re.compile(rf"([?&](?:{'|'.join(SECRET_PARAMETERS)})=)[^&]*", re.IGNORECASE)
 
 

@@ -77,6 +77,7 @@ SERIAL_FILES = {
     "test_readme.py",
     "test_recurring.py",
     "test_requeue.py",
+    "test_sentinel.py",
     "test_slots.py",
     "test_soak.py",
     "test_supervisor.py",

@@ -92,10 +92,18 @@ class Journal:
     def _send(self, packed: bytes) -> None:
         # The main thread journals while the bookkeeping thread commits: sends take turns.
         with self._lock:
+            if self._connection is not None and not self._talks_to_primary(self._connection):
+                self._give_up()
             if self._connection is None:
                 self._connection = self.client.connection_pool.get_connection()
                 self._checked(pack(b"CLIENT", b"REPLY", b"OFF"))
             self._checked(packed)
+
+    def _talks_to_primary(self, connection: Connection) -> bool:
+        """Whether the pool still counts the journal's connection as its own: a Sentinel
+        pool that has found a new primary after a failover does not count one still on the
+        old server (which no longer takes writes, and answers none on this connection)."""
+        return bool(self.client.connection_pool.owns_connection(connection))
 
     def _checked(self, packed: bytes) -> None:
         """Send on the journal's connection; if that fails, give the connection up. redis-py
@@ -106,10 +114,14 @@ class Journal:
         try:
             self._connection.send_packed_command([packed], check_health=False)
         except Exception:
-            connection, self._connection = self._connection, None
-            connection.disconnect()
-            self.client.connection_pool.release(connection)
+            self._give_up()
             raise
+
+    def _give_up(self) -> None:
+        assert self._connection is not None
+        connection, self._connection = self._connection, None
+        connection.disconnect()
+        self.client.connection_pool.release(connection)
 
     def forget(
         self,

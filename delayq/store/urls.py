@@ -2,7 +2,8 @@
 connects, so a malformed one is one usage error naming the variable, never a traceback
 from deep inside a driver, and never an error that repeats a piece of the password.
 
-database.py opens the database; `open_redis` here builds the Redis client.
+database.py opens the database; `open_redis` here builds every Redis client delayq makes
+for a URL (sentinel.py those of redis+sentinel:// URLs).
 """
 
 from __future__ import annotations
@@ -15,9 +16,18 @@ import redis
 
 from ..config import hide_secrets, redact_url
 from ..errors import ConfigError
+from . import sentinel
 
-REDIS_SCHEMES = ("redis", "rediss", "unix")
+REDIS_SCHEMES = ("redis", "rediss", "unix", sentinel.SCHEME)
+REDIS_FORMS = (
+    "use redis://[:password@]host:6379/0, rediss://, unix:// or "
+    "redis+sentinel://[:password@]host:26379[,host:26379...]/SERVICE[/DB]"
+)
 SERVER_SCHEMES = ("mysql", "redis", "rediss")
+PERCENT_ENCODE = (
+    "a # ? / or @ in the password (or an @ anywhere after it) must be "
+    "percent-encoded, e.g. urllib.parse.quote(password, safe='')"
+)
 _DB_PATH = re.compile(r"^/?(\d*)$")
 _ARGUMENT = re.compile(r"keyword argument '(\w+)'")
 
@@ -45,12 +55,7 @@ def check_netloc(variable: str, url: str) -> None:
     if parts.scheme not in SERVER_SCHEMES:
         return
     if _password_cut_short(url.partition("://")[2], parts.netloc):
-        raise refuse(
-            variable,
-            url,
-            "a # ? / or @ in the password (or an @ anywhere after it) must be "
-            "percent-encoded, e.g. urllib.parse.quote(password, safe='')",
-        )
+        raise refuse(variable, url, PERCENT_ENCODE)
     try:
         port = parts.port
     except ValueError:
@@ -76,9 +81,9 @@ def open_redis(url: str, **options: Any) -> redis.Redis:
     parts = split("DELAYQ_REDIS_URL", url)
     scheme = parts.scheme
     if scheme not in REDIS_SCHEMES:
-        raise refuse(
-            "DELAYQ_REDIS_URL", url, "use redis://[:password@]host:6379/0, rediss:// or unix://"
-        )
+        raise refuse("DELAYQ_REDIS_URL", url, REDIS_FORMS)
+    if scheme == sentinel.SCHEME:
+        return _open_sentinel(url, parts, **options)
     check_netloc("DELAYQ_REDIS_URL", url)
     if scheme != "unix" and not _DB_PATH.match(parts.path):
         # redis-py would quietly use database 0 for /abc.
@@ -94,6 +99,17 @@ def open_redis(url: str, **options: Any) -> redis.Redis:
     except ValueError as exc:
         raise refuse("DELAYQ_REDIS_URL", url, str(exc)) from None
     return client
+
+
+def _open_sentinel(url: str, parts: SplitResult, **options: Any) -> redis.Redis:
+    if _password_cut_short(url.partition("://")[2], parts.netloc):
+        raise refuse("DELAYQ_REDIS_URL", url, PERCENT_ENCODE)
+    try:
+        return sentinel.open_sentinel(
+            sentinel.parse(parts.netloc, parts.path, parts.query), **options
+        )
+    except sentinel.BadSentinelUrl as exc:
+        raise refuse("DELAYQ_REDIS_URL", url, str(exc)) from None
 
 
 def check_mysql_arguments(url: str, kwargs: dict[str, Any]) -> None:

@@ -1,0 +1,130 @@
+"""redis+sentinel:// URLs: the sentinels to ask, the service whose primary delayq talks to,
+and a client on that primary that finds the new one after a failover.
+
+urls.py sends such URLs here; what a failover may roll back is left to the table, the truth.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, unquote
+
+import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
+from redis.sentinel import Sentinel
+
+SCHEME = "redis+sentinel"
+SENTINEL_PORT = 26379
+QUERY_PARAMETERS = ("sentinel_username", "sentinel_password")
+# A failover with down-after-milliseconds 1000 promotes a replica within a few seconds;
+# these tries (about 9 s of backoff, reconnecting and asking the sentinels each time) carry
+# a command across it. Longer outages are the looping run's to wait out.
+FAILOVER_RETRIES = 12
+# A timeout is not retried: a primary that hangs would hold a command for socket_timeout
+# on every try. It closes the connection, and the next command asks the sentinels anew.
+RETRIED = (redis.ConnectionError,)
+# A sentinel answers SENTINEL MASTERS at once; one that does not is skipped for the next.
+SENTINEL_TIMEOUT = 2.0
+_HOST = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[^:\[\]]+)(?::([^:]*))?$")
+
+
+class BadSentinelUrl(ValueError):
+    """What is wrong with a redis+sentinel:// URL, in words for its usage error."""
+
+
+@dataclass(frozen=True)
+class SentinelUrl:
+    """The parts of redis+sentinel://[[user]:password@]host:port[,host:port...]/SERVICE[/DB]."""
+
+    sentinels: tuple[tuple[str, int], ...]
+    service: str
+    db: int
+    username: str | None
+    password: str | None
+    sentinel_username: str | None
+    sentinel_password: str | None
+
+
+def parse(netloc: str, path: str, query: str) -> SentinelUrl:
+    """Read the parts urlsplit gave; BadSentinelUrl says what is wrong."""
+    userinfo, _, hosts = netloc.rpartition("@")
+    user, colon, password = userinfo.partition(":")
+    service, db = _service_and_db(path)
+    parameters = _parameters(query)
+    return SentinelUrl(
+        sentinels=tuple(_address(host) for host in hosts.split(",")),
+        service=service,
+        db=db,
+        username=unquote(user) or None,
+        password=unquote(password) if colon else None,
+        sentinel_username=parameters.get("sentinel_username"),
+        sentinel_password=parameters.get("sentinel_password"),
+    )
+
+
+def _service_and_db(path: str) -> tuple[str, int]:
+    service, _, db = path.strip("/").partition("/")
+    if not service:
+        raise BadSentinelUrl("name the service after the hosts, e.g. /mymaster or /mymaster/0")
+    if db and not (db.isascii() and db.isdigit()):
+        raise BadSentinelUrl("the path after the service must be a database number, e.g. /0")
+    return unquote(service), int(db or 0)
+
+
+def _address(host: str) -> tuple[str, int]:
+    found = _HOST.match(host)
+    if not host or not found:
+        raise BadSentinelUrl("give the sentinels as host:port[,host:port...]")
+    port = found.group(2)
+    if port is None:
+        return found.group(1).strip("[]"), SENTINEL_PORT
+    if not (port.isascii() and port.isdigit()) or not 1 <= int(port) <= 65535:
+        raise BadSentinelUrl(f"the port of {host!r} must be a number from 1 to 65535")
+    return found.group(1).strip("[]"), int(port)
+
+
+def _parameters(query: str) -> dict[str, str]:
+    pairs = parse_qsl(query, keep_blank_values=True)
+    unknown = sorted({name for name, _ in pairs} - set(QUERY_PARAMETERS))
+    if unknown:
+        raise BadSentinelUrl(
+            f"{SCHEME}:// knows no {unknown[0]!r}; it takes {' and '.join(QUERY_PARAMETERS)}"
+        )
+    if len(pairs) > len(dict(pairs)):
+        raise BadSentinelUrl("give each query parameter once")
+    return dict(pairs)
+
+
+def open_sentinel(parts: SentinelUrl, **options: Any) -> redis.Redis:
+    """A client on the service's current primary; connects lazily.
+
+    redis-py's Sentinel pool asks the sentinels for the primary's address on every new
+    connection, and turns a READONLY reply (the server it reached was demoted) into a
+    ConnectionError; the retry policy makes such an error, or a refused connection, close
+    the connection and try again on the primary the sentinels name now. Without one the
+    pool tries once and the error reaches the caller.
+    """
+    timeouts = {
+        name: min(float(options[name]), SENTINEL_TIMEOUT)
+        for name in ("socket_connect_timeout", "socket_timeout")
+        if options.get(name) is not None
+    }
+    sentinel = Sentinel(
+        list(parts.sentinels),
+        sentinel_kwargs={
+            **timeouts,
+            "username": parts.sentinel_username,
+            "password": parts.sentinel_password,
+        },
+    )
+    return sentinel.master_for(
+        parts.service,
+        db=parts.db,
+        username=parts.username,
+        password=parts.password,
+        retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), FAILOVER_RETRIES, RETRIED),
+        **options,
+    )
