@@ -139,3 +139,16 @@ def test_every_link_leads_somewhere(document):
         if not linked.exists() or (anchor and anchor not in _anchors(linked.read_text())):
             broken.append(target)
     assert not broken, f"{document.name} links to what is not there: {broken}"
+
+
+def test_the_command_table_names_every_command():
+    """A command the table leaves out is one a reader of the README never learns of."""
+    import typer
+
+    from delayq.cli import app
+
+    table = re.search(r"^\| command \| effect \|.*?\n\n", README, re.S | re.M)
+    assert table, "the README has no command table"
+    listed = set(re.findall(r"^\| `delayq ([a-z-]+)", table.group(0), re.M))
+    commands = set(typer.main.get_command(app).commands)  # type: ignore[attr-defined]
+    assert commands - listed == set(), f"the README's command table lacks {commands - listed}"

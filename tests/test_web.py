@@ -177,6 +177,39 @@ def test_an_unknown_job_is_404_and_a_bad_search_is_400_with_one_line(queue):
         assert message and "\n" not in message.group(1), query
 
 
+def test_unknown_jobs_and_paths_get_the_sites_own_page_with_404(queue):
+    client = client_of(queue)
+    for path in ("/jobs/99999", "/jobs/abc", "/nowhere", "/jobs/%3Cscript%3Ealert(1)"):
+        response = client.get(path)
+        assert response.status_code == 404, path
+        assert response.headers["content-type"].startswith("text/html"), path
+        assert 'href="/static/style.css"' in response.text, path  # the layout of every page
+        assert "<h1>Not found</h1>" in response.text, path
+        message = re.search(r'<p class="error" id="error">(.*?)</p>', response.text, re.S)
+        assert message and "\n" not in message.group(1), path
+        assert "<script>" not in response.text, path
+    assert "no job with id 99999" in client.get("/jobs/99999").text
+    assert "/jobs/ID" in client.get("/jobs/abc").text
+    wrong_method = client.get("/logout")
+    assert wrong_method.status_code == 405 and "POST" in wrong_method.headers["allow"]
+    assert 'href="/static/style.css"' in wrong_method.text
+
+
+def test_only_a_logged_in_visitor_is_offered_the_requeue(queue, log):
+    failed_for_good(queue, log)
+    search = {"handler": H, "status": "failed"}
+    for visitor in (client_of(queue), client_of(queue, token=None)):
+        assert 'id="requeue"' not in visitor.get("/jobs", params=search).text
+    assert 'id="requeue"' in logged_in(queue).get("/jobs", params=search).text
+
+    # A preview reached without logging in says how to, rather than showing no button.
+    preview = client_of(queue).get("/requeue", params={"handler": H}).text
+    hint = re.search(r'<p id="log-in-to-requeue">(.*?)</p>', preview, re.S)
+    assert hint and 'href="/login"' in hint.group(1), preview
+    read_only = client_of(queue, token=None).get("/requeue", params={"handler": H}).text
+    assert "DELAYQ_WEB_TOKEN" in read_only and 'id="confirm-requeue"' not in read_only
+
+
 def test_search_by_a_range_of_last_change_in_utc_pages_and_refuses_bad_ranges(queue, log):
     ids = [queue.add(H, "record", {"log": log, "n": str(n)}, now=NOW) for n in range(60)]
     Job = queue.table.model

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
+import socket
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -73,6 +74,30 @@ def test_a_short_token_is_refused_before_serving(cli_env):
 
     assert result.exit_code == 2
     assert result.stderr.strip() == "delayq: error: DELAYQ_WEB_TOKEN must be at least 16 characters"
+
+
+@pytest.mark.parametrize(("token", "mode"), [(None, "read-only"), (TOKEN, "actions enabled")])
+def test_it_says_where_it_listens_and_whether_actions_are_on(queue, cli_env, token, mode):
+    port = free_port()
+    extra = {"DELAYQ_WEB_TOKEN": token} if token else {}
+    process = start(cli_env, "web", "--port", str(port), **extra)
+    wait_for(lambda: answers(f"http://127.0.0.1:{port}/"), 30, "delayq web to answer")
+
+    process.terminate()  # what it printed is all it will: it prints before it serves
+    line = process.communicate(timeout=30)[0].decode()
+    assert line.startswith(f"delayq web: listening on http://127.0.0.1:{port}/ ({mode}"), line
+    assert "DELAYQ_WEB_TOKEN" in line and TOKEN not in line
+
+
+def test_a_port_in_use_is_one_line_and_exit_1(cli_env):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        result = invoke(cli_env, "web", "--port", str(taken.getsockname()[1]))
+
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    assert len(result.stderr.splitlines()) == 1 and "cannot listen" in result.stderr
 
 
 def test_the_console_script_serves_the_page_on_loopback(queue, cli_env, log):

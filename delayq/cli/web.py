@@ -7,6 +7,7 @@ proxy mounts it and `--forwarded-allow-ips` the proxies whose X-Forwarded-* head
 from __future__ import annotations
 
 import ipaddress
+import socket
 from typing import Annotated
 
 import typer
@@ -44,7 +45,7 @@ def web(
             raise ConfigError(WEB_EXTRA) from None
         queue = open_queue()
         page = create_app(queue, token=queue.settings.web_token)
-    uvicorn.run(
+    config = uvicorn.Config(
         page,
         host=host,
         port=port,
@@ -53,6 +54,35 @@ def web(
         forwarded_allow_ips=forwarded_allow_ips,
         log_level="warning",
     )
+    # Bound here rather than by uvicorn, so the address is announced only once it listens
+    # and a port in use is one line of ours.
+    listening = _listen(host, port)
+    typer.echo(f"delayq web: listening on {_address(listening)} ({_mode(page.state.token)})")
+    uvicorn.Server(config).run(sockets=[listening])
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    listening = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listening.bind((host, port))
+    except OSError as exc:
+        listening.close()
+        typer.echo(f"delayq: error: cannot listen on {host} port {port}: {exc.strerror}", err=True)
+        raise typer.Exit(1) from None
+    listening.set_inheritable(True)
+    return listening
+
+
+def _address(listening: socket.socket) -> str:
+    host, port = listening.getsockname()[:2]
+    return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
+
+
+def _mode(token: str | None) -> str:
+    if token is None:
+        return "read-only: set DELAYQ_WEB_TOKEN to enable retry, cancel and requeue"
+    return "actions enabled: log in with DELAYQ_WEB_TOKEN to retry, cancel and requeue"
 
 
 def _check_host(host: str) -> None:

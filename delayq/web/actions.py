@@ -19,7 +19,7 @@ from starlette.responses import RedirectResponse, Response
 
 from ..store.table import Status
 from .pages import job_filter, search_fields
-from .rendering import render, root_path
+from .rendering import error_page, render, root_path
 from .security import SESSION_COOKIE, csrf_token, is_right_token, new_session, read_form
 from .security import session_nonce as nonce_of
 
@@ -48,33 +48,33 @@ async def _refusal(request: Request) -> Response | None:
     as the response to send; None when it may."""
     token = request.app.state.token
     if token is None:
-        return render(request, "error.html", 403, message=NO_TOKEN)
+        return error_page(request, 403, message=NO_TOKEN)
     nonce = nonce_of(request, token)
     if nonce is None:
-        return render(request, "error.html", 403, message="log in first: your session ended")
+        return error_page(request, 403, message="log in first: your session ended")
     form = await read_form(request)
     given = form.get("csrf", "").encode()
     if not hmac.compare_digest(given, csrf_token(token, nonce).encode()):
-        return render(request, "error.html", 403, message="the form is stale; reload the page")
+        return error_page(request, 403, message="the form is stale; reload the page")
     return None
 
 
 async def login_form(request: Request) -> Response:
     if request.app.state.token is None:
-        return render(request, "error.html", 403, message=NO_TOKEN)
+        return error_page(request, 403, message=NO_TOKEN)
     return render(request, "login.html")
 
 
 async def login(request: Request) -> Response:
     token = request.app.state.token
     if token is None:
-        return render(request, "error.html", 403, message=NO_TOKEN)
+        return error_page(request, 403, message=NO_TOKEN)
     throttle = request.app.state.login_throttle
     address = request.client.host if request.client else "unknown"
     wait = throttle.retry_after(address)
     if wait is not None:
         log.warning("login refused from %r: too many wrong tokens, retry in %ss", address, wait)
-        refused = render(request, "error.html", 429, message=TOO_MANY.format(wait))
+        refused = error_page(request, 429, message=TOO_MANY.format(wait))
         refused.headers["Retry-After"] = str(wait)
         return refused
     form = await read_form(request)

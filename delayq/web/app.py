@@ -10,6 +10,7 @@ from importlib import resources
 from typing import TYPE_CHECKING
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
@@ -17,8 +18,9 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..errors import BackendUnavailable, BadInput, DelayqError, JobNotFound
+from ..ops.printing import printable
 from . import actions, pages
-from .rendering import render
+from .rendering import error_page
 from .security import SecurityHeaders
 from .throttle import LoginThrottle
 
@@ -30,6 +32,10 @@ ERROR_STATUSES: dict[type[DelayqError], int] = {
     JobNotFound: 404,
     BackendUnavailable: 503,
 }
+
+# A path is the visitor's text: shown escaped and cut, so a long one cannot flood the page.
+MAX_PATH_SHOWN = 200
+NO_PAGE = "there is no page at {path}; the pages are /, /jobs and /jobs/ID, with ID a job's number"
 
 
 def create_app(queue: Queue, *, token: str | None = None) -> Starlette:
@@ -52,7 +58,7 @@ def create_app(queue: Queue, *, token: str | None = None) -> Starlette:
     app = Starlette(
         routes=routes,
         middleware=[Middleware(SecurityHeaders)],
-        exception_handlers={DelayqError: _error_page},
+        exception_handlers={DelayqError: _error_page, HTTPException: _http_error_page},
     )
     app.state.queue = queue
     app.state.token = token
@@ -62,4 +68,15 @@ def create_app(queue: Queue, *, token: str | None = None) -> Starlette:
 
 def _error_page(request: Request, exc: Exception) -> Response:
     status = next((code for cls, code in ERROR_STATUSES.items() if isinstance(exc, cls)), 500)
-    return render(request, "error.html", status, message=str(exc))
+    return error_page(request, status, str(exc))
+
+
+def _http_error_page(request: Request, exc: Exception) -> Response:
+    """Starlette's own refusals (no such path, wrong method) in the site's layout."""
+    assert isinstance(exc, HTTPException)
+    if exc.status_code != 404:
+        page = error_page(request, exc.status_code, printable(exc.detail))
+        page.headers.update(exc.headers or {})  # a 405's Allow
+        return page
+    path = printable(request.url.path)[:MAX_PATH_SHOWN]
+    return error_page(request, 404, NO_PAGE.format(path=path))

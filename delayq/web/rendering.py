@@ -25,6 +25,16 @@ from .security import csrf_token, session_nonce
 # first line, cut here, in a <details> the operator opens: no script, so the CSP holds.
 SUMMARY_CHARS = 200
 
+# An error page's heading: what the visitor reads first, so it names the kind of refusal.
+HEADINGS = {
+    400: "Not understood",
+    403: "Not allowed",
+    404: "Not found",
+    405: "Not allowed",
+    429: "Too many tries",
+    503: "Unavailable",
+}
+
 
 @cache
 def templates() -> Environment:
@@ -54,6 +64,12 @@ def render(request: Request, name: str, status_code: int = 200, **context: Any) 
         )
     )
     return HTMLResponse(html, status_code)
+
+
+def error_page(request: Request, status_code: int, message: str) -> HTMLResponse:
+    """The site's error page: the layout of every page, a heading for the status, one line."""
+    heading = HEADINGS.get(status_code, "Not done")
+    return render(request, "error.html", status_code, heading=heading, message=message)
 
 
 def root_path(request: Request) -> str:
