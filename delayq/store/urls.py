@@ -3,7 +3,7 @@ connects, so a malformed one is one usage error naming the variable, never a tra
 from deep inside a driver, and never an error that repeats a piece of the password.
 
 database.py opens the database; `open_redis` here builds every Redis client delayq makes
-for a URL (sentinel.py those of redis+sentinel:// URLs).
+for a URL (sentinels.py those of redis+sentinel:// URLs).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import redis
 
 from ..config import hide_secrets, redact_url
 from ..errors import ConfigError
-from . import sentinel
+from . import sentinels
 
-REDIS_SCHEMES = ("redis", "rediss", "unix", sentinel.SCHEME)
+REDIS_SCHEMES = ("redis", "rediss", "unix", sentinels.SCHEME)
 REDIS_FORMS = (
     "use redis://[:password@]host:6379/0, rediss://, unix:// or "
     "redis+sentinel://[:password@]host:26379[,host:26379...]/SERVICE[/DB]"
@@ -82,7 +82,7 @@ def open_redis(url: str, **options: Any) -> redis.Redis:
     scheme = parts.scheme
     if scheme not in REDIS_SCHEMES:
         raise refuse("DELAYQ_REDIS_URL", url, REDIS_FORMS)
-    if scheme == sentinel.SCHEME:
+    if scheme == sentinels.SCHEME:
         return _open_sentinel(url, parts, **options)
     check_netloc("DELAYQ_REDIS_URL", url)
     if scheme != "unix" and not _DB_PATH.match(parts.path):
@@ -105,10 +105,10 @@ def _open_sentinel(url: str, parts: SplitResult, **options: Any) -> redis.Redis:
     if _password_cut_short(url.partition("://")[2], parts.netloc):
         raise refuse("DELAYQ_REDIS_URL", url, PERCENT_ENCODE)
     try:
-        return sentinel.open_sentinel(
-            sentinel.parse(parts.netloc, parts.path, parts.query), **options
+        return sentinels.open_sentinel(
+            sentinels.parse(parts.netloc, parts.path, parts.query), **options
         )
-    except sentinel.BadSentinelUrl as exc:
+    except sentinels.BadSentinelUrl as exc:
         raise refuse("DELAYQ_REDIS_URL", url, str(exc)) from None
 
 
