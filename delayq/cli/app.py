@@ -173,10 +173,23 @@ def reporting_errors() -> Iterator[None]:
         raise typer.Exit(exit_code(exc)) from None
 
 
-def open_queue(**overrides: Any) -> Queue:
+def open_queue(*, create: bool = False, **overrides: Any) -> Queue:
+    """The configured Queue. On the embedded default, only where its database exists unless
+    `create` (init, run, web): a command that reads or changes jobs must not leave an empty
+    `.delayq` and a background redis-server behind in a directory that never had jobs."""
+    from ..config import load_settings
     from ..connection import connect  # imported here so `delayq --help` stays fast
+    from ..store.embedded import database_path
 
-    return connect(**overrides)
+    settings = load_settings().with_overrides(**overrides)
+    if not create and not settings.database_url:
+        home = settings.home.resolve()
+        if not database_path(home).exists():
+            raise BackendUnavailable(
+                f"no delayq database in {home}: run the command where `delayq init` ran (your "
+                "application's directory), or set DELAYQ_HOME or DELAYQ_DATABASE_URL"
+            )
+    return connect(settings)
 
 
 def print_json(obj: Any) -> None:

@@ -168,7 +168,7 @@ def _run_here(
     with reporting_errors():
         liveness = _liveness(liveness_fd)
         _check_handlers(load_settings())
-        queue = open_queue(on_failure=outputs.on_failure)
+        queue = open_queue(create=True, on_failure=outputs.on_failure)
         wanted = outputs.verbose and not (options.loop or outputs.as_json)
         metrics_file = outputs.metrics_file
         with (
@@ -214,7 +214,7 @@ def _supervise(processes: int, options: RunOptions, outputs: Outputs) -> None:
         _check_handlers(settings)
         load_reporters(settings)
         if options.loop:  # a looping child waits out an outage, even one at its start
-            queue = open_queue(on_failure=outputs.on_failure)
+            queue = open_queue(create=True, on_failure=outputs.on_failure)
             try:
                 queue.reach()  # so a wrong URL is said once, here, and at once
             finally:

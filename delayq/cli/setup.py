@@ -29,7 +29,7 @@ def init(
     """Create the delay_queue table (or upgrade the one there) and the schedule index; safe
     to run again. Prints each change, or that all was in place."""
     with reporting_errors():
-        queue = open_queue()
+        queue = open_queue(create=True)
         changes = queue.init(schedule_lost=schedule_lost)
         for change in changes:
             typer.echo(change)

@@ -43,7 +43,7 @@ def web(
             from ..web import create_app
         except ImportError:
             raise ConfigError(WEB_EXTRA) from None
-        queue = open_queue()
+        queue = open_queue(create=True)
         page = create_app(queue, token=queue.settings.web_token)
     config = uvicorn.Config(
         page,
