@@ -104,13 +104,11 @@ class Drain:
     def close(self) -> None:
         """Let go of what the drain started."""
 
-    def claim(self, size: int, before: list[int] | None = None) -> Batch | None:
+    def claim(self, size: int) -> Batch | None:
         """Up to `size` due jobs, claimed on this thread; None if none is due."""
         if size <= 0:
             return None
-        return self.run.claimer.claim(
-            self.queue, before or [], self.run.clock(), size, self.notes_starts
-        )
+        return self.run.claimer.claim(self.queue, [], self.run.clock(), size, self.notes_starts)
 
     def lease_ahead(self, size: int, before: list[int]) -> None:
         """Claim the next batch on the bookkeeping thread, while the jobs in hand run."""
