@@ -9,7 +9,6 @@ is no login and every action answers 403: the page only reads.
 from __future__ import annotations
 
 import functools
-import hmac
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -33,30 +32,23 @@ Action = Callable[[Request], Awaitable[Response]]
 
 
 def guarded(action: Action) -> Action:
-    """`action` run only for a POST that may act; any other gets the refusal page."""
+    """`action` run only for a POST that may act: a token is configured, the session is
+    logged in and the form carries its CSRF token; any other gets the refusal page."""
 
     @functools.wraps(action)
     async def checked(request: Request) -> Response:
-        refused = await _refusal(request)
-        return refused if refused is not None else await action(request)
+        token = request.app.state.token
+        if token is None:
+            return error_page(request, 403, message=NO_TOKEN)
+        nonce = nonce_of(request, token)
+        if nonce is None:
+            return error_page(request, 403, message="log in first: your session ended")
+        form = await read_form(request)
+        if not is_right_token(form.get("csrf", ""), csrf_token(token, nonce)):
+            return error_page(request, 403, message="the form is stale; reload the page")
+        return await action(request)
 
     return checked
-
-
-async def _refusal(request: Request) -> Response | None:
-    """Why this POST may not act (no token configured, not logged in, wrong CSRF token),
-    as the response to send; None when it may."""
-    token = request.app.state.token
-    if token is None:
-        return error_page(request, 403, message=NO_TOKEN)
-    nonce = nonce_of(request, token)
-    if nonce is None:
-        return error_page(request, 403, message="log in first: your session ended")
-    form = await read_form(request)
-    given = form.get("csrf", "").encode()
-    if not hmac.compare_digest(given, csrf_token(token, nonce).encode()):
-        return error_page(request, 403, message="the form is stale; reload the page")
-    return None
 
 
 async def login_form(request: Request) -> Response:
@@ -123,8 +115,7 @@ async def requeue_preview(request: Request) -> Response:
     given.pop("before_id", None)
     given.pop("status", None)  # a requeue retries failed chains, whatever the search showed
     filters = job_filter(given, (Status.FAILED,))
-    queue = request.app.state.queue
-    result = await run_in_threadpool(lambda: queue.requeue(filters, dry_run=True))
+    result = await run_in_threadpool(request.app.state.queue.requeue, filters, dry_run=True)
     return render(request, "requeue.html", given=given, result=result, done=False)
 
 
@@ -133,6 +124,5 @@ async def requeue(request: Request) -> Response:
     form = await read_form(request)
     given = {name: value for name, value in form.items() if name in REQUEUE_FIELDS and value}
     filters = job_filter(given, (Status.FAILED,))
-    queue = request.app.state.queue
-    result = await run_in_threadpool(lambda: queue.requeue(filters))
+    result = await run_in_threadpool(request.app.state.queue.requeue, filters)
     return render(request, "requeue.html", given=given, result=result, done=True)
