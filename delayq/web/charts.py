@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..ops.minutes import Minute, merge, per_minute
+from ..ops.minutes import Minute, merge
 
 WINDOWS = {"hour": (60, 1), "day": (1440, 30)}  # name: (minutes read, minutes per bin)
 WIDTH = 600.0
@@ -47,11 +47,6 @@ class Chart:
     top: float
 
 
-def read_window(queue: Any, window: str) -> list[Minute]:
-    """Every queue's minutes over the window: one Redis round trip."""
-    return per_minute(queue, minutes=WINDOWS[window][0])
-
-
 def lateness_by_queue(read: list[Minute], since: float) -> dict[str, Minute]:
     """{queue: its minutes from `since` on, merged}, for the overview's p50 and p99."""
     by_queue: dict[str, list[Minute]] = {}
@@ -63,18 +58,14 @@ def lateness_by_queue(read: list[Minute], since: float) -> dict[str, Minute]:
 
 def bins_of(read: list[Minute], window: str) -> list[Bin]:
     """The window's bins, oldest first, merged across queues."""
-    per_bin = WINDOWS[window][1]
-    by_start: dict[float, list[Minute]] = {}
-    for minute in read:
-        by_start.setdefault(minute.start, []).append(minute)
-    starts = sorted(by_start)
-    if not starts:
+    if not read:
         return []
-    first = starts[0]
+    span = 60 * WINDOWS[window][1]
+    first = min(minute.start for minute in read)
     grouped: dict[int, list[Minute]] = {}
-    for start, items in by_start.items():
-        grouped.setdefault(int((start - first) // (60 * per_bin)), []).extend(items)
-    return [_bin(first + 60 * per_bin * slot, grouped[slot]) for slot in sorted(grouped)]
+    for minute in read:
+        grouped.setdefault(int((minute.start - first) // span), []).append(minute)
+    return [_bin(first + span * slot, grouped[slot]) for slot in sorted(grouped)]
 
 
 def _bin(start: float, minutes: list[Minute]) -> Bin:

@@ -18,7 +18,7 @@ from starlette.responses import RedirectResponse, Response
 from ..durations import parse_duration, parse_utc_instant
 from ..errors import BadInput
 from ..ops.dashboard import dashboard_report
-from ..ops.minutes import Minute
+from ..ops.minutes import Minute, per_minute
 from ..ops.overview import JobFilter, StatusReport
 from ..store.backend_errors import backend_errors
 from ..store.table import Status
@@ -60,7 +60,7 @@ def _read_overview(queue: Queue, window: str) -> tuple[StatusReport, list[Minute
     """The queues' live figures (index ranges only, see ops/dashboard.py) and the window's
     per-minute aggregates."""
     report = dashboard_report(queue.table, queue.index, queue.index.clock.now())
-    return report, charts.read_window(queue, window)
+    return report, per_minute(queue, minutes=charts.WINDOWS[window][0])
 
 
 def bin_label(epoch: float) -> str:
@@ -75,17 +75,15 @@ def search(request: Request) -> Response:
     filters = job_filter(given)
     before_id = _positive(given["before_id"], "before_id") if "before_id" in given else None
     rows = request.app.state.queue.list_jobs(filters, limit=PAGE_SIZE, before_id=before_id)
-    next_page = None
-    if len(rows) == PAGE_SIZE:
-        next_page = urlencode(dict(given, before_id=rows[-1]["id"]))
-    requeue_query = urlencode({k: v for k, v in given.items() if k != "before_id"})
+    full = len(rows) == PAGE_SIZE
+    next_page = urlencode(dict(given, before_id=rows[-1]["id"])) if full else None
     return render(
         request,
         "search.html",
         given=given,
         rows=rows,
         next_page=next_page,
-        requeue_query=requeue_query,
+        requeue_query=urlencode({k: v for k, v in given.items() if k != "before_id"}),
         statuses=[status.word for status in Status],
     )
 
@@ -93,10 +91,8 @@ def search(request: Request) -> Response:
 def detail(request: Request) -> Response:
     queue = request.app.state.queue
     job_id = request.path_params["job_id"]
-    job = queue.show(job_id)
-    chain = queue.history(job_id)
     template = "detail_live.html" if _is_fragment(request) else "detail.html"
-    return render(request, template, job=job, chain=chain)
+    return render(request, template, job=queue.show(job_id), chain=queue.history(job_id))
 
 
 def search_fields(request: Request) -> dict[str, str]:
