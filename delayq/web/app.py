@@ -21,7 +21,7 @@ from ..errors import BackendUnavailable, BadInput, DelayqError, JobNotFound
 from ..ops.printing import printable
 from . import actions, pages
 from .rendering import error_page
-from .security import SecurityHeaders
+from .security import security_headers
 from .throttle import LoginThrottle
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ def create_app(queue: Queue, *, token: str | None = None) -> Starlette:
     ]
     app = Starlette(
         routes=routes,
-        middleware=[Middleware(SecurityHeaders)],
+        middleware=[Middleware(security_headers)],
         exception_handlers={DelayqError: _error_page, HTTPException: _http_error_page},
     )
     app.state.queue = queue

@@ -51,17 +51,14 @@ def render(request: Request, name: str, status_code: int = 200, **context: Any) 
     """Template `name` with what every page needs: the root path and the login state."""
     token = request.app.state.token
     nonce = session_nonce(request, token)
-    html = (
-        templates()
-        .get_template(name)
-        .render(
-            root=root_path(request),
-            actions_enabled=token is not None,
-            logged_in=nonce is not None,
-            csrf=csrf_token(token, nonce) if token and nonce else "",
-            where=request.app.state.queue.describe(),
-            **context,
-        )
+    template = templates().get_template(name)
+    html = template.render(
+        root=root_path(request),
+        actions_enabled=token is not None,
+        logged_in=nonce is not None,
+        csrf=csrf_token(token, nonce) if token and nonce else "",
+        where=request.app.state.queue.describe(),
+        **context,
     )
     return HTMLResponse(html, status_code)
 

@@ -40,25 +40,18 @@ SECURITY_HEADERS = {
 }
 
 
-class SecurityHeaders:
+def security_headers(app: ASGIApp) -> ASGIApp:
     """ASGI middleware adding SECURITY_HEADERS to every HTTP response."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
+    async def with_headers(scope: Scope, receive: Receive, send: Send) -> None:
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                headers = MutableHeaders(scope=message)
-                for name, value in SECURITY_HEADERS.items():
-                    headers[name] = value
+                MutableHeaders(scope=message).update(SECURITY_HEADERS)
             await send(message)
 
-        await self.app(scope, receive, send_with_headers)
+        await app(scope, receive, send_with_headers if scope["type"] == "http" else send)
+
+    return with_headers
 
 
 def _sign(token: str, purpose: str, nonce: str) -> str:
@@ -95,9 +88,8 @@ async def read_form(request: Request) -> dict[str, str]:
     read once per request (the body is a stream), kept for a second look."""
     if hasattr(request.state, "form"):
         return dict(request.state.form)
-    if request.headers.get("content-type", "").split(";")[0].strip() != (
-        "application/x-www-form-urlencoded"
-    ):
+    content_type = request.headers.get("content-type", "").split(";")[0].strip()
+    if content_type != "application/x-www-form-urlencoded":
         raise BadInput("a form post must be application/x-www-form-urlencoded")
     body = b""
     async for chunk in request.stream():
