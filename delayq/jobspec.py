@@ -1,9 +1,6 @@
 """What a job is before it is a row: JobSpec, the checks every new job passes (handler
-allowed and importable, JSON data within the size limit, a sane time, ext and queue), the
-row it becomes, and the contract's view of a row on the way out.
-
-Every check runs before anything is written, so bad input leaves no trace.
-"""
+allowed and importable, JSON data within the size limit, a sane time, ext and queue) before
+anything is written, the row it becomes, and the contract's view of a row on the way out."""
 
 from __future__ import annotations
 
@@ -64,8 +61,7 @@ def to_row(
     since: float | None = None,
 ) -> dict[str, Any]:
     """The row a JobSpec becomes, or BadInput; `located` caches handlers already checked,
-    `stamp` is `now` as created/modified (computed once for many rows), `since` the window
-    a run looks back over (a due time before it could only be missed)."""
+    `stamp` is `now` as a column (made once for many rows), `since` the run's window."""
     if (spec.class_path, spec.method) not in located:
         locate(spec.class_path, spec.method, allowed)
         located.add((spec.class_path, spec.method))
@@ -109,8 +105,8 @@ def job_view(job: Job) -> dict[str, Any]:
 
 
 def schedule_text(job: Job) -> str | None:
-    """How a job recurs, as show, list and peek print it: its cron expression and zone, or
-    `every 1h` (its period as `--every` takes it); None for a job that runs once."""
+    """How a job recurs, as show, list and peek print it: its cron expression and zone,
+    `every 1h` (as `--every` takes it), or None."""
     if job.schedule:
         return job.schedule
     if job.every:
@@ -127,8 +123,7 @@ def _period(seconds: float) -> str:
 
 
 def row_view(job: Job) -> dict[str, Any]:
-    """`job_view` without the traceback, plus where the row sits: queue, chain and when it
-    was created and changed."""
+    """`job_view` without the traceback, plus the queue, chain and when created and changed."""
     view = job_view(job)
     del view["traceback"]  # a list is one line per job; `show` has the traceback
     return dict(
@@ -227,8 +222,8 @@ def check_timeout(timeout: Duration | None, name: str = "timeout") -> float | No
 def run_at_of(
     delay: Duration | None, at: Instant | None, now: float, since: float | None = None
 ) -> float:
-    """The due time of a new job, within the horizon durations.check_due allows and, given
-    the run's window `since`, not so far past that a run could only mark it missed."""
+    """The due time of a new job, within check_due's horizon and, given the run's window
+    `since`, not so far past that a run could only mark it missed."""
     if delay is not None and at is not None:
         raise BadInput("give delay= or at=, not both")
     if at is not None:
@@ -240,9 +235,8 @@ def run_at_of(
 
 
 def check_at(at: Instant, now: float, since: float | None, name: str) -> float:
-    """Epoch seconds of the moment `at`, refused when no run would take it: outside the
-    horizon, or older than the window `since` a run looks back over (the job could only
-    end missed). `name` is how the caller's user wrote it: `at=` or `--at`."""
+    """Epoch seconds of `at`, refused outside the horizon or before the run's window `since`
+    (the job could only end missed); `name` is how the user wrote it: `at=` or `--at`."""
     run_at = check_due(instant_of(at, name), now, name)
     if since is not None and run_at < now - since:
         raise BadInput(

@@ -1,8 +1,6 @@
-"""Queue: the one façade over table + index that both the CLI and application code call.
-
-It validates input before anything is written, binds the model to its database, and turns
-database and Redis errors into BackendUnavailable so callers see one clear failure.
-"""
+"""Queue: the one façade over table + index that the CLI and application code both call. It
+checks input before anything is written and turns database and Redis errors into
+BackendUnavailable, so callers see one clear failure."""
 
 from __future__ import annotations
 
@@ -13,12 +11,7 @@ from typing import TYPE_CHECKING, Any
 import peewee
 import redis
 
-from .config import (
-    DEFAULT_QUEUE,
-    Settings,
-    redact_url,
-    validate_queue_name,
-)
+from .config import DEFAULT_QUEUE, Settings, redact_url, validate_queue_name
 from .durations import Duration, Instant, parse_duration
 from .errors import BadInput
 from .jobspec import JobSpec, check_key, run_at_of, to_row
@@ -56,13 +49,10 @@ class Queue(QueueReads):
 
     @backend_errors
     def init(self, *, schedule_lost: bool = False, now: float | None = None) -> list[str]:
-        """Create the table (or bring an existing one up to date: the seed's, an older
-        version's) and make sure the index holds every pending job; returns one line per
-        change made (none when all was in place).
-
-        `schedule_lost`: upgrade the seed's table even though Redis holds none of its due
-        times; its waiting jobs become missed.
-        """
+        """Create the table or bring an existing one (the seed's, an older version's) up to
+        date, and index every pending job; one line per change made. `schedule_lost`: upgrade
+        the seed's table though Redis holds none of its due times (its waiting jobs become
+        missed)."""
         changes = [f"created table {TABLE_NAME}"]
         if not create_tables(self.table):
             now = self.index.clock.now() if now is None else now
@@ -92,14 +82,11 @@ class Queue(QueueReads):
         replace: bool = False,
         now: float | None = None,
     ) -> int:
-        """Schedule `class_path.method(data)` after `delay` (or at `at`): seconds, a
-        timedelta or "90s"; epoch seconds, an aware datetime or ISO 8601 text.
-
-        `every`: re-arm after each run, `every` after the previous due time. `cron`: due at
-        each match of this expression, read in time zone `tz` (default UTC). `retries`,
-        `retry_delays`: this job's retry policy. `replace`: move the pending job with this
-        `ext` instead of adding a second one.
-        """
+        """Schedule `class_path.method(data)` after `delay` (seconds, a timedelta or "90s") or
+        at `at` (epoch seconds, an aware datetime or ISO 8601 text). `every`: re-arm that long
+        after each due time; `cron`: due at each match, read in zone `tz` (default UTC);
+        `retries`, `retry_delays`: its retry policy; `replace`: move the pending job with this
+        `ext` instead of adding a second one."""
         spec = JobSpec(
             class_path, method, data, delay, at, ext, queue, timeout, every, cron, tz, retries,
             retry_delays,
@@ -186,12 +173,9 @@ class Queue(QueueReads):
 
     @backend_errors
     def retry(self, job_id: int, *, delay: Duration = 0.0, now: float | None = None) -> int:
-        """Run the job's chain again, due after `delay` seconds; the id of its pending attempt.
-
-        A chain with a pending attempt has that attempt moved ("retry now"); a finished chain
-        gets a new attempt. Refused while an attempt runs. Concurrent retries of one chain
-        take its lock in turn, so they leave one pending attempt between them.
-        """
+        """Run the job's chain again after `delay` seconds; the id of its pending attempt: the
+        pending one moved ("retry now"), or a new one for a finished chain. Refused while an
+        attempt runs; concurrent retries take the chain's lock in turn, leaving one pending."""
         now = self.index.clock.now() if now is None else now
         run_at = run_at_of(delay, None, now)
         job = self._get(job_id)

@@ -1,6 +1,5 @@
-"""QueueReads: what Queue answers without changing anything — one job, its chain, every
-queue's counts, a page of rows, the next jobs due, the metrics — apart from queue.py, which
-writes and runs."""
+"""QueueReads: what Queue answers without changing anything (a job, its chain, the counts, a
+page of rows, the next jobs due, the metrics), apart from queue.py, which writes and runs."""
 
 from __future__ import annotations
 
@@ -41,8 +40,7 @@ class QueueReads:
 
     @backend_errors
     def show(self, job_id: int) -> dict[str, Any]:
-        """The contract view of one job: id, status, retry_times, message, ext, run_at,
-        class, method, data."""
+        """The contract's view of one job (jobspec.job_view)."""
         return job_view(self._get(job_id))
 
     @backend_errors
