@@ -1,10 +1,7 @@
-"""Slowing down token guessing: after FAILURES wrong tokens from one client address within
-WINDOW seconds, its logins are refused with 429 and Retry-After until the oldest failure
-ages out, right token or not (else the limit would only count, not stop, a guesser).
-
-In-process and in memory: `delayq web` is one process, and a restart forgetting the count
-costs a guesser a restart per few tries. The table of addresses is bounded so that a flood
-from many addresses cannot grow it without end.
+"""Slowing down token guessing: after FAILURES wrong tokens from one address within WINDOW
+seconds, its logins get 429 until the oldest failure ages out, right token or not (else the
+limit would only count, not stop, a guesser). In memory: `delayq web` is one process, and a
+restart costs a guesser a restart per few tries. The address table is bounded against floods.
 """
 
 from __future__ import annotations
@@ -13,23 +10,19 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 FAILURES = 5
 WINDOW = 60.0
 MAX_ADDRESSES = 10_000
 
 
+@dataclass
 class LoginThrottle:
-    def __init__(
-        self,
-        failures: int = FAILURES,
-        window: float = WINDOW,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.failures = failures
-        self.window = window
-        self.clock = clock
-        self._failed: dict[str, deque[float]] = {}
+    failures: int = FAILURES
+    window: float = WINDOW
+    clock: Callable[[], float] = time.monotonic
+    _failed: dict[str, deque[float]] = field(default_factory=dict, init=False)
 
     def retry_after(self, address: str) -> int | None:
         """Whole seconds until `address` may try again, or None when it may now."""
