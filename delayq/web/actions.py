@@ -1,9 +1,6 @@
-"""The pages that write: logging in with DELAYQ_WEB_TOKEN, and retry, cancel and requeue,
-each a POST carrying the session's CSRF token.
-
-Every action is one Queue call, the same the CLI makes (`retry`, `cancel`, `requeue`), so
-the page follows the same rules with the same atomicity. Without a token configured there
-is no login and every action answers 403: the page only reads.
+"""The pages that write: logging in with DELAYQ_WEB_TOKEN, and retry, cancel and requeue, each
+a POST carrying the session's CSRF token and each the one Queue call the CLI makes, so the
+same rules and atomicity hold. Without a token every action answers 403: the page only reads.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""The Starlette application: routes, the template environment, and the one mapping of
-delayq's errors to HTTP statuses (bad input 400, unknown job 404, backend down 503).
-
-rendering.py turns pages into escaped HTML; security.py guards the actions.
-"""
+"""The Starlette application: routes, and the one mapping of delayq's errors to HTTP statuses
+(bad input 400, unknown job 404, backend down 503)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""The overview's charts: jobs finished and their lateness (p50, p99) over the last hour or
-day, drawn as SVG on the server from the per-minute aggregates (ops/minutes.py).
-
-Each chart is bins of merged minutes (all queues, or one): an hour is 60 bins of a minute, a
-day 48 of half an hour. The SVG uses classes for colour and no style attribute, so it needs
-nothing the page's CSP forbids.
-"""
+"""The overview's charts: jobs finished and their lateness (p50, p99) over the last hour (60
+bins of a minute) or day (48 of half an hour), drawn as SVG on the server from the per-minute
+aggregates. Classes give the colours, no style attribute, so the page's CSP holds."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""The pages that only read: the overview of every queue with what runs next, the job
-search paged by id, and one job with its retry chain.
-
-Each asks the Queue what the CLI's status, list, peek, show and history ask, so the page
-and the terminal never disagree. `?fragment=1` answers the live part of a page alone, for
-static/refresh.js to swap in without a full reload.
-"""
+"""The pages that only read: every queue with what runs next, the job search paged by id, one
+job with its retry chain. Each asks the Queue what the CLI asks, so the two never disagree;
+`?fragment=1` answers a page's live part alone, for static/refresh.js to swap in."""
 
 from __future__ import annotations
 

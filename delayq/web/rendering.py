@@ -1,11 +1,7 @@
-"""How a page becomes HTML: one Jinja2 environment with autoescape on everything, the
-filters templates use, and `render`, which adds what every page needs (root path, login
-state, CSRF token).
-
-`visible` spells control and format characters (an RTL override, an escape sequence) as
-escapes before autoescape, so a job's writer can neither inject markup nor reorder what the
-operator reads.
-"""
+"""How a page becomes HTML: one Jinja2 environment autoescaping everything, the templates'
+filters, and `render`, which adds what every page needs (root path, login, CSRF token).
+`visible` spells control and format characters as escapes, so a job's writer can neither
+inject markup nor reorder what the operator reads (an RTL override, an escape sequence)."""
 
 from __future__ import annotations
 
@@ -75,8 +71,8 @@ def root_path(request: Request) -> str:
 
 
 def visible(value: object) -> str:
-    """`value` with control and format characters shown as escapes (then autoescaped);
-    line breaks stay, so tracebacks and pretty JSON read as written."""
+    """`value` with control and format characters as escapes; line breaks stay, so tracebacks
+    and pretty JSON read as written."""
     text = "" if value is None else str(value)
     return "\n".join(printable(line) for line in text.split("\n"))
 

@@ -1,10 +1,7 @@
-"""What keeps the page safe to open: the headers every response carries (a CSP without
-unsafe-inline, no framing, no sniffing), the login session and the CSRF token, and a bounded
-reader of form posts.
-
-The session is stateless: a random nonce and its HMAC under the token, so nothing is stored
-and changing DELAYQ_WEB_TOKEN logs everybody out. The CSRF token is a second HMAC of the
-same nonce, so a form posted from another site cannot carry it.
+"""What keeps the page safe: headers on every response (a CSP without unsafe-inline, no
+framing, no sniffing), a bounded form reader, and a stateless session: a random nonce and its
+HMAC under the token, so nothing is stored and a new DELAYQ_WEB_TOKEN logs everybody out. The
+CSRF token is a second HMAC of the nonce, so a form posted from another site cannot carry it.
 """
 
 from __future__ import annotations
@@ -84,8 +81,8 @@ def is_right_token(given: str, token: str | None) -> bool:
 
 
 async def read_form(request: Request) -> dict[str, str]:
-    """The fields of an urlencoded form post, refusing big, malformed or repeated input;
-    read once per request (the body is a stream), kept for a second look."""
+    """An urlencoded form post's fields, refusing big, malformed or repeated input; read once
+    (the body is a stream) and kept for a second look."""
     if hasattr(request.state, "form"):
         return dict(request.state.form)
     content_type = request.headers.get("content-type", "").split(";")[0].strip()
