@@ -299,7 +299,6 @@ class Queue(QueueReads):
         self, filters: JobFilter, *, dry_run: bool = False, now: float | None = None
     ) -> RequeueResult:
         """`retry` every chain whose latest attempt matches `filters`, due now."""
-        now = self.index.clock.now() if now is None else now
         from .ops import maintenance
 
         return maintenance.requeue(
@@ -307,7 +306,7 @@ class Queue(QueueReads):
             filters,
             self.settings.handlers,
             self.index,
-            now,
+            self.index.clock.now() if now is None else now,
             dry_run,
             php_classes=dict(self.settings.php_classes),
         )
