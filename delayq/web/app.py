@@ -36,8 +36,7 @@ NO_PAGE = "there is no page at {path}; the pages are /, /jobs and /jobs/ID, with
 
 
 def create_app(queue: Queue, *, token: str | None = None) -> Starlette:
-    """The page over `queue`; `token` (DELAYQ_WEB_TOKEN) enables logging in and the
-    actions, without it the page only reads."""
+    """The page over `queue`; `token` (DELAYQ_WEB_TOKEN) enables logging in and the actions."""
     static = StaticFiles(directory=str(resources.files("delayq.web") / "static"))
     routes = [
         Route("/", pages.overview, name="overview"),

@@ -53,8 +53,7 @@ def overview(request: Request) -> Response:
 
 @backend_errors
 def _read_overview(queue: Queue, window: str) -> tuple[StatusReport, list[Minute]]:
-    """The queues' live figures (index ranges only, see ops/dashboard.py) and the window's
-    per-minute aggregates."""
+    """The queues' live figures (index ranges only) and the window's per-minute aggregates."""
     report = dashboard_report(queue.table, queue.index, queue.index.clock.now())
     return report, per_minute(queue, minutes=charts.WINDOWS[window][0])
 
