@@ -166,16 +166,22 @@ def server_binary() -> Path:
 def _start(home: Path, sock: Path, idle_limit: float) -> subprocess.Popen[bytes]:
     """Start the keeper, which starts the server as its child, in a session of its own so
     that it outlives this command and no terminal's signals reach it."""
-    args = [
-        sys.executable,
-        "-I",  # the standard library and site-packages only: nothing of the caller's path
-        str(KEEPER),
-        str(home),
-        str(sock),
-        repr(idle_limit),
-        "--",
-        *_server_args(home, sock),
-    ]
+    options = {
+        "port": "0",
+        "unixsocket": str(sock),
+        "unixsocketperm": "700",
+        "dir": str(home),
+        "appendonly": "yes",
+        "appendfsync": "everysec",
+        "save": "",
+        "pidfile": str(home / "redis.pid"),
+        "logfile": str(home / "redis.log"),
+        "maxmemory-policy": "noeviction",
+    }
+    # -I: the standard library and site-packages only, nothing of the caller's path.
+    args = [sys.executable, "-I", str(KEEPER), str(home), str(sock), repr(idle_limit), "--"]
+    args += [str(server_binary())]
+    args += [arg for name, value in options.items() for arg in (f"--{name}", value)]
     log_fd = os.open(home / "redis.log", os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o600)
     try:
         # Both inherit the umask: the append-only file and the pid file are 0600.
@@ -190,32 +196,6 @@ def _start(home: Path, sock: Path, idle_limit: float) -> subprocess.Popen[bytes]
         )
     finally:
         os.close(log_fd)
-
-
-def _server_args(home: Path, sock: Path) -> list[str]:
-    return [
-        str(server_binary()),
-        "--port",
-        "0",
-        "--unixsocket",
-        str(sock),
-        "--unixsocketperm",
-        "700",
-        "--dir",
-        str(home),
-        "--appendonly",
-        "yes",
-        "--appendfsync",
-        "everysec",
-        "--save",
-        "",
-        "--pidfile",
-        str(home / "redis.pid"),
-        "--logfile",
-        str(home / "redis.log"),
-        "--maxmemory-policy",
-        "noeviction",
-    ]
 
 
 def _wait_until_answering(
@@ -240,10 +220,7 @@ def _answers(url: str) -> bool:
     client = redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=2)
     try:
         return bool(client.ping())
-    except (redis.ConnectionError, redis.TimeoutError, FileNotFoundError):
-        return False
-    except redis.ResponseError:
-        # LOADING: the server is up and replaying its append-only file.
-        return False
+    except (redis.ConnectionError, redis.TimeoutError, FileNotFoundError, redis.ResponseError):
+        return False  # a ResponseError is LOADING: the server is replaying its append-only file
     finally:
         client.close()

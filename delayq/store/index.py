@@ -28,7 +28,7 @@ class Index:
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
         self.registry = Registry(client)
-        self.schedule = Schedule(client, self.registry)
+        self.schedule = Schedule(client)
         self.journal = Journal(client)
         self.tallies = Tallies(client)
         self.clock = Clock(client)

@@ -31,11 +31,8 @@ STOP_WAIT = 30.0  # how long a SIGTERMed server may take to write its append-onl
 def stop_with_parent() -> None:
     """In a child, before exec: SIGTERM it when its parent dies, even by kill -9, so nothing
     it runs is left behind without its supervisor (Linux; elsewhere a no-op)."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def identity(path: Path) -> tuple[int, int] | None:
