@@ -56,9 +56,7 @@ def is_disconnect(exc: BaseException) -> bool:
     """Whether the connection, not the statement, failed: the server went away, the link was
     lost or idled out, or PyMySQL found its socket already closed (error 0)."""
     number = mysql_error_number(exc)
-    if number in DISCONNECTS:
-        return True
-    return number == 0 and isinstance(exc, peewee.InterfaceError)
+    return number in DISCONNECTS or (number == 0 and isinstance(exc, peewee.InterfaceError))
 
 
 def is_outage(exc: BaseException) -> bool:

@@ -53,9 +53,7 @@ def database_file(home: Path) -> Path:
 
 def socket_path(home: Path) -> Path:
     path = home.resolve() / SOCKET_NAME
-    if len(str(path)) <= MAX_SOCKET_PATH:
-        return path
-    return private_directory(home) / SOCKET_NAME
+    return path if len(str(path)) <= MAX_SOCKET_PATH else private_directory(home) / SOCKET_NAME
 
 
 def private_directory(home: Path) -> Path:
@@ -71,10 +69,9 @@ def redis_url(home: Path, idle_limit: float = DEFAULT_IDLE_LIMIT) -> str:
     sock = socket_path(home)
     url = f"unix://{sock}"
     # One starter at a time: concurrent cron runs must not start two servers on one socket.
-    # The keeper takes the same lock to stop an idle server, so a server found answering
-    # here is not stopped before this command's own connection counts as a use, and to
-    # remove a deep home's socket directory, so it never goes between its making here and
-    # the new server's bind.
+    # The keeper takes it too, to stop an idle server (so one found answering here is not
+    # stopped before this command's connection counts as a use) and to remove a deep home's
+    # socket directory (so it never goes between its making here and the new server's bind).
     lock_fd = os.open(home / "redis.lock", os.O_CREAT | os.O_WRONLY, 0o600)
     with open(lock_fd, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -103,12 +100,10 @@ def stop(home: Path) -> bool:
         if not os.path.lexists(sock.parent):
             return False
         _check_private(sock.parent)
-    url = f"unix://{sock}"
-    if not _answers(url):
+    if not _answers(f"unix://{sock}"):
         return False
-    client = redis.Redis.from_url(url)
     with contextlib.suppress(redis.ConnectionError):
-        client.shutdown(save=False)
+        redis.Redis.from_url(f"unix://{sock}").shutdown(save=False)
     return True
 
 
@@ -120,12 +115,10 @@ def _make_home(home: Path) -> None:
 def _make_socket_directory(home: Path, sock: Path) -> None:
     """Create the private socket directory, or make sure the one found is ours alone: a
     server listening in a directory someone else controls could be theirs."""
-    directory = sock.parent
-    if directory == home.resolve():
-        return
-    with contextlib.suppress(FileExistsError):
-        directory.mkdir(mode=0o700)
-    _check_private(directory)
+    if sock.parent != home.resolve():
+        with contextlib.suppress(FileExistsError):
+            sock.parent.mkdir(mode=0o700)
+        _check_private(sock.parent)
 
 
 def _check_private(directory: Path) -> None:
@@ -198,10 +191,8 @@ def _start(home: Path, sock: Path, idle_limit: float) -> subprocess.Popen[bytes]
         os.close(log_fd)
 
 
-def _wait_until_answering(
-    url: str, home: Path, keeper: subprocess.Popen[bytes], timeout: float = 10.0
-) -> None:
-    deadline = time.monotonic() + timeout
+def _wait_until_answering(url: str, home: Path, keeper: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 10.0
     while time.monotonic() < deadline and keeper.poll() is None:
         if _answers(url):
             return

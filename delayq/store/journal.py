@@ -73,9 +73,8 @@ class Journal:
             pipe.expire(key, JOURNAL_TTL)  # covers the outcomes journaled for this batch
 
     def close(self) -> None:
-        """Turn replies back on and give the journal's connection back to the pool (at the
-        end of a drain). Its one reply also proves that Redis has applied every journal
-        write before it: commands on one connection run in order."""
+        """Turn replies back on and give the journal's connection back to the pool (at a
+        drain's end); its one reply proves that Redis applied every journal write before."""
         with self._lock:
             connection, self._connection = self._connection, None
         if connection is None:

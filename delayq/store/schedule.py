@@ -119,14 +119,8 @@ class Schedule:
 
     def heads(self, queues: Sequence[str]) -> dict[str, float]:
         """The earliest due time of each non-empty queue, in one round trip."""
-        pipe = self.client.pipeline(transaction=False)
-        for queue in queues:
-            pipe.zrange(schedule_key(queue), 0, 0, withscores=True)
-        heads = {}
-        for queue, head in zip(queues, pipe.execute(), strict=True):
-            if head:
-                heads[queue] = float(head[0][1])
-        return heads
+        found = self.backlog(queues, 0.0)
+        return {queue: head for queue, (_, _, head) in found.items() if head is not None}
 
     def backlog(
         self, queues: Sequence[str], now: float

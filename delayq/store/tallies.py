@@ -121,14 +121,6 @@ class Tally:
         self.counts[outcome, handler] += 1
         self.minute_counts[minute_of(at)][outcome] += 1
 
-    def handlers(self) -> set[str]:
-        return {handler for _, handler in self.counts}
-
-    def relabel(self, admitted: set[str]) -> None:
-        """Count handlers not in `admitted` under OTHER_HANDLERS."""
-        _fold_others(self.counts, admitted)
-        _fold_others(self.sums, admitted)
-
     def commands(self) -> list[tuple[str, ...]]:
         """The Redis commands that add this tally: HINCRBY and HINCRBYFLOAT, and an EXPIRE
         on each minute's hash."""
@@ -182,20 +174,18 @@ class Tallies:
         """The Redis commands that add `tally`, its handlers labelled; none for no tally."""
         if not tally:
             return []
-        for handler in tally.handlers() - self.admitted - self.refused:
+        for handler in {handler for _, handler in tally.counts} - self.admitted - self.refused:
             self._ask(handler)
-        tally.relabel(self.admitted)
+        _fold_others(tally.counts, self.admitted)  # the handlers refused a label of their own
+        _fold_others(tally.sums, self.admitted)
         return tally.commands()
 
     def add(self, tally: Tally) -> None:
         """Add a tally on its own (missed jobs, found while claiming): one round trip."""
-        commands = self.commands(tally)
-        if not commands:
-            return
         pipe = self.client.pipeline(transaction=False)
-        for command in commands:
+        for command in self.commands(tally):
             pipe.execute_command(*command)
-        pipe.execute()
+        pipe.execute()  # no round trip for no commands
 
     def _ask(self, handler: str) -> None:
         # Concurrent first sightings may admit a few past MAX_HANDLERS: the bound holds

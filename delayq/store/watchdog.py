@@ -2,9 +2,9 @@
 and stops it when its home is gone or nobody has used it for the idle limit.
 
 It runs as a script (`python -I watchdog.py HOME SOCKET IDLE -- SERVER ARGS...`) importing
-only the standard library and redis, so it costs little for as long as the server lives, and
-it owns no data: embedded.py decides where the server lives and how it is started. The server
-dies with its keeper (PR_SET_PDEATHSIG), so a keeper killed by SIGKILL leaves nothing behind.
+only the standard library and redis, so it costs little while the server lives; embedded.py
+decides where the server lives and how it starts. The server dies with its keeper
+(PR_SET_PDEATHSIG), so a keeper killed by SIGKILL leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -22,8 +22,7 @@ from pathlib import Path
 import redis
 
 PR_SET_PDEATHSIG = 1  # prctl(2)
-# How often the keeper looks; a quarter of the idle limit when that is shorter, so a short
-# limit is kept to within a quarter of itself.
+# How often the keeper looks, or a quarter of a shorter idle limit (kept to within a quarter).
 POLL_EVERY = 1.0
 STOP_WAIT = 30.0  # how long a SIGTERMed server may take to write its append-only file
 
@@ -112,8 +111,7 @@ def main(argv: list[str]) -> int:
     home, sock, idle_limit = Path(argv[0]), Path(argv[1]), float(argv[2])
     server_args = argv[argv.index("--") + 1 :]
     server = subprocess.Popen(server_args, stdin=subprocess.DEVNULL, preexec_fn=stop_with_parent)
-    # SIGTERM to the keeper (a system shutdown, `kill`) is passed on; the server's exit then
-    # ends the keeper's watch.
+    # SIGTERM to the keeper (a shutdown, `kill`) is passed on; the server's exit ends the watch.
     signal.signal(signal.SIGTERM, lambda *_: server.terminate())
     reason = keep(server, home, sock, idle_limit)
     if reason:
