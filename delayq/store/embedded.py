@@ -123,18 +123,18 @@ def _make_socket_directory(home: Path, sock: Path) -> None:
 
 def _check_private(directory: Path) -> None:
     found = os.lstat(directory)
-    problem = ""
     if not stat.S_ISDIR(found.st_mode):
         problem = "is not a directory"
     elif found.st_uid != os.geteuid():
         problem = f"belongs to uid {found.st_uid}, not to uid {os.geteuid()}"
     elif found.st_mode & PRIVATE:
         problem = f"has mode {stat.S_IMODE(found.st_mode):04o}, not 0700"
-    if problem:
-        raise ConfigError(
-            f"the embedded Redis socket directory {directory} {problem}, so a server there "
-            "is not trusted; remove it, or set a shorter DELAYQ_HOME or DELAYQ_REDIS_URL"
-        )
+    else:
+        return
+    raise ConfigError(
+        f"the embedded Redis socket directory {directory} {problem}, so a server there "
+        "is not trusted; remove it, or set a shorter DELAYQ_HOME or DELAYQ_REDIS_URL"
+    )
 
 
 def server_binary() -> Path:

@@ -62,8 +62,7 @@ class Index:
         self.journal.forget(queue, journaled_ids, started, self.tallies.commands(tally))
 
     def rebuild_from(self, batches: Iterable[Sequence[tuple[str, int, float]]]) -> int:
-        """Schedule every (queue, id, due) the table yields, then mark the schedule
-        complete."""
+        """Schedule every (queue, id, due) the table yields, then mark the index complete."""
         count = 0
         for batch in batches:
             by_queue: dict[str, list[tuple[int, float]]] = {}

@@ -6,6 +6,7 @@ running. Writes go out on a connection of their own that gets no replies (see `w
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Sequence
 from functools import lru_cache
@@ -42,21 +43,16 @@ class Journal:
         journal covers kill -9 at the cost of a write(2), not a round trip. `note_order`
         refreshes the expiry once per batch.
         """
-        self._hset(
-            queue,
-            [part for job_id, record in records for part in (b"%d" % job_id, record.encode())],
-        )
+        self._hset(queue, [(b"%d" % job_id, record.encode()) for job_id, record in records])
 
     def note_starts(self, queue: str, token: str, job_ids: Sequence[int]) -> None:
         """Write down, without waiting for Redis, that run `token` starts these jobs' handlers:
         with many jobs in flight no order tells which had started when the run died."""
-        self._hset(
-            queue, [part for job_id in job_ids for part in (start_field(token, job_id), b"1")]
-        )
+        self._hset(queue, [(start_field(token, job_id), b"1") for job_id in job_ids])
 
-    def _hset(self, queue: str, fields: list[bytes]) -> None:
-        if fields:
-            self._send(pack(b"HSET", journal_key(queue), *fields))
+    def _hset(self, queue: str, pairs: list[tuple[bytes, bytes]]) -> None:
+        if pairs:
+            self._send(pack(b"HSET", journal_key(queue), *itertools.chain.from_iterable(pairs)))
 
     def note_order(
         self, pipe: Pipeline, queue: str, token: str, order: Sequence[int], notes_starts: bool
@@ -173,11 +169,7 @@ class Journal:
         if not fields:
             return {}
         values = self.client.hmget(journal_key(queue), fields)
-        return {
-            name: text(value)
-            for name, value in zip(names, values, strict=True)
-            if value is not None
-        }
+        return {name: text(v) for name, v in zip(names, values, strict=True) if v is not None}
 
 
 # Called for every journal write: the few queues a run meets are named once each.

@@ -8,6 +8,7 @@ the table (`Index.rebuild_from`), never a job.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Sequence
 from importlib import resources
 from typing import cast
@@ -152,14 +153,9 @@ class Schedule:
 
     def members(self, queue: str, batch: int = 5000) -> Iterable[list[tuple[str, float]]]:
         """Every (member, score) of a queue's schedule, in batches, without blocking Redis."""
-        chunk: list[tuple[str, float]] = []
-        for member, score in self.client.zscan_iter(schedule_key(queue), count=batch):
-            chunk.append((text(member), float(score)))
-            if len(chunk) >= batch:
-                yield chunk
-                chunk = []
-        if chunk:
-            yield chunk
+        scan = self.client.zscan_iter(schedule_key(queue), count=batch)
+        while chunk := list(itertools.islice(scan, batch)):
+            yield [(text(member), float(score)) for member, score in chunk]
 
     def size(self, queue: str) -> int:
         return int(self.client.zcard(schedule_key(queue)))
