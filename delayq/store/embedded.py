@@ -197,14 +197,13 @@ def _wait_until_answering(url: str, home: Path, keeper: subprocess.Popen[bytes])
         if _answers(url):
             return
         time.sleep(0.02)
+    log = home / "redis.log"
     if keeper.poll() is None:
-        raise BackendUnavailable(f"embedded Redis did not answer; see {home / 'redis.log'}")
-    raise BackendUnavailable(f"embedded Redis did not start: {_last_line(home / 'redis.log')}")
-
-
-def _last_line(log: Path) -> str:
+        raise BackendUnavailable(f"embedded Redis did not answer; see {log}")
     lines = log.read_text(errors="replace").strip().splitlines()
-    return lines[-1] if lines else f"see {log}"
+    raise BackendUnavailable(
+        f"embedded Redis did not start: {lines[-1] if lines else f'see {log}'}"
+    )
 
 
 def _answers(url: str) -> bool:

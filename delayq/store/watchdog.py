@@ -98,8 +98,7 @@ def _stop_if_still_idle(server: subprocess.Popen[bytes], home: Path, usage: Usag
 
 def _stop(server: subprocess.Popen[bytes]) -> None:
     """SIGTERM: redis-server's own shutdown, which writes out the append-only file."""
-    if server.poll() is None:
-        server.terminate()
+    server.terminate()  # a no-op once the server has exited (Popen polls first)
     try:
         server.wait(timeout=STOP_WAIT)
     except subprocess.TimeoutExpired:
