@@ -125,14 +125,13 @@ def _remove_socket_directory(home: Path, directory: Path) -> None:
     """Remove a deep home's private socket directory once it is empty, under the starters'
     lock: a command starting a new server makes it under that lock, and the new server's
     socket in it keeps it from being removed afterwards."""
-    try:
-        lock_fd = os.open(home / "redis.lock", os.O_CREAT | os.O_WRONLY, 0o600)
-    except OSError:  # the home went away: nobody can start a server for it any more
-        with contextlib.suppress(OSError):
-            directory.rmdir()
-        return
-    with open(lock_fd, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with contextlib.ExitStack() as held:
+        try:
+            lock_fd = os.open(home / "redis.lock", os.O_CREAT | os.O_WRONLY, 0o600)
+        except OSError:
+            pass  # the home went away: nobody can start a server for it any more
+        else:
+            fcntl.flock(held.enter_context(open(lock_fd, "w")), fcntl.LOCK_EX)
         with contextlib.suppress(OSError):
             directory.rmdir()  # fails if not empty: a newer server's socket is in it
 
