@@ -56,17 +56,13 @@ def is_disconnect(exc: BaseException) -> bool:
     """Whether the connection, not the statement, failed: the server went away, the link was
     lost or idled out, or PyMySQL found its socket already closed (error 0)."""
     number = mysql_error_number(exc)
-    if number in DISCONNECTS:
-        return True
-    return number == 0 and isinstance(exc, peewee.InterfaceError)
+    return number in DISCONNECTS or (number == 0 and isinstance(exc, peewee.InterfaceError))
 
 
 def is_outage(exc: BaseException) -> bool:
     """Whether `exc` says a server is away (down, restarting, unreachable, the link cut)
     rather than that a statement or command was wrong: worth waiting out, not fatal."""
-    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
-        return True
-    if is_disconnect(exc):
+    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)) or is_disconnect(exc):
         return True
     return mysql_error_number(exc) in (CANNOT_CONNECT_SOCKET, CANNOT_CONNECT)
 
@@ -90,9 +86,7 @@ def is_missing_table(exc: BaseException, table: Table) -> bool:
         return False
 
 
-def backend_errors(
-    method: Callable[Concatenate[Any, P], R],
-) -> Callable[Concatenate[Any, P], R]:
+def backend_errors(method: Callable[Concatenate[Any, P], R]) -> Callable[Concatenate[Any, P], R]:
     """Surface a Queue method's database and Redis failures as BackendUnavailable."""
 
     @functools.wraps(method)
@@ -114,8 +108,7 @@ def backend_errors(
 
 
 def _told(exc: BaseException, queue: Any) -> str:
-    settings = queue.settings
-    return one_line(exc, settings.database_url, settings.redis_url)
+    return one_line(exc, queue.settings.database_url, queue.settings.redis_url)
 
 
 def one_line(exc: BaseException, *urls: str | None) -> str:

@@ -12,7 +12,7 @@ REFRESH = 60.0  # seconds between two readings of the server's clock
 
 
 class Clock:
-    """Epoch seconds on the clock of one Redis server."""
+    """Epoch seconds on the clock of one Redis server, read once a minute."""
 
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
@@ -20,22 +20,13 @@ class Clock:
         self._checked = float("-inf")  # monotonic time of the last reading
 
     def now(self) -> float:
-        """Epoch seconds on Redis's clock.
-
-        Measured once a minute as an offset to the local clock; an offset within the
-        measurement's own uncertainty (half a round trip, plus a millisecond) counts as zero.
-        """
         local = time.time()
         if time.monotonic() - self._checked > REFRESH:
-            self._measure_offset()
+            before = time.time()
+            seconds, micros = self.client.time()
+            self._offset = clock_offset(before, seconds + micros / 1e6, time.time())
+            self._checked = time.monotonic()
         return local + self._offset
-
-    def _measure_offset(self) -> None:
-        before = time.time()
-        seconds, micros = self.client.time()
-        after = time.time()
-        self._offset = clock_offset(before, seconds + micros / 1e6, after)
-        self._checked = time.monotonic()
 
 
 def clock_offset(before: float, server: float, after: float) -> float:

@@ -53,9 +53,7 @@ def database_file(home: Path) -> Path:
 
 def socket_path(home: Path) -> Path:
     path = home.resolve() / SOCKET_NAME
-    if len(str(path)) <= MAX_SOCKET_PATH:
-        return path
-    return private_directory(home) / SOCKET_NAME
+    return path if len(str(path)) <= MAX_SOCKET_PATH else private_directory(home) / SOCKET_NAME
 
 
 def private_directory(home: Path) -> Path:
@@ -71,10 +69,9 @@ def redis_url(home: Path, idle_limit: float = DEFAULT_IDLE_LIMIT) -> str:
     sock = socket_path(home)
     url = f"unix://{sock}"
     # One starter at a time: concurrent cron runs must not start two servers on one socket.
-    # The keeper takes the same lock to stop an idle server, so a server found answering
-    # here is not stopped before this command's own connection counts as a use, and to
-    # remove a deep home's socket directory, so it never goes between its making here and
-    # the new server's bind.
+    # The keeper takes it too, to stop an idle server (so one found answering here is not
+    # stopped before this command's connection counts as a use) and to remove a deep home's
+    # socket directory (so it never goes between its making here and the new server's bind).
     lock_fd = os.open(home / "redis.lock", os.O_CREAT | os.O_WRONLY, 0o600)
     with open(lock_fd, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -103,12 +100,10 @@ def stop(home: Path) -> bool:
         if not os.path.lexists(sock.parent):
             return False
         _check_private(sock.parent)
-    url = f"unix://{sock}"
-    if not _answers(url):
+    if not _answers(f"unix://{sock}"):
         return False
-    client = redis.Redis.from_url(url)
     with contextlib.suppress(redis.ConnectionError):
-        client.shutdown(save=False)
+        redis.Redis.from_url(f"unix://{sock}").shutdown(save=False)
     return True
 
 
@@ -120,28 +115,26 @@ def _make_home(home: Path) -> None:
 def _make_socket_directory(home: Path, sock: Path) -> None:
     """Create the private socket directory, or make sure the one found is ours alone: a
     server listening in a directory someone else controls could be theirs."""
-    directory = sock.parent
-    if directory == home.resolve():
-        return
-    with contextlib.suppress(FileExistsError):
-        directory.mkdir(mode=0o700)
-    _check_private(directory)
+    if sock.parent != home.resolve():
+        with contextlib.suppress(FileExistsError):
+            sock.parent.mkdir(mode=0o700)
+        _check_private(sock.parent)
 
 
 def _check_private(directory: Path) -> None:
     found = os.lstat(directory)
-    problem = ""
     if not stat.S_ISDIR(found.st_mode):
         problem = "is not a directory"
     elif found.st_uid != os.geteuid():
         problem = f"belongs to uid {found.st_uid}, not to uid {os.geteuid()}"
     elif found.st_mode & PRIVATE:
         problem = f"has mode {stat.S_IMODE(found.st_mode):04o}, not 0700"
-    if problem:
-        raise ConfigError(
-            f"the embedded Redis socket directory {directory} {problem}, so a server there "
-            "is not trusted; remove it, or set a shorter DELAYQ_HOME or DELAYQ_REDIS_URL"
-        )
+    else:
+        return
+    raise ConfigError(
+        f"the embedded Redis socket directory {directory} {problem}, so a server there "
+        "is not trusted; remove it, or set a shorter DELAYQ_HOME or DELAYQ_REDIS_URL"
+    )
 
 
 def server_binary() -> Path:
@@ -166,16 +159,22 @@ def server_binary() -> Path:
 def _start(home: Path, sock: Path, idle_limit: float) -> subprocess.Popen[bytes]:
     """Start the keeper, which starts the server as its child, in a session of its own so
     that it outlives this command and no terminal's signals reach it."""
-    args = [
-        sys.executable,
-        "-I",  # the standard library and site-packages only: nothing of the caller's path
-        str(KEEPER),
-        str(home),
-        str(sock),
-        repr(idle_limit),
-        "--",
-        *_server_args(home, sock),
-    ]
+    options = {
+        "port": "0",
+        "unixsocket": str(sock),
+        "unixsocketperm": "700",
+        "dir": str(home),
+        "appendonly": "yes",
+        "appendfsync": "everysec",
+        "save": "",
+        "pidfile": str(home / "redis.pid"),
+        "logfile": str(home / "redis.log"),
+        "maxmemory-policy": "noeviction",
+    }
+    # -I: the standard library and site-packages only, nothing of the caller's path.
+    args = [sys.executable, "-I", str(KEEPER), str(home), str(sock), repr(idle_limit), "--"]
+    args += [str(server_binary())]
+    args += [arg for name, value in options.items() for arg in (f"--{name}", value)]
     log_fd = os.open(home / "redis.log", os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o600)
     try:
         # Both inherit the umask: the append-only file and the pid file are 0600.
@@ -192,58 +191,26 @@ def _start(home: Path, sock: Path, idle_limit: float) -> subprocess.Popen[bytes]
         os.close(log_fd)
 
 
-def _server_args(home: Path, sock: Path) -> list[str]:
-    return [
-        str(server_binary()),
-        "--port",
-        "0",
-        "--unixsocket",
-        str(sock),
-        "--unixsocketperm",
-        "700",
-        "--dir",
-        str(home),
-        "--appendonly",
-        "yes",
-        "--appendfsync",
-        "everysec",
-        "--save",
-        "",
-        "--pidfile",
-        str(home / "redis.pid"),
-        "--logfile",
-        str(home / "redis.log"),
-        "--maxmemory-policy",
-        "noeviction",
-    ]
-
-
-def _wait_until_answering(
-    url: str, home: Path, keeper: subprocess.Popen[bytes], timeout: float = 10.0
-) -> None:
-    deadline = time.monotonic() + timeout
+def _wait_until_answering(url: str, home: Path, keeper: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 10.0
     while time.monotonic() < deadline and keeper.poll() is None:
         if _answers(url):
             return
         time.sleep(0.02)
+    log = home / "redis.log"
     if keeper.poll() is None:
-        raise BackendUnavailable(f"embedded Redis did not answer; see {home / 'redis.log'}")
-    raise BackendUnavailable(f"embedded Redis did not start: {_last_line(home / 'redis.log')}")
-
-
-def _last_line(log: Path) -> str:
+        raise BackendUnavailable(f"embedded Redis did not answer; see {log}")
     lines = log.read_text(errors="replace").strip().splitlines()
-    return lines[-1] if lines else f"see {log}"
+    raise BackendUnavailable(
+        f"embedded Redis did not start: {lines[-1] if lines else f'see {log}'}"
+    )
 
 
 def _answers(url: str) -> bool:
     client = redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=2)
     try:
         return bool(client.ping())
-    except (redis.ConnectionError, redis.TimeoutError, FileNotFoundError):
-        return False
-    except redis.ResponseError:
-        # LOADING: the server is up and replaying its append-only file.
-        return False
+    except (redis.ConnectionError, redis.TimeoutError, FileNotFoundError, redis.ResponseError):
+        return False  # a ResponseError is LOADING: the server is replaying its append-only file
     finally:
         client.close()

@@ -1,12 +1,10 @@
-"""Index: delayq's Redis side, each part on the same client and named for what it holds —
-the schedule and its claims (schedule.py), the journal (journal.py), the tallies
-(tallies.py), the registry of queues, last run and completeness (registry.py), and the
-clock (clock.py).
+"""Index: delayq's Redis side, its parts on one client — the schedule and its claims
+(schedule.py), the journal (journal.py), the tallies (tallies.py), the registry of queues,
+last run and completeness (registry.py), and the clock (clock.py).
 
 The parts only say *when* and *what was done*; the table says *whether*. Everything here can
 be rebuilt from the table (`rebuild_from`) or is best-effort, so losing Redis costs a
-rebuild, never a job. What touches two parts at once lives here, each part adding its
-commands to one pipeline or write.
+rebuild, never a job. What touches two parts at once lives here, in one pipeline or write.
 """
 
 from __future__ import annotations
@@ -28,7 +26,7 @@ class Index:
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
         self.registry = Registry(client)
-        self.schedule = Schedule(client, self.registry)
+        self.schedule = Schedule(client)
         self.journal = Journal(client)
         self.tallies = Tallies(client)
         self.clock = Clock(client)
@@ -61,12 +59,10 @@ class Index:
         then forget their journal and the start notes (run token, ids) of their jobs, with
         their tally in that same write on the journal's connection (no round trip)."""
         self.schedule.add_many(queue, retries)
-        also = self.tallies.commands(tally)
-        self.journal.forget(queue, journaled_ids, started, also)
+        self.journal.forget(queue, journaled_ids, started, self.tallies.commands(tally))
 
     def rebuild_from(self, batches: Iterable[Sequence[tuple[str, int, float]]]) -> int:
-        """Schedule every (queue, id, due) the table yields, then mark the schedule
-        complete."""
+        """Schedule every (queue, id, due) the table yields, then mark the index complete."""
         count = 0
         for batch in batches:
             by_queue: dict[str, list[tuple[int, float]]] = {}

@@ -23,12 +23,10 @@ MAX_ID = 2**63 - 1
 
 
 def job_id_of(member: str) -> int | None:
-    """The job id a schedule member names, or None for a member that is not one.
-
-    Only the canonical decimal counts: ASCII digits without a leading zero, within MAX_ID,
-    so that "²" or "٣" (digits to str.isdigit), "-1", "007" or a number no column holds is
-    never read as an id, and str(id) is the member itself (ZREM by id removes it).
-    """
+    """The job id a schedule member names, or None: only the canonical decimal counts (ASCII
+    digits, no leading zero, within MAX_ID), so "²" or "٣" (digits to str.isdigit), "-1",
+    "007" or a number no column holds is never an id, and str(id) is the member itself
+    (ZREM by id removes it)."""
     if not (member.isascii() and member.isdigit()) or member.startswith("0"):
         return None
     job_id = int(member) if len(member) <= 19 else MAX_ID + 1

@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import redis
-from redis.client import Pipeline
 
 from ..config import DEFAULT_QUEUE
 from .keys import INDEXED_KEY, LAST_RUN_KEY, QUEUES_KEY, text
@@ -34,10 +33,6 @@ class Registry:
         names = list(queues)
         if names:
             self.client.sadd(QUEUES_KEY, *names)
-
-    def register_on(self, pipe: Pipeline, queue: str) -> None:
-        """Add to `pipe` the recording of a queue's name (with the write that indexes it)."""
-        pipe.sadd(QUEUES_KEY, queue)
 
     def record_run(
         self, started_at: float, duration: float, outcome: str, jobs: int, loop: bool = False

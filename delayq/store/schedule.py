@@ -2,12 +2,13 @@
 claims a run holds between taking members out of it and leasing their rows, and each
 queue's wake-up list that a looping run blocks on.
 
-The schedule only says *when*; the table says *whether*. It can be rebuilt from the table
-(`Index.rebuild_from`), so losing Redis costs a rebuild, never a job.
+The schedule only says *when*; the table says *whether*: losing it costs a rebuild from
+the table (`Index.rebuild_from`), never a job.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Sequence
 from importlib import resources
 from typing import cast
@@ -16,8 +17,7 @@ import redis
 from redis.client import Pipeline
 from redis.commands.core import Script
 
-from .keys import queue_key, schedule_key, text
-from .registry import Registry
+from .keys import QUEUES_KEY, queue_key, schedule_key, text
 
 ADD_CHUNK = 2000
 
@@ -30,24 +30,19 @@ def load_script(client: redis.Redis, name: str) -> Script:
 class Schedule:
     """The per-queue schedules and claims on one Redis client."""
 
-    def __init__(self, client: redis.Redis, registry: Registry) -> None:
+    def __init__(self, client: redis.Redis) -> None:
         self.client = client
-        self.registry = registry
         self._claim_due = load_script(client, "claim_due")
         self._add_jobs = load_script(client, "add_jobs")
         self._registered: set[str] = set()  # queues this client has registered already
 
     def add(self, queue: str, job_id: int, run_at: float) -> None:
-        """Put one job on its queue's schedule: one round trip."""
         self.add_many(queue, [(job_id, run_at)])
 
     def add_many(self, queue: str, entries: Sequence[tuple[int, float]]) -> None:
         """Put jobs of one queue on its schedule, waking a looping run if one is now due
-        soonest.
-
-        Up to ADD_CHUNK entries cost one round trip: the script call, plus the queue's
-        registration the first time this client meets the queue.
-        """
+        soonest. Up to ADD_CHUNK entries cost one round trip: the script call, plus the
+        queue's registration the first time this client meets the queue."""
         if not entries:
             return
         keys = [schedule_key(queue), queue_key(queue, "wake")]
@@ -58,7 +53,7 @@ class Schedule:
         pipe = self.client.pipeline(transaction=False)
         for chunk in chunks:
             self._add_jobs(keys=keys, args=_score_args(chunk), client=pipe)
-        self.registry.register_on(pipe, queue)
+        pipe.sadd(QUEUES_KEY, queue)
         pipe.execute()
         self._registered.add(queue)
 
@@ -71,10 +66,8 @@ class Schedule:
         return int(self.client.zrem(schedule_key(queue), *members)) if members else 0
 
     def claim_due(self, queue: str, now: float, limit: int) -> list[tuple[str, float]]:
-        """Atomically take up to `limit` due members out of the schedule, oldest first.
-
-        Members come back as text: a member written by another producer may not be an id.
-        """
+        """Atomically take up to `limit` due members out of the schedule, oldest first, as
+        text: a member written by another producer may not be an id."""
         keys = [schedule_key(queue), queue_key(queue, "claimed")]
         flat = self._claim_due(keys=keys, args=[repr(now), limit])
         return [(text(flat[i]), float(flat[i + 1])) for i in range(0, len(flat), 2)]
@@ -85,11 +78,9 @@ class Schedule:
             pipe.zrem(queue_key(queue, "claimed"), *members)
 
     def lost(self, queue: str, job_ids: Sequence[int], claimed_before: float) -> list[int]:
-        """Those of `job_ids` neither on the schedule nor claimed since `claimed_before`.
-
-        Claims older than that are dropped first: a run leases its claims within
-        milliseconds, so an old claim belongs to a run that died.
-        """
+        """Those of `job_ids` neither on the schedule nor claimed since `claimed_before`,
+        dropping older claims first: a run leases its claims within milliseconds, so an old
+        claim belongs to a run that died."""
         if not job_ids:
             return []
         members = [str(job_id) for job_id in job_ids]
@@ -106,10 +97,8 @@ class Schedule:
 
     def missing(self, queue: str, job_ids: Sequence[int]) -> list[int]:
         """Those of `job_ids` that are not in the queue's schedule."""
-        if not job_ids:
-            return []
-        scores = self.client.zmscore(schedule_key(queue), [str(job_id) for job_id in job_ids])
-        return [job_id for job_id, score in zip(job_ids, scores, strict=True) if score is None]
+        scheduled = self.scores(queue, job_ids)
+        return [job_id for job_id in job_ids if job_id not in scheduled]
 
     def scores(self, queue: str, job_ids: Sequence[int]) -> dict[int, float]:
         """{id: due} of those of `job_ids` on the queue's schedule."""
@@ -131,14 +120,8 @@ class Schedule:
 
     def heads(self, queues: Sequence[str]) -> dict[str, float]:
         """The earliest due time of each non-empty queue, in one round trip."""
-        pipe = self.client.pipeline(transaction=False)
-        for queue in queues:
-            pipe.zrange(schedule_key(queue), 0, 0, withscores=True)
-        heads = {}
-        for queue, head in zip(queues, pipe.execute(), strict=True):
-            if head:
-                heads[queue] = float(head[0][1])
-        return heads
+        found = self.backlog(queues, 0.0)
+        return {queue: head for queue, (_, _, head) in found.items() if head is not None}
 
     def backlog(
         self, queues: Sequence[str], now: float
@@ -158,8 +141,7 @@ class Schedule:
         return found
 
     def earliest(self, queue: str, count: int) -> list[tuple[str, float]]:
-        """The first `count` (member, score) of a queue's schedule, soonest first; nothing is
-        claimed."""
+        """The first `count` (member, score) of a queue's schedule, soonest first, unclaimed."""
         scored = self.client.zrange(schedule_key(queue), 0, count - 1, withscores=True)
         pairs = cast(list[tuple[bytes, float]], scored)
         return [(text(member), float(score)) for member, score in pairs]
@@ -171,21 +153,13 @@ class Schedule:
 
     def members(self, queue: str, batch: int = 5000) -> Iterable[list[tuple[str, float]]]:
         """Every (member, score) of a queue's schedule, in batches, without blocking Redis."""
-        chunk: list[tuple[str, float]] = []
-        for member, score in self.client.zscan_iter(schedule_key(queue), count=batch):
-            chunk.append((text(member), float(score)))
-            if len(chunk) >= batch:
-                yield chunk
-                chunk = []
-        if chunk:
-            yield chunk
+        scan = self.client.zscan_iter(schedule_key(queue), count=batch)
+        while chunk := list(itertools.islice(scan, batch)):
+            yield [(text(member), float(score)) for member, score in chunk]
 
     def size(self, queue: str) -> int:
         return int(self.client.zcard(schedule_key(queue)))
 
 
 def _score_args(entries: Sequence[tuple[int, float]]) -> list[str]:
-    args: list[str] = []
-    for job_id, run_at in entries:
-        args += [repr(float(run_at)), str(job_id)]
-    return args
+    return [arg for job_id, run_at in entries for arg in (repr(float(run_at)), str(job_id))]

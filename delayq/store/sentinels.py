@@ -7,7 +7,6 @@ urls.py sends such URLs here; what a failover may roll back is left to the table
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, unquote
 
@@ -35,36 +34,6 @@ class BadSentinelUrl(ValueError):
     """What is wrong with a redis+sentinel:// URL, in words for its usage error."""
 
 
-@dataclass(frozen=True)
-class SentinelUrl:
-    """The parts of redis+sentinel://[[user]:password@]host:port[,host:port...]/SERVICE[/DB]."""
-
-    sentinels: tuple[tuple[str, int], ...]
-    service: str
-    db: int
-    username: str | None
-    password: str | None
-    sentinel_username: str | None
-    sentinel_password: str | None
-
-
-def parse(netloc: str, path: str, query: str) -> SentinelUrl:
-    """Read the parts urlsplit gave; BadSentinelUrl says what is wrong."""
-    userinfo, _, hosts = netloc.rpartition("@")
-    user, colon, password = userinfo.partition(":")
-    service, db = _service_and_db(path)
-    parameters = _parameters(query)
-    return SentinelUrl(
-        sentinels=tuple(_address(host) for host in hosts.split(",")),
-        service=service,
-        db=db,
-        username=unquote(user) or None,
-        password=unquote(password) if colon else None,
-        sentinel_username=parameters.get("sentinel_username"),
-        sentinel_password=parameters.get("sentinel_password"),
-    )
-
-
 def _service_and_db(path: str) -> tuple[str, int]:
     service, _, db = path.strip("/").partition("/")
     if not service:
@@ -76,14 +45,12 @@ def _service_and_db(path: str) -> tuple[str, int]:
 
 def _address(host: str) -> tuple[str, int]:
     found = _HOST.match(host)
-    if not host or not found:
+    if not found:
         raise BadSentinelUrl("give the sentinels as host:port[,host:port...]")
-    port = found.group(2)
-    if port is None:
-        return found.group(1).strip("[]"), SENTINEL_PORT
+    name, port = found.groups(str(SENTINEL_PORT))
     if not (port.isascii() and port.isdigit()) or not 1 <= int(port) <= 65535:
         raise BadSentinelUrl(f"the port of {host!r} must be a number from 1 to 65535")
-    return found.group(1).strip("[]"), int(port)
+    return name.strip("[]"), int(port)
 
 
 def _parameters(query: str) -> dict[str, str]:
@@ -98,33 +65,39 @@ def _parameters(query: str) -> dict[str, str]:
     return dict(pairs)
 
 
-def open_sentinel(parts: SentinelUrl, **options: Any) -> redis.Redis:
-    """A client on the service's current primary; connects lazily.
+def open_sentinel(netloc: str, path: str, query: str, **options: Any) -> redis.Redis:
+    """A client on the current primary of the service that the parts urlsplit gave of
+    redis+sentinel://[[user]:password@]host:port[,host:port...]/SERVICE[/DB] name; connects
+    lazily. BadSentinelUrl says what is wrong with the URL.
 
-    redis-py's Sentinel pool asks the sentinels for the primary's address on every new
-    connection, and turns a READONLY reply (the server it reached was demoted) into a
-    ConnectionError; the retry policy makes such an error, or a refused connection, close
-    the connection and try again on the primary the sentinels name now. Without one the
-    pool tries once and the error reaches the caller.
+    redis-py's Sentinel pool asks the sentinels for the primary on every new connection and
+    turns a READONLY reply (a demoted server) into a ConnectionError; the retry policy makes
+    that, or a refused connection, reconnect to the primary the sentinels name now (without
+    one the error reaches the caller).
     """
+    userinfo, _, hosts = netloc.rpartition("@")
+    user, colon, password = userinfo.partition(":")
+    service, db = _service_and_db(path)
+    parameters = _parameters(query)
+    addresses = [_address(host) for host in hosts.split(",")]
     timeouts = {
         name: min(float(options[name]), SENTINEL_TIMEOUT)
         for name in ("socket_connect_timeout", "socket_timeout")
         if options.get(name) is not None
     }
     sentinel = Sentinel(
-        list(parts.sentinels),
+        addresses,
         sentinel_kwargs={
             **timeouts,
-            "username": parts.sentinel_username,
-            "password": parts.sentinel_password,
+            "username": parameters.get("sentinel_username"),
+            "password": parameters.get("sentinel_password"),
         },
     )
     return sentinel.master_for(
-        parts.service,
-        db=parts.db,
-        username=parts.username,
-        password=parts.password,
+        service,
+        db=db,
+        username=unquote(user) or None,
+        password=unquote(password) if colon else None,
         retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), FAILOVER_RETRIES, RETRIED),
         **options,
     )

@@ -59,10 +59,6 @@ def bucket_field(histogram: str, index: int) -> str:
     return f"{histogram}_bucket:{index}"
 
 
-def bucket_of(bounds: Sequence[float], seconds: float) -> int:
-    return bisect.bisect_left(bounds, max(seconds, 0.0))
-
-
 Number = TypeVar("Number", int, float)
 
 
@@ -94,27 +90,26 @@ class Tally:
     queue: str
     counts: Counter[Series] = field(default_factory=Counter)
     sums: defaultdict[Series, float] = field(default_factory=lambda: defaultdict(float))
-    minute_counts: dict[int, Counter[str]] = field(default_factory=dict)
-    minute_sums: dict[int, defaultdict[str, float]] = field(default_factory=dict)
+    minute_counts: defaultdict[int, Counter[str]] = field(
+        default_factory=lambda: defaultdict(Counter)
+    )
+    minute_sums: defaultdict[int, defaultdict[str, float]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(float))
+    )
 
     def observe(
         self, handler: str, outcome: str, lateness: float, duration: float, at: float
     ) -> None:
         """A finished call: its outcome ("succeeded"/"failed"), lateness and wall time."""
         lateness, duration = max(lateness, 0.0), max(duration, 0.0)
-        late_field = LATENESS_FIELDS[bucket_of(LATENESS_BOUNDS, lateness)]
-        counts, sums = self.counts, self.sums
-        counts[outcome, handler] += 1
-        counts[late_field, handler] += 1
-        counts[DURATION_FIELDS[bucket_of(DURATION_BOUNDS, duration)], handler] += 1
-        sums["lateness_sum", handler] += lateness
-        sums["duration_sum", handler] += duration
-        minute = self._minute(at)
-        minute_counts, minute_sums = self.minute_counts[minute], self.minute_sums[minute]
-        minute_counts[outcome] += 1
-        minute_counts[late_field] += 1
-        minute_sums["lateness_sum"] += lateness
-        minute_sums["duration_sum"] += duration
+        late_field = LATENESS_FIELDS[bisect.bisect_left(LATENESS_BOUNDS, lateness)]
+        duration_field = DURATION_FIELDS[bisect.bisect_left(DURATION_BOUNDS, duration)]
+        minute = minute_of(at)
+        self.counts.update([(outcome, handler), (late_field, handler), (duration_field, handler)])
+        self.minute_counts[minute].update([outcome, late_field])
+        for name, seconds in (("lateness_sum", lateness), ("duration_sum", duration)):
+            self.sums[name, handler] += seconds
+            self.minute_sums[minute][name] += seconds
 
     def observe_retried(self, handler: str, at: float) -> None:
         self._count(handler, "retried", at)
@@ -124,22 +119,7 @@ class Tally:
 
     def _count(self, handler: str, outcome: str, at: float) -> None:
         self.counts[outcome, handler] += 1
-        self.minute_counts[self._minute(at)][outcome] += 1
-
-    def _minute(self, at: float) -> int:
-        minute = int(at // 60 * 60)
-        if minute not in self.minute_counts:
-            self.minute_counts[minute] = Counter()
-            self.minute_sums[minute] = defaultdict(float)
-        return minute
-
-    def handlers(self) -> set[str]:
-        return {handler for _, handler in self.counts}
-
-    def relabel(self, admitted: set[str]) -> None:
-        """Count handlers not in `admitted` under OTHER_HANDLERS."""
-        _fold_others(self.counts, admitted)
-        _fold_others(self.sums, admitted)
+        self.minute_counts[minute_of(at)][outcome] += 1
 
     def commands(self) -> list[tuple[str, ...]]:
         """The Redis commands that add this tally: HINCRBY and HINCRBYFLOAT, and an EXPIRE
@@ -156,6 +136,10 @@ class Tally:
 
     def __bool__(self) -> bool:
         return bool(self.counts)
+
+
+def minute_of(at: float) -> int:
+    return int(at // 60 * 60)
 
 
 def series_field(metric: str, handler: str) -> str:
@@ -190,58 +174,50 @@ class Tallies:
         """The Redis commands that add `tally`, its handlers labelled; none for no tally."""
         if not tally:
             return []
-        for handler in tally.handlers() - self.admitted - self.refused:
+        for handler in {handler for _, handler in tally.counts} - self.admitted - self.refused:
             self._ask(handler)
-        tally.relabel(self.admitted)
+        _fold_others(tally.counts, self.admitted)  # the handlers refused a label of their own
+        _fold_others(tally.sums, self.admitted)
         return tally.commands()
 
     def add(self, tally: Tally) -> None:
         """Add a tally on its own (missed jobs, found while claiming): one round trip."""
-        commands = self.commands(tally)
-        if not commands:
-            return
         pipe = self.client.pipeline(transaction=False)
-        for command in commands:
+        for command in self.commands(tally):
             pipe.execute_command(*command)
-        pipe.execute()
+        pipe.execute()  # no round trip for no commands
 
     def _ask(self, handler: str) -> None:
         # Concurrent first sightings may admit a few past MAX_HANDLERS: the bound holds
         # within the number of runs at once, which is all it is for.
-        key = METRICS_HANDLERS_KEY
         pipe = self.client.pipeline(transaction=False)
-        pipe.sismember(key, handler)
-        pipe.scard(key)
+        pipe.sismember(METRICS_HANDLERS_KEY, handler)
+        pipe.scard(METRICS_HANDLERS_KEY)
         known, count = pipe.execute()
         if known or count < MAX_HANDLERS:
             if not known:
-                self.client.sadd(key, handler)
+                self.client.sadd(METRICS_HANDLERS_KEY, handler)
             self.admitted.add(handler)
         else:
             self.refused.add(handler)
 
     def counters(self, queues: Sequence[str]) -> dict[str, dict[str, float]]:
         """{queue: {counters-hash field: value}} of those of `queues` that have any."""
-        pipe = self.client.pipeline(transaction=False)
-        for queue in queues:
-            pipe.hgetall(queue_key(queue, "metrics"))
-        found = {}
-        for queue, fields in zip(queues, pipe.execute(), strict=True):
-            if fields:
-                found[queue] = {text(name): float(value) for name, value in fields.items()}
-        return found
+        found = self._hashes([queue_key(queue, "metrics") for queue in queues])
+        return {queue: fields for queue, fields in zip(queues, found, strict=True) if fields}
 
     def minutes(
         self, queues: Sequence[str], minutes: Iterable[int]
     ) -> dict[tuple[str, int], dict[str, float]]:
-        """{(queue, minute): {field: value}} of the minute hashes that exist, one round
-        trip."""
+        """{(queue, minute): {field: value}} of the minute hashes that exist."""
         wanted = [(queue, minute) for queue in queues for minute in minutes]
+        found = self._hashes([minute_key(queue, minute) for queue, minute in wanted])
+        return {where: fields for where, fields in zip(wanted, found, strict=True) if fields}
+
+    def _hashes(self, keys: list[str]) -> list[dict[str, float]]:
+        """The fields of each hash ({} for one that does not exist), in one round trip."""
         pipe = self.client.pipeline(transaction=False)
-        for queue, minute in wanted:
-            pipe.hgetall(minute_key(queue, minute))
-        found = {}
-        for where, fields in zip(wanted, pipe.execute(), strict=True):
-            if fields:
-                found[where] = {text(name): float(value) for name, value in fields.items()}
-        return found
+        for key in keys:
+            pipe.hgetall(key)
+        replies = pipe.execute()
+        return [{text(name): float(value) for name, value in fields.items()} for fields in replies]

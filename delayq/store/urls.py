@@ -57,10 +57,10 @@ def check_netloc(variable: str, url: str) -> None:
     if _password_cut_short(url.partition("://")[2], parts.netloc):
         raise refuse(variable, url, PERCENT_ENCODE)
     try:
-        port = parts.port
+        port_ok = parts.port != 0
     except ValueError:
-        port = -1
-    if port == -1 or port == 0:
+        port_ok = False
+    if not port_ok:
         raise refuse(variable, url, "the port must be a number from 1 to 65535")
 
 
@@ -83,7 +83,12 @@ def open_redis(url: str, **options: Any) -> redis.Redis:
     if scheme not in REDIS_SCHEMES:
         raise refuse("DELAYQ_REDIS_URL", url, REDIS_FORMS)
     if scheme == sentinels.SCHEME:
-        return _open_sentinel(url, parts, **options)
+        if _password_cut_short(url.partition("://")[2], parts.netloc):
+            raise refuse("DELAYQ_REDIS_URL", url, PERCENT_ENCODE)
+        try:
+            return sentinels.open_sentinel(parts.netloc, parts.path, parts.query, **options)
+        except sentinels.BadSentinelUrl as exc:
+            raise refuse("DELAYQ_REDIS_URL", url, str(exc)) from None
     check_netloc("DELAYQ_REDIS_URL", url)
     if scheme != "unix" and not _DB_PATH.match(parts.path):
         # redis-py would quietly use database 0 for /abc.
@@ -99,17 +104,6 @@ def open_redis(url: str, **options: Any) -> redis.Redis:
     except ValueError as exc:
         raise refuse("DELAYQ_REDIS_URL", url, str(exc)) from None
     return client
-
-
-def _open_sentinel(url: str, parts: SplitResult, **options: Any) -> redis.Redis:
-    if _password_cut_short(url.partition("://")[2], parts.netloc):
-        raise refuse("DELAYQ_REDIS_URL", url, PERCENT_ENCODE)
-    try:
-        return sentinels.open_sentinel(
-            sentinels.parse(parts.netloc, parts.path, parts.query), **options
-        )
-    except sentinels.BadSentinelUrl as exc:
-        raise refuse("DELAYQ_REDIS_URL", url, str(exc)) from None
 
 
 def check_mysql_arguments(url: str, kwargs: dict[str, Any]) -> None:

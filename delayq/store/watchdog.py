@@ -2,9 +2,9 @@
 and stops it when its home is gone or nobody has used it for the idle limit.
 
 It runs as a script (`python -I watchdog.py HOME SOCKET IDLE -- SERVER ARGS...`) importing
-only the standard library and redis, so it costs little for as long as the server lives, and
-it owns no data: embedded.py decides where the server lives and how it is started. The server
-dies with its keeper (PR_SET_PDEATHSIG), so a keeper killed by SIGKILL leaves nothing behind.
+only the standard library and redis, so it costs little while the server lives; embedded.py
+decides where the server lives and how it starts. The server dies with its keeper
+(PR_SET_PDEATHSIG), so a keeper killed by SIGKILL leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -22,8 +22,7 @@ from pathlib import Path
 import redis
 
 PR_SET_PDEATHSIG = 1  # prctl(2)
-# How often the keeper looks; a quarter of the idle limit when that is shorter, so a short
-# limit is kept to within a quarter of itself.
+# How often the keeper looks, or a quarter of a shorter idle limit (kept to within a quarter).
 POLL_EVERY = 1.0
 STOP_WAIT = 30.0  # how long a SIGTERMed server may take to write its append-only file
 
@@ -31,11 +30,8 @@ STOP_WAIT = 30.0  # how long a SIGTERMed server may take to write its append-onl
 def stop_with_parent() -> None:
     """In a child, before exec: SIGTERM it when its parent dies, even by kill -9, so nothing
     it runs is left behind without its supervisor (Linux; elsewhere a no-op)."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def identity(path: Path) -> tuple[int, int] | None:
@@ -102,8 +98,7 @@ def _stop_if_still_idle(server: subprocess.Popen[bytes], home: Path, usage: Usag
 
 def _stop(server: subprocess.Popen[bytes]) -> None:
     """SIGTERM: redis-server's own shutdown, which writes out the append-only file."""
-    if server.poll() is None:
-        server.terminate()
+    server.terminate()  # a no-op once the server has exited (Popen polls first)
     try:
         server.wait(timeout=STOP_WAIT)
     except subprocess.TimeoutExpired:
@@ -115,8 +110,7 @@ def main(argv: list[str]) -> int:
     home, sock, idle_limit = Path(argv[0]), Path(argv[1]), float(argv[2])
     server_args = argv[argv.index("--") + 1 :]
     server = subprocess.Popen(server_args, stdin=subprocess.DEVNULL, preexec_fn=stop_with_parent)
-    # SIGTERM to the keeper (a system shutdown, `kill`) is passed on; the server's exit then
-    # ends the keeper's watch.
+    # SIGTERM to the keeper (a shutdown, `kill`) is passed on; the server's exit ends the watch.
     signal.signal(signal.SIGTERM, lambda *_: server.terminate())
     reason = keep(server, home, sock, idle_limit)
     if reason:
@@ -131,14 +125,13 @@ def _remove_socket_directory(home: Path, directory: Path) -> None:
     """Remove a deep home's private socket directory once it is empty, under the starters'
     lock: a command starting a new server makes it under that lock, and the new server's
     socket in it keeps it from being removed afterwards."""
-    try:
-        lock_fd = os.open(home / "redis.lock", os.O_CREAT | os.O_WRONLY, 0o600)
-    except OSError:  # the home went away: nobody can start a server for it any more
-        with contextlib.suppress(OSError):
-            directory.rmdir()
-        return
-    with open(lock_fd, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with contextlib.ExitStack() as held:
+        try:
+            lock_fd = os.open(home / "redis.lock", os.O_CREAT | os.O_WRONLY, 0o600)
+        except OSError:
+            pass  # the home went away: nobody can start a server for it any more
+        else:
+            fcntl.flock(held.enter_context(open(lock_fd, "w")), fcntl.LOCK_EX)
         with contextlib.suppress(OSError):
             directory.rmdir()  # fails if not empty: a newer server's socket is in it
 
