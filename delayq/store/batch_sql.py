@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .table import CLAIMED_COLUMNS, TEXT_MAX, ClaimedJob, Job, Status, Table, storable, utc_stamp
+from .table import TEXT_MAX, ClaimedJob, Job, Status, Table, storable, utc_stamp
 
-CLAIMED_SELECT = ", ".join(f"`{name}`" for name in CLAIMED_COLUMNS)
+CLAIMED_SELECT = ", ".join(f"`{name}`" for name in ClaimedJob._fields)
 
 
 def held_ids(table: Table, ids: Iterable[int], token: str | None, lock: bool = False) -> set[int]:

@@ -23,19 +23,6 @@ def chain_locked(table: Table, job: Job) -> Iterator[None]:
         yield
 
 
-def latest_attempt(table: Table, job: Job) -> Job:
-    """The attempt of `job`'s chain with the highest id (`job` itself when it has none)."""
-    Job = table.model
-    root = job.chain_id or job.id
-    latest = (
-        Job.select()
-        .where((Job.id == root) | (Job.chain_id == root))
-        .order_by(Job.id.desc())
-        .first()
-    )
-    return latest or job
-
-
 def retry_chain(
     table: Table, job: Job, run_at: float, now: float, repeating: int | None = None
 ) -> tuple[int, str]:
@@ -46,9 +33,17 @@ def retry_chain(
     attempt. BadInput while an attempt runs, or when `repeating` names the attempt the caller
     meant to repeat and a later one has finished since (another requeue got there first).
     """
-    latest = latest_attempt(table, job)
-    if latest.status == Status.PENDING and _move(table, latest, run_at, now):
-        return latest.id, latest.queue
+    Job = table.model
+    root = job.chain_id or job.id
+    chain = Job.select().where((Job.id == root) | (Job.chain_id == root))
+    latest = chain.order_by(Job.id.desc()).first() or job
+    if latest.status == Status.PENDING:
+        still_pending = (Job.id == latest.id) & (Job.status == Status.PENDING)
+        moved = Job.update(run_at=run_at, modified=utc_stamp(now)).where(still_pending).execute()
+        # MySQL counts changed rows, not matched ones: a retry repeating the previous one's
+        # values changes nothing, and the row is still ours to report.
+        if moved or Job.select(Job.id).where(still_pending).exists():
+            return latest.id, latest.queue
     if latest.status in (Status.PENDING, Status.RUNNING):
         # A pending attempt that would not move was claimed meanwhile: it runs now.
         raise BadInput(
@@ -60,13 +55,3 @@ def retry_chain(
             f"({status_word(latest.status)}); not repeated"
         )
     return insert_retry(table, latest, run_at, now), latest.queue
-
-
-def _move(table: Table, attempt: Job, run_at: float, now: float) -> bool:
-    """Move a pending attempt; False if a run claimed it first."""
-    Job = table.model
-    still_pending = (Job.id == attempt.id) & (Job.status == Status.PENDING)
-    moved = Job.update(run_at=run_at, modified=utc_stamp(now)).where(still_pending).execute()
-    # MySQL counts changed rows, not matched ones: a retry repeating the previous one's
-    # values changes nothing, and the row is still ours to report.
-    return bool(moved) or Job.select(Job.id).where(still_pending).exists()

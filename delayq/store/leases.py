@@ -15,17 +15,7 @@ from peewee import fn
 
 from .batch_sql import finish_held, held_ids, take_pending
 from .database import run_reconnecting
-from .table import (
-    TEXT_MAX,
-    ClaimedJob,
-    Job,
-    Status,
-    Table,
-    claimed_fields,
-    storable,
-    tuples,
-    utc_stamp,
-)
+from .table import TEXT_MAX, ClaimedJob, Job, Status, Table, storable, tuples, utc_stamp
 
 # Up to this many different messages in a group commit cost one UPDATE each; more, one
 # UPDATE with a CASE over the ids.
@@ -49,7 +39,7 @@ def mark_running(
         table.db,
         lambda: take_pending(table, ids, Status.RUNNING, token, now, lease_until=lease_until),
     )
-    return [job for job in won if job.id not in held] if held else won
+    return [job for job in won if job.id not in held]
 
 
 def mark_missed(
@@ -60,9 +50,7 @@ def mark_missed(
     The rows are marked with `token` so that, of two runs marking the same ids, each learns
     exactly the rows it turned: the caller re-arms a recurring series from those, once.
     """
-    if not ids:
-        return []
-    return take_pending(table, ids, Status.MISSED, token, now, message=message)
+    return take_pending(table, ids, Status.MISSED, token, now, message=message) if ids else []
 
 
 def finish(
@@ -77,8 +65,6 @@ def finish_many(
 ) -> int:
     """Record one status for many held jobs, each with its own message; one UPDATE per
     distinct message (most handlers return the same few), or one with a CASE."""
-    if not outcomes:
-        return 0
     by_message: dict[str, list[int]] = {}
     for job_id, text in outcomes:
         by_message.setdefault(storable(text, TEXT_MAX), []).append(job_id)
@@ -117,12 +103,6 @@ def defer(
     )
 
 
-def held_by(table: Table, ids: Sequence[int], token: str | None) -> set[int]:
-    """Which of `ids` this run still holds (RUNNING under `token`); on MySQL the rows stay
-    locked until the transaction ends, so no other run can take them meanwhile."""
-    return held_ids(table, ids, token, lock=True) if ids else set()
-
-
 def renew_leases(table: Table, token: str, lease_until: float) -> int:
     """Push out the lease of every row this run still holds."""
     Job = table.model
@@ -139,9 +119,8 @@ def _pushed_out(table: Table, lease_until: float) -> Any:
     longer than the lease: a heartbeat stuck that way lands after the main thread's quicker
     renewal of a job it then starts, and must not pull that lease back into the past, where
     a recovering run would take the running job over and run it a second time."""
-    Job = table.model
     greatest = fn.GREATEST if table.mysql else fn.MAX  # SQLite's MAX of two is scalar
-    return greatest(fn.COALESCE(Job.lease_until, 0), lease_until)
+    return greatest(fn.COALESCE(table.model.lease_until, 0), lease_until)
 
 
 def still_held(table: Table, ids: Sequence[int], token: str, lease_until: float) -> set[int]:
@@ -174,10 +153,7 @@ def release(
     held = Job.id.in_(list(ids)) & _running_under(Job, token)
 
     def hand_back() -> list[tuple[int, float | None]]:
-        rows = [
-            (job_id, run_at)
-            for job_id, run_at in tuples(Job.select(Job.id, Job.run_at).where(held))
-        ]
+        rows = tuples(Job.select(Job.id, Job.run_at).where(held))
         if rows:
             Job.update(
                 status=Status.PENDING, lease_token=None, lease_until=None, modified=utc_stamp(now)
@@ -208,19 +184,18 @@ def tokens_holding(table: Table, queue: str, tokens: set[str]) -> set[str]:
     if not tokens:
         return set()
     Job = table.model
-    query = (
-        Job.select(Job.lease_token)
-        .where(Job.status == Status.RUNNING, Job.queue == queue, Job.lease_token.in_(tokens))
-        .distinct()
+    query = Job.select(Job.lease_token).where(
+        Job.status == Status.RUNNING, Job.queue == queue, Job.lease_token.in_(tokens)
     )
-    return {token for (token,) in tuples(query)}
+    return {token for (token,) in tuples(query.distinct())}
 
 
 def expired_leases(table: Table, queue: str, now: float, limit: int) -> list[Lapsed]:
     """RUNNING rows of `queue` whose lease has lapsed: the run holding them died."""
     Job = table.model
+    claimed = [getattr(Job, name) for name in ClaimedJob._fields]
     query = (
-        Job.select(*claimed_fields(Job), Job.lease_token, Job.lost_leases)
+        Job.select(*claimed, Job.lease_token, Job.lost_leases)
         .where(Job.status == Status.RUNNING, Job.queue == queue, Job.lease_until < now)
         .limit(limit)
     )
@@ -230,28 +205,21 @@ def expired_leases(table: Table, queue: str, now: float, limit: int) -> list[Lap
 def reclaim(table: Table, lapsed: Lapsed, now: float, was_running: bool) -> bool:
     """Put a RUNNING row whose lease lapsed back to PENDING; a job whose handler was running
     when its run died counts a lost lease, one that never started does not."""
+    Job = table.model
+    query = Job.update(
+        status=Status.PENDING,
+        lease_token=None,
+        lease_until=None,
+        lost_leases=Job.lost_leases + (1 if was_running else 0),
+        modified=utc_stamp(now),
+    ).where(
+        Job.id == lapsed.job.id,
+        Job.status == Status.RUNNING,
+        Job.lease_token == lapsed.token,
+        # Still lapsed now: its run may have renewed it since `expired_leases` saw it.
+        Job.lease_until < now,
+    )
     # Run again as a deadlock victim: recovering runs meet the heartbeats and claims of
     # every run that a stall (a locked table) held up, all at once when it ends. Guarded by
     # token and lease, a second try finds nothing to change if the first one committed.
-    return run_reconnecting(table.db, lambda: _reclaim(table, lapsed, now, was_running))
-
-
-def _reclaim(table: Table, lapsed: Lapsed, now: float, was_running: bool) -> bool:
-    Job = table.model
-    return bool(
-        Job.update(
-            status=Status.PENDING,
-            lease_token=None,
-            lease_until=None,
-            lost_leases=Job.lost_leases + (1 if was_running else 0),
-            modified=utc_stamp(now),
-        )
-        .where(
-            Job.id == lapsed.job.id,
-            Job.status == Status.RUNNING,
-            Job.lease_token == lapsed.token,
-            # Still lapsed now: its run may have renewed it since `expired_leases` saw it.
-            Job.lease_until < now,
-        )
-        .execute()
-    )
+    return bool(run_reconnecting(table.db, query.execute))

@@ -10,14 +10,16 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from operator import iadd
 
 from ..errors import BadInput
 from . import leases, queries
+from .batch_sql import held_ids
 from .database import run_reconnecting
 from .policies import read_policy
 from .recurrence import is_recurring, next_due
-from .table import ClaimedJob, Status, Table, failure_parts, tuples
+from .table import ClaimedJob, Status, Table, failure_parts
 from .tallies import label
 
 logger = logging.getLogger(__name__)
@@ -122,12 +124,8 @@ class Written:
     lost: list[int] = field(default_factory=list)  # outcomes whose lease had been taken over
 
     def merge(self, other: Written) -> Written:
-        self.succeeded += other.succeeded
-        self.failed += other.failed
-        self.retries += other.retries
-        self.occurrences += other.occurrences
-        self.deferred += other.deferred
-        self.lost += other.lost
+        for name in (f.name for f in fields(self)):
+            setattr(self, name, iadd(getattr(self, name), getattr(other, name)))
         return self
 
     @property
@@ -156,7 +154,8 @@ def _write_outcomes(table: Table, outcomes: Sequence[Outcome], token: str | None
         recurring = [
             o.job.id for o in outcomes if is_recurring(o.job) and o.status != Status.PENDING
         ]
-        held = leases.held_by(table, recurring, token)
+        # Locked on MySQL until the commit: no other run takes them meanwhile.
+        held = held_ids(table, recurring, token, lock=True) if recurring else set()
         written.succeeded = leases.finish_many(table, successes, token, Status.SUCCESS, now)
         if written.succeeded < len(successes):
             written.lost += _not_finished(
@@ -224,6 +223,5 @@ def _not_finished(table: Table, ids: list[int], status: Status, token: str | Non
     token of the run that finished it."""
     Job = table.model
     held = Job.lease_token.is_null() if token is None else Job.lease_token == token
-    query = Job.select(Job.id).where(Job.id.in_(ids), Job.status == status, held)
-    done = {job_id for (job_id,) in tuples(query)}
-    return [job_id for job_id in ids if job_id not in done]
+    done = set(Job.select(Job.id).where(Job.id.in_(ids), Job.status == status, held).tuples())
+    return [job_id for job_id in ids if (job_id,) not in done]

@@ -59,18 +59,10 @@ def replace_pending(table: Table, row: dict[str, Any], now: float) -> tuple[int,
     Returns the job's id and the ids cancelled.
     """
     Job = table.model
-    pending = [
-        job_id
-        for (job_id,) in tuples(
-            Job.select(Job.id)
-            .where(
-                Job.ext_string == row["ext_string"],
-                Job.queue == row["queue"],
-                Job.status == Status.PENDING,
-            )
-            .order_by(Job.id)
-        )
-    ]
+    query = Job.select(Job.id).where(
+        Job.ext_string == row["ext_string"], Job.queue == row["queue"], Job.status == Status.PENDING
+    )
+    pending = [job_id for (job_id,) in tuples(query.order_by(Job.id))]
     moved = {
         key: row[key]
         for key in ("params", "run_at", "timeout", "every", "schedule", "retry_policy", "modified")
@@ -101,16 +93,10 @@ def get_job(table: Table, job_id: int) -> Job | None:
 
 def insert_retry(table: Table, row: Job | ClaimedJob, run_at: float, now: float) -> int:
     """A new PENDING row repeating `row` as its next attempt; the old row stays as history."""
+    # A retry is a one-off (every and schedule stay NULL); the series re-arms from the
+    # occurrence itself.
     return _insert_after(
-        table,
-        row,
-        run_at,
-        now,
-        retry_times=row.retry_times + 1,
-        chain_id=row.chain_id or row.id,
-        # A retry is a one-off; the series re-arms from the occurrence itself.
-        every=None,
-        schedule=None,
+        table, row, run_at, now, retry_times=row.retry_times + 1, chain_id=row.chain_id or row.id
     )
 
 
@@ -180,10 +166,8 @@ def adopt_run_at(table: Table, due_by_id: Mapping[int, float]) -> int:
 def still_pending(table: Table, ids: Sequence[int]) -> list[int]:
     """Those of `ids` whose row is PENDING now, in the given order."""
     Job = table.model
-    if not ids:
-        return []
     query = Job.select(Job.id).where(Job.id.in_(list(ids)), Job.status == Status.PENDING)
-    pending = {job_id for (job_id,) in tuples(query)}
+    pending = {job_id for (job_id,) in tuples(query)} if ids else set()
     return [job_id for job_id in ids if job_id in pending]
 
 
@@ -215,13 +199,8 @@ def cancel(table: Table, ids: Iterable[int], now: float) -> int:
     """PENDING rows among `ids` become CANCELLED; returns how many did."""
     Job = table.model
     ids = list(ids)
-    if not ids:
-        return 0
-    return (
-        Job.update(status=Status.CANCELLED, message="cancelled", modified=utc_stamp(now))
-        .where(Job.id.in_(ids), Job.status == Status.PENDING)
-        .execute()
-    )
+    query = Job.update(status=Status.CANCELLED, message="cancelled", modified=utc_stamp(now))
+    return query.where(Job.id.in_(ids), Job.status == Status.PENDING).execute() if ids else 0
 
 
 def chain_of(table: Table, job: Job) -> list[Job]:
@@ -235,12 +214,9 @@ def counts_by_queue(table: Table) -> dict[str, dict[int, int]]:
     """{queue: {status: count}} over the whole table."""
     Job = table.model
     out: dict[str, dict[int, int]] = {}
-    query = Job.select(Job.queue, Job.status, fn.COUNT(Job.id).alias("n")).group_by(
-        Job.queue, Job.status
-    )
-    for row in query.dicts():
-        fields: dict = row  # type: ignore[assignment]  # .dicts() yields dicts, not models
-        out.setdefault(fields["queue"], {})[fields["status"]] = fields["n"]
+    query = Job.select(Job.queue, Job.status, fn.COUNT(Job.id)).group_by(Job.queue, Job.status)
+    for queue, status, count in tuples(query):
+        out.setdefault(queue, {})[status] = count
     return out
 
 

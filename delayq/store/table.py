@@ -51,16 +51,14 @@ def storable(text: str, limit: int = MESSAGE_MAX) -> str:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        text = text.encode("utf-8", "backslashreplace").decode("utf-8")[:limit]
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")[:limit]
     return text
 
 
 def failure_parts(message: str | None) -> tuple[str | None, str | None]:
     """A failed row's message as (head line, traceback or None). The runner writes the head
     on one line and the traceback after it; older rows and other writers have no traceback."""
-    if message is None:
-        return None, None
-    head, newline, rest = message.partition("\n")
+    head, newline, rest = (message or "").partition("\n")
     if newline and rest.startswith(TRACEBACK_START):
         return head, rest
     return message, None
@@ -86,10 +84,7 @@ class Status(IntEnum):
 
 def status_word(value: int) -> str:
     """Contract word of a stored status, or `unknown(N)` for a number delayq never writes."""
-    try:
-        return Status(value).word
-    except ValueError:
-        return f"unknown({value})"
+    return Status(value).word if value in Status._value2member_map_ else f"unknown({value})"
 
 
 def utc_stamp(now: float) -> datetime:
@@ -175,21 +170,21 @@ class Table:
 def create_tables(table: Table) -> bool:
     """Create `delay_queue` and its indexes unless the table exists (upgrade.py brings an
     existing one up to date); whether it created it."""
-    db, model = table.db, table.model
-    if db.table_exists(TABLE_NAME):
+    if table.db.table_exists(TABLE_NAME):
         return False
-    model._meta.table_settings = ["ENGINE=InnoDB", "DEFAULT CHARSET=utf8mb4"] if table.mysql else []
-    db.create_tables([model])
+    settings = ["ENGINE=InnoDB", "DEFAULT CHARSET=utf8mb4"] if table.mysql else []
+    table.model._meta.table_settings = settings
+    table.db.create_tables([table.model])
     return True
 
 
 def is_mysql(db: object) -> bool:
-    """Whether `db` speaks MySQL/MariaDB."""
     return "mysql" in type(db).__name__.lower()
 
 
 class ClaimedJob(NamedTuple):
-    """The columns a run needs of a job it holds; a tuple, not a model, to stay cheap."""
+    """The columns a run needs of a job it holds, named as the table's; a tuple, not a
+    model, to stay cheap."""
 
     id: int
     params: str
@@ -204,14 +199,6 @@ class ClaimedJob(NamedTuple):
     retry_policy: str | None
 
 
-CLAIMED_COLUMNS: tuple[str, ...] = ClaimedJob._fields  # named as the table's columns
-
-
-def claimed_fields(model: type[Job]) -> list[Any]:
-    """The fields of `model` that make a ClaimedJob, in its order."""
-    return [getattr(model, name) for name in CLAIMED_COLUMNS]
-
-
 def tuples(query: Any) -> list[tuple[Any, ...]]:
     """The rows of a SELECT (or of a RETURNING cursor) as plain tuples: cheaper than models,
     and typed as tuples."""
@@ -221,11 +208,9 @@ def tuples(query: Any) -> list[tuple[Any, ...]]:
 def stamp_epoch(value: datetime | str | None) -> float | None:
     """Epoch seconds of a `created`/`modified` value delayq wrote in UTC (SQLite may hand back
     text), or None for NULL."""
-    if value is None:
-        return None
     if isinstance(value, str):
         value = datetime.fromisoformat(value)
-    return value.replace(tzinfo=timezone.utc).timestamp()
+    return None if value is None else value.replace(tzinfo=timezone.utc).timestamp()
 
 
 def id_batches(query: Any, batch: int) -> Iterator[list[Any]]:
@@ -234,13 +219,9 @@ def id_batches(query: Any, batch: int) -> Iterator[list[Any]]:
     the rows as earlier batches left them."""
     model = query.model
     last_id = 0
-    while True:
-        rows = list(query.where(model.id > last_id).order_by(model.id).limit(batch))
-        if not rows:
-            return
+    while rows := list(query.where(model.id > last_id).order_by(model.id).limit(batch)):
         yield rows
-        last = rows[-1]
-        last_id = last[0] if isinstance(last, tuple) else last.id
+        last_id = rows[-1][0] if isinstance(rows[-1], tuple) else rows[-1].id
 
 
 def due_column(table: Table) -> Any:
@@ -248,10 +229,8 @@ def due_column(table: Table) -> Any:
     one, its `created` as the database's own clock wrote it: in the MySQL server's time zone
     (what DEFAULT CURRENT_TIMESTAMP and NOW() give), in UTC on SQLite. The database converts
     it, so neither this process's time zone nor the server's can shift it."""
-    model = table.model
-    created: Any
-    if table.mysql:
-        created = fn.UNIX_TIMESTAMP(model.created)
-    else:
-        created = (fn.julianday(model.created) - UNIX_EPOCH_JULIAN_DAY) * 86400.0
-    return fn.COALESCE(model.run_at, created, 0.0)
+    created = table.model.created
+    epoch: Any = fn.UNIX_TIMESTAMP(created)
+    if not table.mysql:
+        epoch = (fn.julianday(created) - UNIX_EPOCH_JULIAN_DAY) * 86400.0
+    return fn.COALESCE(table.model.run_at, epoch, 0.0)
