@@ -1,9 +1,8 @@
 """Retry chains: a first attempt and the retries linked to it by chain_id, and the one rule a
 manual retry follows — a chain has at most one pending attempt.
 
-`retry_chain` runs under the chain's lock, so concurrent `retry` and `requeue` calls of one
-chain, from any number of processes, queue up and each sees what the previous one wrote.
-The index is left to the caller.
+Under the chain's lock, concurrent `retry` and `requeue` calls of one chain, from any
+process, queue up and each sees what the previous one wrote. The index is the caller's.
 """
 
 from __future__ import annotations
@@ -26,13 +25,10 @@ def chain_locked(table: Table, job: Job) -> Iterator[None]:
 def retry_chain(
     table: Table, job: Job, run_at: float, now: float, repeating: int | None = None
 ) -> tuple[int, str]:
-    """(id, queue) of the chain's one pending attempt, due at `run_at`. Call under
-    `chain_locked`.
-
-    A pending latest attempt is moved to `run_at` ("retry now"); a finished one gets a new
-    attempt. BadInput while an attempt runs, or when `repeating` names the attempt the caller
-    meant to repeat and a later one has finished since (another requeue got there first).
-    """
+    """(id, queue) of the chain's one pending attempt, due at `run_at`; call under
+    `chain_locked`. A pending latest attempt moves ("retry now"), a finished one gets a new
+    attempt. BadInput while an attempt runs, or when `repeating` (the attempt the caller
+    meant to repeat) is no longer the latest: another requeue got there first."""
     Job = table.model
     root = job.chain_id or job.id
     chain = Job.select().where((Job.id == root) | (Job.chain_id == root))

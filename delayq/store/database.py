@@ -51,10 +51,14 @@ class ReconnectingMySQLDatabase(MySQLDatabase):
             if self.in_transaction() or not is_disconnect(exc):
                 raise
             logger.info("database connection dropped (%s); reconnecting", exc)
-            if not self.is_closed():
-                self.close()
-            self.connect()
+            _reconnect(self)
             return call(*args, **kwargs)
+
+
+def _reconnect(db: Database) -> None:
+    if not db.is_closed():
+        db.close()
+    db.connect()
 
 
 def run_reconnecting(db: Database, work: Callable[[], T], reconnect: bool = True) -> T:
@@ -78,9 +82,7 @@ def run_reconnecting(db: Database, work: Callable[[], T], reconnect: bool = True
             if not (reconnect and is_disconnect(exc)):
                 raise
             logger.warning("database connection lost (%s); reconnecting", exc)
-            if not db.is_closed():
-                db.close()
-            db.connect()
+            _reconnect(db)
             return work()
     raise AssertionError("unreachable")
 
@@ -93,10 +95,11 @@ def open_database(url: str) -> Database:
         kwargs = url_kwargs(url)
     except ValueError:
         raise refuse("DELAYQ_DATABASE_URL", url, "not a URL delayq can read") from None
+    name = kwargs.pop("database", "")
     if scheme in ("sqlite", "sqlite3"):
-        return _open_sqlite(url, kwargs)
+        return _open_sqlite(url, name, kwargs)
     if scheme == "mysql":
-        return _open_mysql(url, kwargs)
+        return _open_mysql(url, name, kwargs)
     raise ConfigError(
         f"DELAYQ_DATABASE_URL {redact_url(url)!r}: use mysql://user:pw@host:3306/db "
         "or sqlite:////absolute/path.db"
@@ -110,15 +113,13 @@ def url_kwargs(url: str) -> dict[str, Any]:
     extension peewee ships (13 ms on each cron run for two schemes).
     """
     parts = urlparse(url)
-    kwargs: dict[str, Any] = {"database": parts.path[1:]}
-    if parts.username:
-        kwargs["user"] = unquote(parts.username)
-    if parts.password:
-        kwargs["password"] = unquote(parts.password)
-    if parts.hostname:
-        kwargs["host"] = parts.hostname
-    if parts.port:
-        kwargs["port"] = parts.port
+    given = {
+        "user": parts.username and unquote(parts.username),
+        "password": parts.password and unquote(parts.password),
+        "host": parts.hostname,
+        "port": parts.port,
+    }
+    kwargs = {"database": parts.path[1:], **{key: value for key, value in given.items() if value}}
     for key, value in parse_qsl(parts.query, keep_blank_values=True):
         kwargs[key] = _query_value(value)
     return kwargs
@@ -143,8 +144,7 @@ def sqlite_url(path: Path) -> str:
     return f"sqlite:///{path.resolve()}"
 
 
-def _open_sqlite(url: str, kwargs: dict) -> Database:
-    name = kwargs.pop("database", "")
+def _open_sqlite(url: str, name: str, kwargs: dict) -> Database:
     if not name or name == ":memory:":
         raise ConfigError(
             f"DELAYQ_DATABASE_URL {redact_url(url)!r} names no file; "
@@ -155,8 +155,7 @@ def _open_sqlite(url: str, kwargs: dict) -> Database:
     return SqliteDatabase(name, pragmas=SQLITE_PRAGMAS, timeout=30, **kwargs)
 
 
-def _open_mysql(url: str, kwargs: dict) -> Database:
-    name = kwargs.pop("database", "")
+def _open_mysql(url: str, name: str, kwargs: dict) -> Database:
     if not name:
         raise ConfigError(
             f"DELAYQ_DATABASE_URL {redact_url(url)!r} names no database; "

@@ -14,9 +14,8 @@ from typing import Any, TypeVar
 
 from peewee import Database, DateTimeField, OperationalError
 
-from ..config import DEFAULT_QUEUE
 from ..threads import keep_signals_off_this_thread
-from .table import Status, Table
+from .table import Job, Table
 
 T = TypeVar("T")
 Row = dict[str, Any]
@@ -26,17 +25,12 @@ INSERT_CHUNK = 2500
 INSERT_CHUNK_BYTES = 4 << 20
 
 # Column defaults the table itself holds (schema.sql and create_tables agree, as
-# tests/test_schema.py checks): a column left out of an INSERT gets the same value.
-_TABLE_DEFAULTS: dict[str, Any] = {
-    "ext_string": "",
-    "retry_times": 0,
-    "status": Status.PENDING,
-    "queue": DEFAULT_QUEUE,
-    "chain_id": None,
-    "timeout": None,
-    "every": None,
-    "schedule": None,
-    "retry_policy": None,
+# tests/test_schema.py checks, and the model repeats them): a column left out of an INSERT
+# gets the same value. (created and modified default to the clock, never left out.)
+_TABLE_DEFAULTS = {
+    field.name: field.default
+    for field in Job._meta.sorted_fields
+    if field.null or not (field.default is None or callable(field.default))
 }
 
 
@@ -59,9 +53,7 @@ def insert_many(
     so a helper thread prepares the next chunk while this one waits on the server. A chunk
     that fails to build rolls the transaction back: nothing is half-written.
     """
-    Job = table.model
-    db = table.db
-    consecutive = table.consecutive_ids
+    Job, db, consecutive = table.model, table.db, table.consecutive_ids
     if not table.returning and not consecutive:
         rows = to_rows(items)
         with db.atomic():
@@ -137,8 +129,7 @@ def _multi_insert(
     Job = table.model
     db = table.db
     columns = [name for name in rows[0] if not _all_default(rows, name)]
-    convert = [_db_value(Job._meta.columns[name]) for name in columns]
-    pairs = list(zip(columns, convert, strict=True))
+    pairs = [(name, _db_value(Job._meta.columns[name])) for name in columns]
     values = [[to_db(row[name]) for name, to_db in pairs] for row in rows]
     suffix = " RETURNING id" if returning else ""
     if table.mysql:
@@ -171,23 +162,18 @@ def _mysql_literals(cursor: Any, values: list[list[Any]]) -> str:
     one value in every row (status, timestamps, ...) is escaped once, not per row.
     Returned with % doubled, as the driver formats the statement once more."""
     constant = [all(row[i] == values[0][i] for row in values) for i in range(len(values[0]))]
-    template = (
-        "("
-        + ", ".join(
-            cursor.mogrify("%s", (values[0][i],)).replace("%", "%%") if same else "%s"
-            for i, same in enumerate(constant)
-        )
-        + ")"
-    )
+    literals = [
+        cursor.mogrify("%s", (values[0][i],)).replace("%", "%%") if same else "%s"
+        for i, same in enumerate(constant)
+    ]
+    template = "(" + ", ".join(literals) + ")"
     varying = [i for i, same in enumerate(constant) if not same]
     rendered = ", ".join(cursor.mogrify(template, [row[i] for i in varying]) for row in values)
     return rendered.replace("%", "%%")
 
 
 def _db_value(field: Any) -> Callable[[Any], Any]:
-    if isinstance(field, DateTimeField):
-        return field.db_value
-    return _plain
+    return field.db_value if isinstance(field, DateTimeField) else _plain
 
 
 def _plain(value: Any) -> Any:

@@ -1,9 +1,8 @@
 """Queries on the rows a run holds: taking them (pending -> running with a lease), renewing
 the lease, recording outcomes, handing them back, and taking back rows whose run died.
 
-Each is a compare-and-set guarded by the status and the lease token, so a run that lost its
-lease can never overwrite the run that took the job over. They are peewee queries, but for
-the statements a run issues for every batch of ids, which batch_sql.py writes by hand.
+Each is a compare-and-set guarded by status and lease token, so a run that lost its lease
+never overwrites the run that took the job over. The per-batch statements are batch_sql.py's.
 """
 
 from __future__ import annotations
@@ -25,11 +24,9 @@ DISTINCT_MESSAGES = 4
 def mark_running(
     table: Table, ids: Sequence[int], token: str, lease_until: float, now: float
 ) -> list[ClaimedJob]:
-    """Take the PENDING rows among `ids` for this run; return those won, in id order.
-
-    A row this run already holds can be back on the schedule (a rebuild after Redis lost
-    its data read it as pending just before the run leased it) and so among `ids`: it is
-    not won a second time, or the run would call it twice."""
+    """Take the PENDING rows among `ids` for this run; return those won, in id order. A row
+    this run already holds may be among `ids` (a rebuild after Redis lost its data read it
+    as pending just before the run leased it): it is not won twice, or it would run twice."""
     if not ids:
         return []
     # Read before the UPDATE, and apart from it: the UPDATE and its SELECT may be run again
@@ -45,11 +42,8 @@ def mark_running(
 def mark_missed(
     table: Table, ids: Sequence[int], token: str, message: str, now: float
 ) -> list[ClaimedJob]:
-    """Turn the PENDING rows among `ids` MISSED; return those this call turned.
-
-    The rows are marked with `token` so that, of two runs marking the same ids, each learns
-    exactly the rows it turned: the caller re-arms a recurring series from those, once.
-    """
+    """Turn the PENDING rows among `ids` MISSED; return those this call turned, known by
+    `token` even when two runs mark the same ids: the caller re-arms a series from them once."""
     return take_pending(table, ids, Status.MISSED, token, now, message=message) if ids else []
 
 
@@ -114,21 +108,16 @@ def renew_leases(table: Table, token: str, lease_until: float) -> int:
 
 
 def _pushed_out(table: Table, lease_until: float) -> Any:
-    """`lease_until`, or the row's own lease if that runs longer. A renewal's deadline is
-    reckoned before its statement, which a stalled database (a locked table) may hold up for
-    longer than the lease: a heartbeat stuck that way lands after the main thread's quicker
-    renewal of a job it then starts, and must not pull that lease back into the past, where
-    a recovering run would take the running job over and run it a second time."""
+    """`lease_until`, or the row's own lease if that runs longer: a heartbeat held up by a
+    stalled database lands after the main thread's quicker renewal, and must not pull that
+    lease back into the past, where a recovering run would take the job over and rerun it."""
     greatest = fn.GREATEST if table.mysql else fn.MAX  # SQLite's MAX of two is scalar
     return greatest(fn.COALESCE(table.model.lease_until, 0), lease_until)
 
 
 def still_held(table: Table, ids: Sequence[int], token: str, lease_until: float) -> set[int]:
-    """Renew the lease on those of `ids` this run still holds, and return them.
-
-    For a run whose heartbeat fell behind: before it starts another job it makes sure no
-    other run has taken that job over meanwhile.
-    """
+    """Renew the lease on those of `ids` this run still holds, and return them: a run whose
+    heartbeat fell behind checks that no other run took a job over before starting it."""
     if not ids:
         return set()
     Job = table.model
@@ -160,8 +149,7 @@ def release(
             ).where(held).execute()
         return rows
 
-    # Run again as a deadlock victim, as `still_held` is; its SELECT reads again what an
-    # UPDATE rolled back left held.
+    # Run again as a deadlock victim; the SELECT rereads what a rolled-back UPDATE left held.
     return run_reconnecting(table.db, hand_back)
 
 
@@ -219,7 +207,6 @@ def reclaim(table: Table, lapsed: Lapsed, now: float, was_running: bool) -> bool
         # Still lapsed now: its run may have renewed it since `expired_leases` saw it.
         Job.lease_until < now,
     )
-    # Run again as a deadlock victim: recovering runs meet the heartbeats and claims of
-    # every run that a stall (a locked table) held up, all at once when it ends. Guarded by
-    # token and lease, a second try finds nothing to change if the first one committed.
+    # Run again as a deadlock victim: when a stall ends, recovering runs meet every held-up
+    # run's heartbeats and claims at once. Guarded, a second try after a commit changes nothing.
     return bool(run_reconnecting(table.db, query.execute))

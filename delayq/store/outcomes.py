@@ -154,7 +154,6 @@ def _write_outcomes(table: Table, outcomes: Sequence[Outcome], token: str | None
         recurring = [
             o.job.id for o in outcomes if is_recurring(o.job) and o.status != Status.PENDING
         ]
-        # Locked on MySQL until the commit: no other run takes them meanwhile.
         held = held_ids(table, recurring, token, lock=True) if recurring else set()
         written.succeeded = leases.finish_many(table, successes, token, Status.SUCCESS, now)
         if written.succeeded < len(successes):

@@ -19,8 +19,6 @@ from ..errors import BadInput
 
 # serialize() of an array or an object; no JSON text starts like this.
 PHP_SERIALIZED = re.compile(r"^[aO]:\d+:")
-# What phpserialize raises on text it cannot read (RecursionError: nesting too deep).
-_MALFORMED = (ValueError, TypeError, RecursionError)
 # How deeply a job's data may nest lists and objects. JSON itself sets no limit, but Python's
 # parser and encoder recurse: a few thousand levels raise RecursionError wherever the data
 # is read, so a limit well below that is checked at add and again before each call.
@@ -135,7 +133,8 @@ def _unserialize(params: str) -> Any:
             array_hook=_php_array,
             object_hook=_php_object,
         )
-    except _MALFORMED as exc:
+    # What phpserialize raises on text it cannot read (RecursionError: nesting too deep).
+    except (ValueError, TypeError, RecursionError) as exc:
         raise BadInput(f"bad params: malformed PHP serialize() text ({_short(exc)})") from None
     if stream.read(1):
         raise BadInput("bad params: text follows the PHP-serialized value (cut or joined?)")

@@ -77,7 +77,8 @@ class StoredPolicy:
         if self.policy.retries is not None:
             fields["retries"] = self.policy.retries
         if self.policy.delays is not None:
-            fields["delays"] = [_compact(step) for step in self.policy.delays]
+            # 60, not 60.0: the column is 255 characters wide
+            fields["delays"] = [int(s) if s == int(s) else s for s in self.policy.delays]
         if self.deferrals:
             fields["deferrals"] = self.deferrals
         return json.dumps(fields, separators=(",", ":")) if fields else None
@@ -119,7 +120,3 @@ def fresh_policy(text: str | None) -> str | None:
     if not text or '"deferrals"' not in text:
         return text  # most rows: NULL, or a policy that never deferred
     return replace(read_policy(text), deferrals=0).to_text()
-
-
-def _compact(step: float) -> float | int:
-    return int(step) if step == int(step) else step

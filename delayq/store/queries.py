@@ -1,7 +1,5 @@
 """Queries on `delay_queue` rows, each named for its intent: adding retries and next
 occurrences, replacing and cancelling pending jobs, reading chains, due rows and counts.
-
-The queries on the rows a run holds live in leases.py; bulk inserts in inserts.py.
 """
 
 from __future__ import annotations
@@ -18,11 +16,9 @@ from .table import ClaimedJob, Job, Status, Table, due_column, id_batches, tuple
 
 
 def insert_next_occurrence(table: Table, job: ClaimedJob, run_at: float, now: float) -> int | None:
-    """The next occurrence of a recurring job, unless its series was stopped meanwhile.
-
-    Runs inside the transaction that records the occurrence's outcome; the locking read
-    orders it against `stop_series`, so a cancel never loses to a re-arm.
-    """
+    """The next occurrence of a recurring job, unless its series was stopped meanwhile. In
+    the transaction recording the outcome, its locking read orders it against `stop_series`,
+    so a cancel never loses to a re-arm."""
     Job = table.model
     query = Job.select(Job.every, Job.schedule).where(Job.id == job.id)
     if table.mysql:
@@ -54,10 +50,8 @@ def exclusive(table: Table, name: str) -> Iterator[None]:
 
 def replace_pending(table: Table, row: dict[str, Any], now: float) -> tuple[int, list[int]]:
     """Move the oldest PENDING job with the row's ext and queue to the row's time and data
-    (or insert the row if there is none); cancel any further ones. Call under `exclusive`.
-
-    Returns the job's id and the ids cancelled.
-    """
+    (or insert the row), cancel any further ones; (its id, ids cancelled). Call under
+    `exclusive`."""
     Job = table.model
     query = Job.select(Job.id).where(
         Job.ext_string == row["ext_string"], Job.queue == row["queue"], Job.status == Status.PENDING
@@ -121,34 +115,22 @@ def _insert_after(
 def overdue_pending(table: Table, queue: str, before: float, limit: int) -> list[tuple[int, float]]:
     """(id, due) of PENDING rows of `queue` due before `before`, oldest first."""
     Job = table.model
-    query = (
-        Job.select(Job.id, due_column(table))
-        .where(
-            Job.status == Status.PENDING,
-            Job.queue == queue,
-            (Job.run_at <= before) | Job.run_at.is_null(),
-        )
-        .order_by(Job.run_at)
-        .limit(limit)
-    )
-    return [(job_id, float(due)) for job_id, due in tuples(query)]
+    overdue = (Job.run_at <= before) | Job.run_at.is_null()
+    query = Job.select(Job.id, due_column(table)).where(_pending_in(Job, queue), overdue)
+    return [(job_id, float(due)) for job_id, due in tuples(query.order_by(Job.run_at).limit(limit))]
 
 
 def pending_without_run_at(table: Table, queue: str, limit: int, after_id: int = 0) -> list[int]:
     """Ids of PENDING rows of `queue` written without run_at, in id order from `after_id`."""
     Job = table.model
-    query = (
-        Job.select(Job.id)
-        .where(
-            Job.status == Status.PENDING,
-            Job.queue == queue,
-            Job.run_at.is_null(),
-            Job.id > after_id,
-        )
-        .order_by(Job.id)
-        .limit(limit)
+    query = Job.select(Job.id).where(
+        _pending_in(Job, queue), Job.run_at.is_null(), Job.id > after_id
     )
-    return [job_id for (job_id,) in tuples(query)]
+    return [job_id for (job_id,) in tuples(query.order_by(Job.id).limit(limit))]
+
+
+def _pending_in(model: type[Job], queue: str) -> Any:
+    return (model.status == Status.PENDING) & (model.queue == queue)
 
 
 def adopt_run_at(table: Table, due_by_id: Mapping[int, float]) -> int:

@@ -100,13 +100,6 @@ def _valid_in_some_month(expression: str) -> bool:
     return True
 
 
-def from_column(text: str) -> CronSchedule:
-    """The schedule a `schedule` column holds (BadInput if a writer other than delayq left
-    something else there)."""
-    expression, _, zone = text.rstrip().rpartition(" ")
-    return parse_schedule(expression, zone)
-
-
 def _check_expression(expression: Any) -> str:
     if not isinstance(expression, str):
         raise BadInput(f"--cron must be text, not {type(expression).__name__}")
@@ -141,13 +134,6 @@ def _shown(text: str) -> str:
     return repr(text[:40] + ("..." if len(text) > 40 else ""))
 
 
-def next_occurrence(due: float, every: float, now: float) -> float:
-    """The next due time of a recurring job: the previous due plus whole periods, skipping
-    periods already past rather than running them in a burst, so the series never drifts."""
-    periods = max(1, math.floor((now - due) / every) + 1)
-    return due + periods * every
-
-
 def is_recurring(job: ClaimedJob) -> bool:
     """Whether settling `job` re-arms a series: it has a period or a cron schedule."""
     return job.every is not None or job.schedule is not None
@@ -155,9 +141,12 @@ def is_recurring(job: ClaimedJob) -> bool:
 
 def next_due(job: ClaimedJob, now: float) -> float:
     """The due time of recurring `job`'s next occurrence, from its own due time. BadInput
-    if its schedule column holds no schedule delayq can read."""
+    if its schedule column holds no schedule delayq can read (another writer left it)."""
     due = job.run_at or now
     if job.schedule is not None:
-        return from_column(job.schedule).next_after(due, now)
+        expression, _, zone = job.schedule.rstrip().rpartition(" ")
+        return parse_schedule(expression, zone).next_after(due, now)
     assert job.every is not None
-    return next_occurrence(due, job.every, now)
+    # The previous due plus whole periods, skipping periods already past rather than
+    # running them in a burst, so the series never drifts.
+    return due + max(1, math.floor((now - due) / job.every) + 1) * job.every
