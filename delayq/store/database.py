@@ -1,6 +1,5 @@
-"""Opening the database named by a URL (peewee's playhouse.db_url forms) with the settings
-delayq relies on: WAL and a busy timeout on SQLite, reconnect-on-gone-away on MySQL/MariaDB.
-"""
+"""Opening the database a URL names, with WAL and a busy timeout on SQLite and
+reconnect-on-gone-away on MySQL/MariaDB."""
 
 from __future__ import annotations
 
@@ -23,8 +22,6 @@ SQLITE_PRAGMAS = {
     "busy_timeout": 30000,  # wait for the write lock instead of failing at once
     "synchronous": "full",  # a committed outcome survives power loss
 }
-
-
 LOOPBACK = ("localhost", "127.0.0.1", "::1")
 LOCK_RETRIES = 4
 logger = logging.getLogger(__name__)
@@ -32,14 +29,11 @@ T = TypeVar("T")
 
 
 class ReconnectingMySQLDatabase(MySQLDatabase):
-    """MySQLDatabase that reconnects once when the server dropped an idle connection.
+    """MySQLDatabase that reconnects once when the server dropped an idle connection, outside
+    a transaction only: a statement inside one is never replayed silently."""
 
-    Outside a transaction only: a statement inside one is never replayed silently.
-    """
-
-    def execute_sql(self, sql: str, params: Any = None, *args: Any, **kwargs: Any) -> Any:
-        # peewee 3 passes more than (sql, params): hand everything on as it came.
-        return self._reconnecting(super().execute_sql, sql, params, *args, **kwargs)
+    def execute_sql(self, *args: Any, **kwargs: Any) -> Any:
+        return self._reconnecting(super().execute_sql, *args, **kwargs)
 
     def begin(self, *args: Any, **kwargs: Any) -> Any:
         return self._reconnecting(super().begin, *args, **kwargs)
@@ -62,15 +56,12 @@ def _reconnect(db: Database) -> None:
 
 
 def run_reconnecting(db: Database, work: Callable[[], T], reconnect: bool = True) -> T:
-    """Run `work` (a whole transaction, or one statement); if the MySQL connection died
-    under it, reconnect and run it once more; if InnoDB chose it as a deadlock victim or it
-    timed out waiting for a lock, run it again, a few times.
+    """Run `work` (a transaction, or one statement); run it once more on a new connection if
+    the MySQL one died under it, and a few times more if it lost a deadlock or a lock wait.
 
-    Safe because every write delayq makes is guarded by status and lease: if the first try
-    did commit before the reply was lost, the second finds nothing left to change; and a
-    deadlocked transaction was rolled back whole. With `reconnect` False, a lost connection
-    raises: for work whose second try would not know that the first one committed.
-    """
+    Safe because every write delayq makes is guarded by status and lease: a second try after
+    a commit whose reply was lost finds nothing to change, and a deadlocked transaction was
+    rolled back whole. `reconnect` False: for work whose second try would not know that."""
     for attempt in range(1, LOCK_RETRIES + 1):
         try:
             return work()
@@ -107,11 +98,8 @@ def open_database(url: str) -> Database:
 
 
 def url_kwargs(url: str) -> dict[str, Any]:
-    """Connection arguments from a playhouse.db_url-style URL.
-
-    Parsed here rather than with playhouse.db_url, whose import loads every backend
-    extension peewee ships (13 ms on each cron run for two schemes).
-    """
+    """Connection arguments from a playhouse.db_url-style URL; not parsed by playhouse.db_url,
+    whose import loads every backend extension peewee ships (13 ms on each cron run)."""
     parts = urlparse(url)
     given = {
         "user": parts.username and unquote(parts.username),

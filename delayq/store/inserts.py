@@ -1,8 +1,6 @@
 """Writing new jobs to `delay_queue` fast: multi-row INSERTs written by hand, their ids known
 without reading them back where the server promises consecutive ids, and, for many jobs,
 the next chunk's rows built while the database writes the current one.
-
-table.py owns the table and every other query on it; this module only adds rows.
 """
 
 from __future__ import annotations
@@ -43,16 +41,13 @@ def insert_one(table: Table, row: Row) -> int:
 def insert_many(
     table: Table, items: Sequence[T], to_rows: Callable[[Sequence[T]], list[Row]]
 ) -> tuple[list[int], list[Row]]:
-    """Turn `items` into rows with `to_rows` (which may raise BadInput) and insert them in
-    one transaction; returns their ids and rows, both in the order of `items`.
+    """Turn `items` into rows with `to_rows` (which may raise BadInput: nothing is then
+    written) and insert them in one transaction; their ids and rows, in the order of `items`.
 
-    A chunk is one multi-row statement wherever its ids can be known: from RETURNING
-    (MariaDB >= 10.5, SQLite >= 3.35), or on MySQL/MariaDB from LAST_INSERT_ID() where the
-    server gives a statement consecutive ids; otherwise one INSERT per row. At tens of
-    thousands of rows, building and escaping them costs as much as the database's own work,
-    so a helper thread prepares the next chunk while this one waits on the server. A chunk
-    that fails to build rolls the transaction back: nothing is half-written.
-    """
+    A chunk is one multi-row statement where its ids can be known, from RETURNING or from
+    LAST_INSERT_ID() with consecutive ids; otherwise one INSERT per row. Building and
+    escaping rows costs as much as the database's work, so a helper thread builds the next
+    chunk while the server writes this one."""
     Job, db, consecutive = table.model, table.db, table.consecutive_ids
     if not table.returning and not consecutive:
         rows = to_rows(items)
@@ -81,8 +76,7 @@ def insert_many(
 
 
 def _overlapped(parts: Sequence[T], prepare: Callable[[T], Any]) -> Iterator[Any]:
-    """prepare(part) for each part in order, the next one on a helper thread while the
-    caller works on this one."""
+    """prepare(part) for each part in order, the next on a helper thread meanwhile."""
     if len(parts) == 1:
         yield prepare(parts[0])
         return
@@ -107,9 +101,8 @@ def _execute(db: Database, sql: str, params: list[Any], count: int, consecutive:
 
 
 def _chunks(rows: Sequence[Row]) -> Iterator[Sequence[Row]]:
-    """Runs of rows for one statement each: at most INSERT_CHUNK_BYTES of SQL even if every
-    byte needed escaping, well under MySQL's default max_allowed_packet (16 MiB): 300
-    payloads of 60 KB do not fit in one statement."""
+    """Runs of rows for one statement each, at most INSERT_CHUNK_BYTES of SQL even if every
+    byte needed escaping: under MySQL's default max_allowed_packet (16 MiB)."""
     start, size = 0, 0
     for end, row in enumerate(rows):
         row_size = 200 + 2 * (len(row["params"].encode()) + len(row["ext_string"].encode()))

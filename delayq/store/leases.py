@@ -99,20 +99,18 @@ def defer(
 
 def renew_leases(table: Table, token: str, lease_until: float) -> int:
     """Push out the lease of every row this run still holds."""
+    return _renew(table, _running_under(table.model, token), lease_until)
+
+
+def _renew(table: Table, held: Any, lease_until: float) -> int:
+    """Set the lease of the `held` rows to `lease_until`, or keep a row's own if that runs
+    longer: a heartbeat held up by a stalled database lands after the main thread's quicker
+    renewal, and must not pull that lease back into the past, where a recovering run would
+    take the job over and rerun it."""
     Job = table.model
-    return (
-        Job.update(lease_until=_pushed_out(table, lease_until))
-        .where(_running_under(Job, token))
-        .execute()
-    )
-
-
-def _pushed_out(table: Table, lease_until: float) -> Any:
-    """`lease_until`, or the row's own lease if that runs longer: a heartbeat held up by a
-    stalled database lands after the main thread's quicker renewal, and must not pull that
-    lease back into the past, where a recovering run would take the job over and rerun it."""
     greatest = fn.GREATEST if table.mysql else fn.MAX  # SQLite's MAX of two is scalar
-    return greatest(fn.COALESCE(table.model.lease_until, 0), lease_until)
+    pushed_out = greatest(fn.COALESCE(Job.lease_until, 0), lease_until)
+    return Job.update(lease_until=pushed_out).where(held).execute()
 
 
 def still_held(table: Table, ids: Sequence[int], token: str, lease_until: float) -> set[int]:
@@ -124,7 +122,7 @@ def still_held(table: Table, ids: Sequence[int], token: str, lease_until: float)
     held = Job.id.in_(list(ids)) & _running_under(Job, token)
 
     def renew() -> set[int]:
-        Job.update(lease_until=_pushed_out(table, lease_until)).where(held).execute()
+        _renew(table, held, lease_until)
         return {job_id for (job_id,) in tuples(Job.select(Job.id).where(held))}
 
     # Run again if InnoDB picks it as a deadlock victim: it meets other runs' heartbeats

@@ -1,8 +1,6 @@
-"""What a call of a handler came to — the one record a finished call travels in, from the
-call through the journal to the table — and the transaction that writes outcomes there.
-
-Every write is a guarded UPDATE (status RUNNING and this run's lease token): an outcome
-whose lease was taken over meanwhile is refused, never written over another run's.
+"""What a call of a handler came to — the one record a finished call travels in, through the
+journal to the table — and the transaction that writes outcomes there, each a guarded UPDATE
+(RUNNING under this run's lease token): never written over the run that took a job over.
 """
 
 from __future__ import annotations
@@ -27,15 +25,14 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True, kw_only=True)
 class Outcome:
-    """One finished call: succeeded, failed (`next_in`: the retry's delay, None for none) or
-    deferred by RetryLater (status PENDING; `next_in`: when the same attempt is due again)."""
+    """One finished call: succeeded, failed, or deferred by RetryLater (status PENDING)."""
 
     job: ClaimedJob
     status: Status
     message: str
     finished_at: float
-    # Seconds until the job's next attempt; None: there is none (success, NoRetry, a refused
-    # handler, retries used up).
+    # Seconds until the retry, or until a deferred attempt is due again; None: there is none
+    # (success, NoRetry, a refused handler, retries used up).
     next_in: float | None = None
     # What the report and the metrics say of it; an outcome read back from the journal has
     # none of them.
@@ -83,9 +80,7 @@ class Outcome:
     @property
     def failure(self) -> tuple[str | None, str | None]:
         """(head line, traceback) of a failure; (message, None) for any other outcome."""
-        if self.status == Status.FAILED:
-            return failure_parts(self.message)
-        return self.message, None
+        return failure_parts(self.message) if self.status == Status.FAILED else (self.message, None)
 
     def to_record(self) -> str:
         """The outcome as the journal holds it until the table has it."""
@@ -98,7 +93,7 @@ class Outcome:
     def from_record(
         cls, job: ClaimedJob, record: str, retry_in: Callable[[ClaimedJob], float | None]
     ) -> Outcome:
-        """An outcome read back from the journal. `retry_in` gives the retry's delay of a
+        """An outcome read back from the journal; `retry_in` gives the retry's delay of a
         failure an earlier version journaled with only whether to retry."""
         status, message, next_in, finished_at = json.loads(record)
         if isinstance(next_in, bool):
@@ -130,14 +125,13 @@ class Written:
 
     @property
     def scheduled(self) -> list[tuple[int, float]]:
-        """(id, due) of every row to put on the schedule: retries, next occurrences and
-        deferred jobs."""
+        """(id, due) of every row to put on the schedule."""
         return self.retries + self.occurrences + self.deferred
 
 
 def write_outcomes(table: Table, outcomes: Sequence[Outcome], token: str | None) -> Written:
     """One transaction: successes in one UPDATE, each failure with its retry row, each
-    recurring job's next occurrence. Retried once on a fresh connection if MySQL dropped it."""
+    recurring job's next occurrence; run again on a fresh connection if MySQL dropped it."""
     if not outcomes:
         return Written()
     return run_reconnecting(table.db, lambda: _write_outcomes(table, outcomes, token))
@@ -148,9 +142,8 @@ def _write_outcomes(table: Table, outcomes: Sequence[Outcome], token: str | None
     now = max(outcome.finished_at for outcome in outcomes)
     successes = [(o.job.id, o.message) for o in outcomes if o.status == Status.SUCCESS]
     with table.db.atomic():
-        # Only a series whose occurrence this transaction records re-arms: replayed after
-        # a dropped connection whose first try had committed, it must not re-arm again. A
-        # deferred occurrence has not happened yet: it re-arms when it runs.
+        # Only series this transaction records an occurrence of re-arm: a replay after a
+        # commit whose reply was lost holds none. A deferred occurrence re-arms when it runs.
         recurring = [
             o.job.id for o in outcomes if is_recurring(o.job) and o.status != Status.PENDING
         ]
@@ -177,9 +170,9 @@ def _write_outcomes(table: Table, outcomes: Sequence[Outcome], token: str | None
 
 
 def rearm(table: Table, job: ClaimedJob, now: float) -> tuple[int, float] | None:
-    """Insert the next occurrence of recurring `job` (id, due), or None if its series was
-    stopped. Call it in the transaction that records `job`'s outcome: that write's guard (status and
-    lease token) is what makes a replayed commit or a second recovery re-arm nothing."""
+    """Insert the next occurrence of recurring `job`: (id, due), or None if its series was
+    stopped. Call it in the transaction recording `job`'s outcome: that write's guard makes
+    a replayed commit or a second recovery re-arm nothing."""
     try:
         run_at = next_due(job, now)
     except BadInput as exc:  # a schedule another writer left: the series cannot go on
@@ -216,10 +209,9 @@ def _write_deferral(table: Table, outcome: Outcome, token: str | None, written: 
 
 
 def _not_finished(table: Table, ids: list[int], status: Status, token: str | None) -> list[int]:
-    """Those of `ids` this run did not finish with `status`. The row's status alone cannot
-    say: a run that took a job over after our lease lapsed records the same status, and a
-    late outcome taken for ours would re-arm a recurring job a second time. A row keeps the
-    token of the run that finished it."""
+    """Those of `ids` this run did not finish with `status`, told by the token a finished row
+    keeps: a run that took a job over records the same status, and its outcome taken for
+    ours would re-arm a recurring job a second time."""
     Job = table.model
     held = Job.lease_token.is_null() if token is None else Job.lease_token == token
     done = set(Job.select(Job.id).where(Job.id.in_(ids), Job.status == status, held).tuples())

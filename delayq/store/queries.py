@@ -21,9 +21,7 @@ def insert_next_occurrence(table: Table, job: ClaimedJob, run_at: float, now: fl
     so a cancel never loses to a re-arm."""
     Job = table.model
     query = Job.select(Job.every, Job.schedule).where(Job.id == job.id)
-    if table.mysql:
-        query = query.for_update()
-    row = query.first()
+    row = query.for_update(table.mysql).first()
     if row is None or (row.every is None and row.schedule is None):
         return None
     return _insert_after(table, job, run_at, now, every=row.every, schedule=row.schedule)

@@ -1,10 +1,7 @@
-"""Bringing a `delay_queue` that already holds jobs up to the model: the seed's eight columns
-(or an older delayq's) gain the columns they lack, with the defaults other producers rely on,
-text wide enough for what delayq writes, and the seed's jobs keep their due times, read from
-its schedule in Redis.
-
-table.py creates a fresh table; this module changes one in place. Every step is safe to
-repeat, so `delayq init` after a crash (or twice) finishes the job and then changes nothing.
+"""Bringing an existing `delay_queue` up to the model in place: the seed's eight columns (or an
+older delayq's) gain what they lack, with the defaults other producers rely on and text wide
+enough for delayq, and the seed's jobs keep the due times its Redis schedule holds. Every
+step is safe to repeat: `delayq init` after a crash (or twice) finishes, then changes nothing.
 """
 
 from __future__ import annotations
@@ -36,12 +33,9 @@ TEXT_TYPES = ("text", "mediumtext", "longtext")
 
 
 def upgrade_table(table: Table, index: Index, now: float, schedule_lost: bool = False) -> list[str]:
-    """Add what the existing table lacks and settle rows no delayq run could settle; returns
-    one line per change made, none when the table was already up to date.
-
-    A table without `run_at` holds the seed's jobs, whose due times live only in its Redis
-    schedule: those are read first, and pending rows absent from it become missed.
-    """
+    """Add what the table lacks and settle rows no delayq run could settle; one line per
+    change. A table without `run_at` holds the seed's jobs, whose due times live only in its
+    Redis schedule: pending rows absent from it become missed."""
     changes: list[str] = []
     if "run_at" not in _columns(table):
         if not index.schedule.size(DEFAULT_QUEUE) and not schedule_lost:
@@ -69,8 +63,8 @@ def _refuse_without_schedule(table: Table) -> None:
 
 
 def _miss_unscheduled(table: Table, index: Index, now: float) -> list[str]:
-    """Waiting rows whose id is not on the seed's schedule (its one sorted set, the default
-    queue's) become missed; asked a batch at a time, as the seed never prunes that set."""
+    """Waiting rows not on the seed's schedule (the default queue's) become missed; asked a
+    batch at a time, as the seed never prunes that set."""
     Job = table.model
     missed = 0
     for ids in _batches(table, Job.status == Status.PENDING):
@@ -116,21 +110,21 @@ def _alter_columns(table: Table) -> list[str]:
 
 def column_problems(table: Table) -> list[str]:
     """What makes delayq's writes fail on the existing columns, one phrase each: what
-    `upgrade_table` would fix. Empty when they are as the model defines them."""
+    `upgrade_table` would fix."""
     columns = _columns(table)
     problems = []
     for field in table.model._meta.sorted_fields if table.mysql else []:
         column = columns.get(field.column_name)
         if column is not None and (problem := _problem(field, column)):
             problems.append(f"{field.column_name} {problem}")
-    collation = _collation(table)
-    if collation is not None and not collation.startswith("utf8mb4"):
+    if collation := _narrow_collation(table):
         problems.append(f"the table is {collation}, which refuses 4-byte UTF-8 such as emoji")
     return problems
 
 
-def _collation(table: Table) -> str | None:
-    """The table's collation on MySQL (its charset is the part before `_`)."""
+def _narrow_collation(table: Table) -> str | None:
+    """The table's collation on MySQL unless utf8mb4: the seed's 3-byte utf8 refuses text
+    delayq accepts (emoji)."""
     if not table.mysql:
         return None
     (collation,) = table.db.execute_sql(
@@ -138,13 +132,11 @@ def _collation(table: Table) -> str | None:
         "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s",
         (TABLE_NAME,),
     ).fetchone()
-    return str(collation)
+    return None if str(collation).startswith("utf8mb4") else str(collation)
 
 
 def _convert_charset(table: Table) -> list[str]:
-    """utf8mb4 on MySQL: the seed's 3-byte utf8 refuses text delayq accepts (emoji)."""
-    collation = _collation(table)
-    if collation is None or collation.startswith("utf8mb4"):
+    if not (collation := _narrow_collation(table)):
         return []
     table.db.execute_sql(f"ALTER TABLE `{TABLE_NAME}` CONVERT TO CHARACTER SET utf8mb4")
     return [f"converted the table from {collation} to utf8mb4"]
@@ -209,9 +201,8 @@ def _adopt_due_times(table: Table, index: Index) -> list[str]:
 
 
 def _recover_stranded(table: Table, index: Index, now: float) -> list[str]:
-    """Running rows without a lease were left by a runner that died without one (delayq
-    always leases what it runs), so no lapse ever frees them: like a job whose run died,
-    each goes back on the schedule, due now, with its lost lease counted."""
+    """Running rows without a lease (left by a runner that did not lease; no lapse frees
+    them) go back on the schedule, due now, with a lost lease counted, as if their run died."""
     Job = table.model
     stranded = (Job.status == Status.RUNNING) & Job.lease_until.is_null()
     recovered = 0
