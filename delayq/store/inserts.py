@@ -62,11 +62,10 @@ def insert_many(
 
         def prepare(part: Sequence[T]) -> tuple[list[Row], list[tuple[str, list[Any], int]]]:
             part_rows = to_rows(part)
-            statements = [
+            return part_rows, [
                 (*_multi_insert(table, chunk, not consecutive, cursor), len(chunk))
                 for chunk in _chunks(part_rows)
             ]
-            return part_rows, statements
 
         for part_rows, statements in _overlapped(parts, prepare):
             for sql, params, count in statements:
@@ -125,20 +124,14 @@ def _multi_insert(
     pairs = [(name, _db_value(Job._meta.columns[name])) for name in columns]
     values = [[to_db(row[name]) for name, to_db in pairs] for row in rows]
     suffix = " RETURNING id" if returning else ""
+    quote = "`" if table.mysql else '"'
+    names = ", ".join(f"{quote}{name}{quote}" for name in columns)
+    head = f"INSERT INTO {quote}{Job._meta.table_name}{quote} ({names}) VALUES "
     if table.mysql:
-        names = ", ".join(f"`{name}`" for name in columns)
-        return (
-            f"INSERT INTO `{Job._meta.table_name}` ({names}) VALUES "
-            f"{_mysql_literals(cursor or db.cursor(), values)}{suffix}",
-            [],
-        )
-    names = ", ".join(f'"{name}"' for name in columns)
+        return f"{head}{_mysql_literals(cursor or db.cursor(), values)}{suffix}", []
     one = "(" + ", ".join([db.param] * len(columns)) + ")"
-    return (
-        f'INSERT INTO "{Job._meta.table_name}" ({names}) VALUES '
-        f"{', '.join([one] * len(rows))}{suffix}",
-        [value for row in values for value in row],
-    )
+    flat = [value for row in values for value in row]
+    return f"{head}{', '.join([one] * len(rows))}{suffix}", flat
 
 
 def _all_default(rows: Sequence[Row], name: str) -> bool:
