@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, unquote, urlparse
@@ -120,10 +121,8 @@ def _query_value(value: str) -> Any:
     if lowered in ("null", "none"):
         return None
     for kind in (int, float):
-        try:
+        with suppress(ValueError):
             return kind(value)
-        except ValueError:
-            pass
     return value
 
 

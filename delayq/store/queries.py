@@ -79,8 +79,7 @@ def stop_series(table: Table, ext: str, queue: str | None) -> int:
 
 
 def get_job(table: Table, job_id: int) -> Job | None:
-    Job = table.model
-    return Job.get_or_none(Job.id == job_id)
+    return table.model.get_or_none(table.model.id == job_id)
 
 
 def insert_retry(table: Table, row: Job | ClaimedJob, run_at: float, now: float) -> int:
