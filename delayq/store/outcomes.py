@@ -34,8 +34,7 @@ class Outcome:
     # Seconds until the retry, or until a deferred attempt is due again; None: there is none
     # (success, NoRetry, a refused handler, retries used up).
     next_in: float | None = None
-    # What the report and the metrics say of it; an outcome read back from the journal has
-    # none of them.
+    # For the report and the metrics only: an outcome read back from the journal has none.
     class_path: str = "?"
     method: str = "?"
     duration: float = 0.0
@@ -150,9 +149,7 @@ def _write_outcomes(table: Table, outcomes: Sequence[Outcome], token: str | None
         held = held_ids(table, recurring, token, lock=True) if recurring else set()
         written.succeeded = leases.finish_many(table, successes, token, Status.SUCCESS, now)
         if written.succeeded < len(successes):
-            written.lost += _not_finished(
-                table, [job_id for job_id, _ in successes], Status.SUCCESS, token
-            )
+            written.lost += _not_succeeded(table, [job_id for job_id, _ in successes], token)
         for outcome in outcomes:
             if outcome.status == Status.FAILED:
                 _write_failure(table, outcome, token, written)
@@ -190,9 +187,8 @@ def _write_failure(table: Table, outcome: Outcome, token: str | None, written: W
     written.failed += 1
     if outcome.next_in is not None:
         run_at = outcome.finished_at + outcome.next_in
-        written.retries.append(
-            (queries.insert_retry(table, job, run_at, outcome.finished_at), run_at)
-        )
+        retry_id = queries.insert_retry(table, job, run_at, outcome.finished_at)
+        written.retries.append((retry_id, run_at))
 
 
 def _write_deferral(table: Table, outcome: Outcome, token: str | None, written: Written) -> None:
@@ -208,11 +204,12 @@ def _write_deferral(table: Table, outcome: Outcome, token: str | None, written: 
         written.lost.append(job.id)
 
 
-def _not_finished(table: Table, ids: list[int], status: Status, token: str | None) -> list[int]:
-    """Those of `ids` this run did not finish with `status`, told by the token a finished row
+def _not_succeeded(table: Table, ids: list[int], token: str | None) -> list[int]:
+    """Those of `ids` this run did not mark succeeded, told by the token a finished row
     keeps: a run that took a job over records the same status, and its outcome taken for
     ours would re-arm a recurring job a second time."""
     Job = table.model
     held = Job.lease_token.is_null() if token is None else Job.lease_token == token
-    done = set(Job.select(Job.id).where(Job.id.in_(ids), Job.status == status, held).tuples())
+    query = Job.select(Job.id).where(Job.id.in_(ids), Job.status == Status.SUCCESS, held)
+    done = set(query.tuples())
     return [job_id for job_id in ids if (job_id,) not in done]

@@ -157,8 +157,7 @@ def _problem(field: Field, column: Any) -> str | None:
 
 def _default_of(field: Field) -> Any:
     """The value the model's DEFAULT clause gives (what a NULL is replaced with)."""
-    default = field.default
-    return default() if callable(default) else default
+    return field.default() if callable(field.default) else field.default
 
 
 def _fill_nulls(table: Table, field: Field) -> None:
