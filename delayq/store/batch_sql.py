@@ -1,10 +1,9 @@
 """The hand-written SQL of leases.py: the statements a run issues for every batch of ids.
 
-peewee builds a tree of nodes per value and renders it per call; for a batch of 500 ids that
-cost more than the database took to run the statement. These are written once, with the ids
-inlined as integers (never text from outside) and every other value a bound parameter, and
-they name the primary key to MySQL (`@BY_ID`), which peewee has no way to say. Every other
-query on a run's rows is peewee's, in leases.py.
+peewee renders a tree of nodes per value per call; for 500 ids that cost more than the
+database took to run the statement. Here ids are inlined as integers (never outside text),
+every other value is bound, and MySQL is told to use the primary key (`@BY_ID`), which
+peewee cannot say.
 """
 
 from __future__ import annotations
@@ -12,14 +11,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .table import CLAIMED_COLUMNS, TEXT_MAX, ClaimedJob, Job, Status, Table, storable, utc_stamp
+from .table import TEXT_MAX, ClaimedJob, Job, Status, Table, storable, utc_stamp
 
-CLAIMED_SELECT = ", ".join(f"`{name}`" for name in CLAIMED_COLUMNS)
+CLAIMED_SELECT = ", ".join(f"`{name}`" for name in ClaimedJob._fields)
 
 
 def held_ids(table: Table, ids: Iterable[int], token: str | None, lock: bool = False) -> set[int]:
-    """Which of `ids` are RUNNING under `token`; with `lock`, on MySQL the rows stay locked
-    until the transaction ends."""
+    """Which of `ids` are RUNNING under `token`; `lock` keeps them locked on MySQL until the
+    transaction ends, so no other run takes them meanwhile."""
     held, token_params = _token_match(token)
     suffix = " FOR UPDATE" if lock and table.mysql else ""
     cursor = _execute(
@@ -34,9 +33,8 @@ def held_ids(table: Table, ids: Iterable[int], token: str | None, lock: bool = F
 def take_pending(
     table: Table, ids: Iterable[int], status: Status, token: str, now: float, **columns: Any
 ) -> list[ClaimedJob]:
-    """Turn the PENDING rows among `ids` to `status` under `token`, setting `columns` too;
-    return, in id order, the rows among `ids` in `status` under `token`. Safe to repeat: the
-    UPDATE only takes PENDING rows, the SELECT reads what this token holds."""
+    """Turn the PENDING rows among `ids` to `status` under `token`, with `columns`; return,
+    in id order, those in `status` under `token` (safe to repeat: the SELECT reads all)."""
     listed = _id_list(ids)
     assignments = "".join(f", `{name}` = %s" for name in columns)
     _execute(
@@ -100,11 +98,9 @@ def _stamp(now: float) -> Any:
 
 
 def _execute(table: Table, sql: str, params: Sequence[Any] = ()) -> Any:
-    """Run `sql`, written with %s placeholders and `name` quoting, on the jobs' database.
-
-    `@BY_ID` after the table name makes MySQL find rows by primary key, as the id lists
-    mean it to: left to itself it may scan the status index instead, and lock (or wait for)
-    every other run's rows on the way."""
+    """Run `sql`, written with %s and `name` quoting. `@BY_ID` makes MySQL find rows by
+    primary key: left to itself it may scan the status index, and lock (or wait for) every
+    other run's rows on the way."""
     if table.mysql:
         sql = sql.replace("@BY_ID", "FORCE INDEX (PRIMARY)")
     else:

@@ -1,9 +1,8 @@
 """Retry chains: a first attempt and the retries linked to it by chain_id, and the one rule a
 manual retry follows — a chain has at most one pending attempt.
 
-`retry_chain` runs under the chain's lock, so concurrent `retry` and `requeue` calls of one
-chain, from any number of processes, queue up and each sees what the previous one wrote.
-The index is left to the caller.
+Under the chain's lock, concurrent `retry` and `requeue` calls of one chain, from any
+process, queue up and each sees what the previous one wrote. The index is the caller's.
 """
 
 from __future__ import annotations
@@ -23,32 +22,24 @@ def chain_locked(table: Table, job: Job) -> Iterator[None]:
         yield
 
 
-def latest_attempt(table: Table, job: Job) -> Job:
-    """The attempt of `job`'s chain with the highest id (`job` itself when it has none)."""
-    Job = table.model
-    root = job.chain_id or job.id
-    latest = (
-        Job.select()
-        .where((Job.id == root) | (Job.chain_id == root))
-        .order_by(Job.id.desc())
-        .first()
-    )
-    return latest or job
-
-
 def retry_chain(
     table: Table, job: Job, run_at: float, now: float, repeating: int | None = None
 ) -> tuple[int, str]:
-    """(id, queue) of the chain's one pending attempt, due at `run_at`. Call under
-    `chain_locked`.
-
-    A pending latest attempt is moved to `run_at` ("retry now"); a finished one gets a new
-    attempt. BadInput while an attempt runs, or when `repeating` names the attempt the caller
-    meant to repeat and a later one has finished since (another requeue got there first).
-    """
-    latest = latest_attempt(table, job)
-    if latest.status == Status.PENDING and _move(table, latest, run_at, now):
-        return latest.id, latest.queue
+    """(id, queue) of the chain's one pending attempt, due at `run_at`; call under
+    `chain_locked`. A pending latest attempt moves ("retry now"), a finished one gets a new
+    attempt. BadInput while an attempt runs, or when `repeating` (the attempt the caller
+    meant to repeat) is no longer the latest: another requeue got there first."""
+    Job = table.model
+    root = job.chain_id or job.id
+    chain = Job.select().where((Job.id == root) | (Job.chain_id == root))
+    latest = chain.order_by(Job.id.desc()).first() or job
+    if latest.status == Status.PENDING:
+        still_pending = (Job.id == latest.id) & (Job.status == Status.PENDING)
+        moved = Job.update(run_at=run_at, modified=utc_stamp(now)).where(still_pending).execute()
+        # MySQL counts changed rows, not matched ones: a retry repeating the previous one's
+        # values changes nothing, and the row is still ours to report.
+        if moved or Job.select(Job.id).where(still_pending).exists():
+            return latest.id, latest.queue
     if latest.status in (Status.PENDING, Status.RUNNING):
         # A pending attempt that would not move was claimed meanwhile: it runs now.
         raise BadInput(
@@ -60,13 +51,3 @@ def retry_chain(
             f"({status_word(latest.status)}); not repeated"
         )
     return insert_retry(table, latest, run_at, now), latest.queue
-
-
-def _move(table: Table, attempt: Job, run_at: float, now: float) -> bool:
-    """Move a pending attempt; False if a run claimed it first."""
-    Job = table.model
-    still_pending = (Job.id == attempt.id) & (Job.status == Status.PENDING)
-    moved = Job.update(run_at=run_at, modified=utc_stamp(now)).where(still_pending).execute()
-    # MySQL counts changed rows, not matched ones: a retry repeating the previous one's
-    # values changes nothing, and the row is still ours to report.
-    return bool(moved) or Job.select(Job.id).where(still_pending).exists()

@@ -1,12 +1,12 @@
-"""Opening the database named by a URL (peewee's playhouse.db_url forms) with the settings
-delayq relies on: WAL and a busy timeout on SQLite, reconnect-on-gone-away on MySQL/MariaDB.
-"""
+"""Opening the database a URL names, with WAL and a busy timeout on SQLite and
+reconnect-on-gone-away on MySQL/MariaDB."""
 
 from __future__ import annotations
 
 import logging
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, unquote, urlparse
@@ -23,8 +23,6 @@ SQLITE_PRAGMAS = {
     "busy_timeout": 30000,  # wait for the write lock instead of failing at once
     "synchronous": "full",  # a committed outcome survives power loss
 }
-
-
 LOOPBACK = ("localhost", "127.0.0.1", "::1")
 LOCK_RETRIES = 4
 logger = logging.getLogger(__name__)
@@ -32,14 +30,11 @@ T = TypeVar("T")
 
 
 class ReconnectingMySQLDatabase(MySQLDatabase):
-    """MySQLDatabase that reconnects once when the server dropped an idle connection.
+    """MySQLDatabase that reconnects once when the server dropped an idle connection, outside
+    a transaction only: a statement inside one is never replayed silently."""
 
-    Outside a transaction only: a statement inside one is never replayed silently.
-    """
-
-    def execute_sql(self, sql: str, params: Any = None, *args: Any, **kwargs: Any) -> Any:
-        # peewee 3 passes more than (sql, params): hand everything on as it came.
-        return self._reconnecting(super().execute_sql, sql, params, *args, **kwargs)
+    def execute_sql(self, *args: Any, **kwargs: Any) -> Any:
+        return self._reconnecting(super().execute_sql, *args, **kwargs)
 
     def begin(self, *args: Any, **kwargs: Any) -> Any:
         return self._reconnecting(super().begin, *args, **kwargs)
@@ -51,22 +46,23 @@ class ReconnectingMySQLDatabase(MySQLDatabase):
             if self.in_transaction() or not is_disconnect(exc):
                 raise
             logger.info("database connection dropped (%s); reconnecting", exc)
-            if not self.is_closed():
-                self.close()
-            self.connect()
+            _reconnect(self)
             return call(*args, **kwargs)
 
 
-def run_reconnecting(db: Database, work: Callable[[], T], reconnect: bool = True) -> T:
-    """Run `work` (a whole transaction, or one statement); if the MySQL connection died
-    under it, reconnect and run it once more; if InnoDB chose it as a deadlock victim or it
-    timed out waiting for a lock, run it again, a few times.
+def _reconnect(db: Database) -> None:
+    if not db.is_closed():
+        db.close()
+    db.connect()
 
-    Safe because every write delayq makes is guarded by status and lease: if the first try
-    did commit before the reply was lost, the second finds nothing left to change; and a
-    deadlocked transaction was rolled back whole. With `reconnect` False, a lost connection
-    raises: for work whose second try would not know that the first one committed.
-    """
+
+def run_reconnecting(db: Database, work: Callable[[], T], reconnect: bool = True) -> T:
+    """Run `work` (a transaction, or one statement); run it once more on a new connection if
+    the MySQL one died under it, and a few times more if it lost a deadlock or a lock wait.
+
+    Safe because every write delayq makes is guarded by status and lease: a second try after
+    a commit whose reply was lost finds nothing to change, and a deadlocked transaction was
+    rolled back whole. `reconnect` False: for work whose second try would not know that."""
     for attempt in range(1, LOCK_RETRIES + 1):
         try:
             return work()
@@ -78,9 +74,7 @@ def run_reconnecting(db: Database, work: Callable[[], T], reconnect: bool = True
             if not (reconnect and is_disconnect(exc)):
                 raise
             logger.warning("database connection lost (%s); reconnecting", exc)
-            if not db.is_closed():
-                db.close()
-            db.connect()
+            _reconnect(db)
             return work()
     raise AssertionError("unreachable")
 
@@ -93,10 +87,11 @@ def open_database(url: str) -> Database:
         kwargs = url_kwargs(url)
     except ValueError:
         raise refuse("DELAYQ_DATABASE_URL", url, "not a URL delayq can read") from None
+    name = kwargs.pop("database", "")
     if scheme in ("sqlite", "sqlite3"):
-        return _open_sqlite(url, kwargs)
+        return _open_sqlite(url, name, kwargs)
     if scheme == "mysql":
-        return _open_mysql(url, kwargs)
+        return _open_mysql(url, name, kwargs)
     raise ConfigError(
         f"DELAYQ_DATABASE_URL {redact_url(url)!r}: use mysql://user:pw@host:3306/db "
         "or sqlite:////absolute/path.db"
@@ -104,21 +99,16 @@ def open_database(url: str) -> Database:
 
 
 def url_kwargs(url: str) -> dict[str, Any]:
-    """Connection arguments from a playhouse.db_url-style URL.
-
-    Parsed here rather than with playhouse.db_url, whose import loads every backend
-    extension peewee ships (13 ms on each cron run for two schemes).
-    """
+    """Connection arguments from a playhouse.db_url-style URL; not parsed by playhouse.db_url,
+    whose import loads every backend extension peewee ships (13 ms on each cron run)."""
     parts = urlparse(url)
-    kwargs: dict[str, Any] = {"database": parts.path[1:]}
-    if parts.username:
-        kwargs["user"] = unquote(parts.username)
-    if parts.password:
-        kwargs["password"] = unquote(parts.password)
-    if parts.hostname:
-        kwargs["host"] = parts.hostname
-    if parts.port:
-        kwargs["port"] = parts.port
+    given = {
+        "user": parts.username and unquote(parts.username),
+        "password": parts.password and unquote(parts.password),
+        "host": parts.hostname,
+        "port": parts.port,
+    }
+    kwargs = {"database": parts.path[1:], **{key: value for key, value in given.items() if value}}
     for key, value in parse_qsl(parts.query, keep_blank_values=True):
         kwargs[key] = _query_value(value)
     return kwargs
@@ -131,10 +121,8 @@ def _query_value(value: str) -> Any:
     if lowered in ("null", "none"):
         return None
     for kind in (int, float):
-        try:
+        with suppress(ValueError):
             return kind(value)
-        except ValueError:
-            pass
     return value
 
 
@@ -143,8 +131,7 @@ def sqlite_url(path: Path) -> str:
     return f"sqlite:///{path.resolve()}"
 
 
-def _open_sqlite(url: str, kwargs: dict) -> Database:
-    name = kwargs.pop("database", "")
+def _open_sqlite(url: str, name: str, kwargs: dict) -> Database:
     if not name or name == ":memory:":
         raise ConfigError(
             f"DELAYQ_DATABASE_URL {redact_url(url)!r} names no file; "
@@ -155,8 +142,7 @@ def _open_sqlite(url: str, kwargs: dict) -> Database:
     return SqliteDatabase(name, pragmas=SQLITE_PRAGMAS, timeout=30, **kwargs)
 
 
-def _open_mysql(url: str, kwargs: dict) -> Database:
-    name = kwargs.pop("database", "")
+def _open_mysql(url: str, name: str, kwargs: dict) -> Database:
     if not name:
         raise ConfigError(
             f"DELAYQ_DATABASE_URL {redact_url(url)!r} names no database; "

@@ -1,8 +1,6 @@
 """Writing new jobs to `delay_queue` fast: multi-row INSERTs written by hand, their ids known
 without reading them back where the server promises consecutive ids, and, for many jobs,
 the next chunk's rows built while the database writes the current one.
-
-table.py owns the table and every other query on it; this module only adds rows.
 """
 
 from __future__ import annotations
@@ -14,9 +12,8 @@ from typing import Any, TypeVar
 
 from peewee import Database, DateTimeField, OperationalError
 
-from ..config import DEFAULT_QUEUE
 from ..threads import keep_signals_off_this_thread
-from .table import Status, Table
+from .table import Job, Table
 
 T = TypeVar("T")
 Row = dict[str, Any]
@@ -26,17 +23,12 @@ INSERT_CHUNK = 2500
 INSERT_CHUNK_BYTES = 4 << 20
 
 # Column defaults the table itself holds (schema.sql and create_tables agree, as
-# tests/test_schema.py checks): a column left out of an INSERT gets the same value.
-_TABLE_DEFAULTS: dict[str, Any] = {
-    "ext_string": "",
-    "retry_times": 0,
-    "status": Status.PENDING,
-    "queue": DEFAULT_QUEUE,
-    "chain_id": None,
-    "timeout": None,
-    "every": None,
-    "schedule": None,
-    "retry_policy": None,
+# tests/test_schema.py checks, and the model repeats them): a column left out of an INSERT
+# gets the same value. (created and modified default to the clock, never left out.)
+_TABLE_DEFAULTS = {
+    field.name: field.default
+    for field in Job._meta.sorted_fields
+    if field.null or not (field.default is None or callable(field.default))
 }
 
 
@@ -49,19 +41,14 @@ def insert_one(table: Table, row: Row) -> int:
 def insert_many(
     table: Table, items: Sequence[T], to_rows: Callable[[Sequence[T]], list[Row]]
 ) -> tuple[list[int], list[Row]]:
-    """Turn `items` into rows with `to_rows` (which may raise BadInput) and insert them in
-    one transaction; returns their ids and rows, both in the order of `items`.
+    """Turn `items` into rows with `to_rows` (which may raise BadInput: nothing is then
+    written) and insert them in one transaction; their ids and rows, in the order of `items`.
 
-    A chunk is one multi-row statement wherever its ids can be known: from RETURNING
-    (MariaDB >= 10.5, SQLite >= 3.35), or on MySQL/MariaDB from LAST_INSERT_ID() where the
-    server gives a statement consecutive ids; otherwise one INSERT per row. At tens of
-    thousands of rows, building and escaping them costs as much as the database's own work,
-    so a helper thread prepares the next chunk while this one waits on the server. A chunk
-    that fails to build rolls the transaction back: nothing is half-written.
-    """
-    Job = table.model
-    db = table.db
-    consecutive = table.consecutive_ids
+    A chunk is one multi-row statement where its ids can be known, from RETURNING or from
+    LAST_INSERT_ID() with consecutive ids; otherwise one INSERT per row. Building and
+    escaping rows costs as much as the database's work, so a helper thread builds the next
+    chunk while the server writes this one."""
+    Job, db, consecutive = table.model, table.db, table.consecutive_ids
     if not table.returning and not consecutive:
         rows = to_rows(items)
         with db.atomic():
@@ -75,11 +62,10 @@ def insert_many(
 
         def prepare(part: Sequence[T]) -> tuple[list[Row], list[tuple[str, list[Any], int]]]:
             part_rows = to_rows(part)
-            statements = [
+            return part_rows, [
                 (*_multi_insert(table, chunk, not consecutive, cursor), len(chunk))
                 for chunk in _chunks(part_rows)
             ]
-            return part_rows, statements
 
         for part_rows, statements in _overlapped(parts, prepare):
             for sql, params, count in statements:
@@ -89,8 +75,7 @@ def insert_many(
 
 
 def _overlapped(parts: Sequence[T], prepare: Callable[[T], Any]) -> Iterator[Any]:
-    """prepare(part) for each part in order, the next one on a helper thread while the
-    caller works on this one."""
+    """prepare(part) for each part in order, the next on a helper thread meanwhile."""
     if len(parts) == 1:
         yield prepare(parts[0])
         return
@@ -115,9 +100,8 @@ def _execute(db: Database, sql: str, params: list[Any], count: int, consecutive:
 
 
 def _chunks(rows: Sequence[Row]) -> Iterator[Sequence[Row]]:
-    """Runs of rows for one statement each: at most INSERT_CHUNK_BYTES of SQL even if every
-    byte needed escaping, well under MySQL's default max_allowed_packet (16 MiB): 300
-    payloads of 60 KB do not fit in one statement."""
+    """Runs of rows for one statement each, at most INSERT_CHUNK_BYTES of SQL even if every
+    byte needed escaping: under MySQL's default max_allowed_packet (16 MiB)."""
     start, size = 0, 0
     for end, row in enumerate(rows):
         row_size = 200 + 2 * (len(row["params"].encode()) + len(row["ext_string"].encode()))
@@ -137,24 +121,17 @@ def _multi_insert(
     Job = table.model
     db = table.db
     columns = [name for name in rows[0] if not _all_default(rows, name)]
-    convert = [_db_value(Job._meta.columns[name]) for name in columns]
-    pairs = list(zip(columns, convert, strict=True))
+    pairs = [(name, _db_value(Job._meta.columns[name])) for name in columns]
     values = [[to_db(row[name]) for name, to_db in pairs] for row in rows]
     suffix = " RETURNING id" if returning else ""
+    quote = "`" if table.mysql else '"'
+    names = ", ".join(f"{quote}{name}{quote}" for name in columns)
+    head = f"INSERT INTO {quote}{Job._meta.table_name}{quote} ({names}) VALUES "
     if table.mysql:
-        names = ", ".join(f"`{name}`" for name in columns)
-        return (
-            f"INSERT INTO `{Job._meta.table_name}` ({names}) VALUES "
-            f"{_mysql_literals(cursor or db.cursor(), values)}{suffix}",
-            [],
-        )
-    names = ", ".join(f'"{name}"' for name in columns)
+        return f"{head}{_mysql_literals(cursor or db.cursor(), values)}{suffix}", []
     one = "(" + ", ".join([db.param] * len(columns)) + ")"
-    return (
-        f'INSERT INTO "{Job._meta.table_name}" ({names}) VALUES '
-        f"{', '.join([one] * len(rows))}{suffix}",
-        [value for row in values for value in row],
-    )
+    flat = [value for row in values for value in row]
+    return f"{head}{', '.join([one] * len(rows))}{suffix}", flat
 
 
 def _all_default(rows: Sequence[Row], name: str) -> bool:
@@ -171,23 +148,18 @@ def _mysql_literals(cursor: Any, values: list[list[Any]]) -> str:
     one value in every row (status, timestamps, ...) is escaped once, not per row.
     Returned with % doubled, as the driver formats the statement once more."""
     constant = [all(row[i] == values[0][i] for row in values) for i in range(len(values[0]))]
-    template = (
-        "("
-        + ", ".join(
-            cursor.mogrify("%s", (values[0][i],)).replace("%", "%%") if same else "%s"
-            for i, same in enumerate(constant)
-        )
-        + ")"
-    )
+    literals = [
+        cursor.mogrify("%s", (values[0][i],)).replace("%", "%%") if same else "%s"
+        for i, same in enumerate(constant)
+    ]
+    template = "(" + ", ".join(literals) + ")"
     varying = [i for i, same in enumerate(constant) if not same]
     rendered = ", ".join(cursor.mogrify(template, [row[i] for i in varying]) for row in values)
     return rendered.replace("%", "%%")
 
 
 def _db_value(field: Any) -> Callable[[Any], Any]:
-    if isinstance(field, DateTimeField):
-        return field.db_value
-    return _plain
+    return field.db_value if isinstance(field, DateTimeField) else _plain
 
 
 def _plain(value: Any) -> Any:

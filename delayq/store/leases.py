@@ -1,9 +1,8 @@
 """Queries on the rows a run holds: taking them (pending -> running with a lease), renewing
 the lease, recording outcomes, handing them back, and taking back rows whose run died.
 
-Each is a compare-and-set guarded by the status and the lease token, so a run that lost its
-lease can never overwrite the run that took the job over. They are peewee queries, but for
-the statements a run issues for every batch of ids, which batch_sql.py writes by hand.
+Each is a compare-and-set guarded by status and lease token, so a run that lost its lease
+never overwrites the run that took the job over. The per-batch statements are batch_sql.py's.
 """
 
 from __future__ import annotations
@@ -15,17 +14,7 @@ from peewee import fn
 
 from .batch_sql import finish_held, held_ids, take_pending
 from .database import run_reconnecting
-from .table import (
-    TEXT_MAX,
-    ClaimedJob,
-    Job,
-    Status,
-    Table,
-    claimed_fields,
-    storable,
-    tuples,
-    utc_stamp,
-)
+from .table import TEXT_MAX, ClaimedJob, Job, Status, Table, storable, tuples, utc_stamp
 
 # Up to this many different messages in a group commit cost one UPDATE each; more, one
 # UPDATE with a CASE over the ids.
@@ -35,11 +24,9 @@ DISTINCT_MESSAGES = 4
 def mark_running(
     table: Table, ids: Sequence[int], token: str, lease_until: float, now: float
 ) -> list[ClaimedJob]:
-    """Take the PENDING rows among `ids` for this run; return those won, in id order.
-
-    A row this run already holds can be back on the schedule (a rebuild after Redis lost
-    its data read it as pending just before the run leased it) and so among `ids`: it is
-    not won a second time, or the run would call it twice."""
+    """Take the PENDING rows among `ids` for this run; return those won, in id order. A row
+    this run already holds may be among `ids` (a rebuild after Redis lost its data read it
+    as pending just before the run leased it): it is not won twice, or it would run twice."""
     if not ids:
         return []
     # Read before the UPDATE, and apart from it: the UPDATE and its SELECT may be run again
@@ -49,20 +36,15 @@ def mark_running(
         table.db,
         lambda: take_pending(table, ids, Status.RUNNING, token, now, lease_until=lease_until),
     )
-    return [job for job in won if job.id not in held] if held else won
+    return [job for job in won if job.id not in held]
 
 
 def mark_missed(
     table: Table, ids: Sequence[int], token: str, message: str, now: float
 ) -> list[ClaimedJob]:
-    """Turn the PENDING rows among `ids` MISSED; return those this call turned.
-
-    The rows are marked with `token` so that, of two runs marking the same ids, each learns
-    exactly the rows it turned: the caller re-arms a recurring series from those, once.
-    """
-    if not ids:
-        return []
-    return take_pending(table, ids, Status.MISSED, token, now, message=message)
+    """Turn the PENDING rows among `ids` MISSED; return those this call turned, known by
+    `token` even when two runs mark the same ids: the caller re-arms a series from them once."""
+    return take_pending(table, ids, Status.MISSED, token, now, message=message) if ids else []
 
 
 def finish(
@@ -77,8 +59,6 @@ def finish_many(
 ) -> int:
     """Record one status for many held jobs, each with its own message; one UPDATE per
     distinct message (most handlers return the same few), or one with a CASE."""
-    if not outcomes:
-        return 0
     by_message: dict[str, list[int]] = {}
     for job_id, text in outcomes:
         by_message.setdefault(storable(text, TEXT_MAX), []).append(job_id)
@@ -117,46 +97,32 @@ def defer(
     )
 
 
-def held_by(table: Table, ids: Sequence[int], token: str | None) -> set[int]:
-    """Which of `ids` this run still holds (RUNNING under `token`); on MySQL the rows stay
-    locked until the transaction ends, so no other run can take them meanwhile."""
-    return held_ids(table, ids, token, lock=True) if ids else set()
-
-
 def renew_leases(table: Table, token: str, lease_until: float) -> int:
     """Push out the lease of every row this run still holds."""
-    Job = table.model
-    return (
-        Job.update(lease_until=_pushed_out(table, lease_until))
-        .where(_running_under(Job, token))
-        .execute()
-    )
+    return _renew(table, _running_under(table.model, token), lease_until)
 
 
-def _pushed_out(table: Table, lease_until: float) -> Any:
-    """`lease_until`, or the row's own lease if that runs longer. A renewal's deadline is
-    reckoned before its statement, which a stalled database (a locked table) may hold up for
-    longer than the lease: a heartbeat stuck that way lands after the main thread's quicker
-    renewal of a job it then starts, and must not pull that lease back into the past, where
-    a recovering run would take the running job over and run it a second time."""
+def _renew(table: Table, held: Any, lease_until: float) -> int:
+    """Set the lease of the `held` rows to `lease_until`, or keep a row's own if that runs
+    longer: a heartbeat held up by a stalled database lands after the main thread's quicker
+    renewal, and must not pull that lease back into the past, where a recovering run would
+    take the job over and rerun it."""
     Job = table.model
     greatest = fn.GREATEST if table.mysql else fn.MAX  # SQLite's MAX of two is scalar
-    return greatest(fn.COALESCE(Job.lease_until, 0), lease_until)
+    pushed_out = greatest(fn.COALESCE(Job.lease_until, 0), lease_until)
+    return Job.update(lease_until=pushed_out).where(held).execute()
 
 
 def still_held(table: Table, ids: Sequence[int], token: str, lease_until: float) -> set[int]:
-    """Renew the lease on those of `ids` this run still holds, and return them.
-
-    For a run whose heartbeat fell behind: before it starts another job it makes sure no
-    other run has taken that job over meanwhile.
-    """
+    """Renew the lease on those of `ids` this run still holds, and return them: a run whose
+    heartbeat fell behind checks that no other run took a job over before starting it."""
     if not ids:
         return set()
     Job = table.model
     held = Job.id.in_(list(ids)) & _running_under(Job, token)
 
     def renew() -> set[int]:
-        Job.update(lease_until=_pushed_out(table, lease_until)).where(held).execute()
+        _renew(table, held, lease_until)
         return {job_id for (job_id,) in tuples(Job.select(Job.id).where(held))}
 
     # Run again if InnoDB picks it as a deadlock victim: it meets other runs' heartbeats
@@ -174,18 +140,14 @@ def release(
     held = Job.id.in_(list(ids)) & _running_under(Job, token)
 
     def hand_back() -> list[tuple[int, float | None]]:
-        rows = [
-            (job_id, run_at)
-            for job_id, run_at in tuples(Job.select(Job.id, Job.run_at).where(held))
-        ]
+        rows = tuples(Job.select(Job.id, Job.run_at).where(held))
         if rows:
             Job.update(
                 status=Status.PENDING, lease_token=None, lease_until=None, modified=utc_stamp(now)
             ).where(held).execute()
         return rows
 
-    # Run again as a deadlock victim, as `still_held` is; its SELECT reads again what an
-    # UPDATE rolled back left held.
+    # Run again as a deadlock victim; the SELECT rereads what a rolled-back UPDATE left held.
     return run_reconnecting(table.db, hand_back)
 
 
@@ -208,19 +170,18 @@ def tokens_holding(table: Table, queue: str, tokens: set[str]) -> set[str]:
     if not tokens:
         return set()
     Job = table.model
-    query = (
-        Job.select(Job.lease_token)
-        .where(Job.status == Status.RUNNING, Job.queue == queue, Job.lease_token.in_(tokens))
-        .distinct()
+    query = Job.select(Job.lease_token).where(
+        Job.status == Status.RUNNING, Job.queue == queue, Job.lease_token.in_(tokens)
     )
-    return {token for (token,) in tuples(query)}
+    return {token for (token,) in tuples(query.distinct())}
 
 
 def expired_leases(table: Table, queue: str, now: float, limit: int) -> list[Lapsed]:
     """RUNNING rows of `queue` whose lease has lapsed: the run holding them died."""
     Job = table.model
+    claimed = [getattr(Job, name) for name in ClaimedJob._fields]
     query = (
-        Job.select(*claimed_fields(Job), Job.lease_token, Job.lost_leases)
+        Job.select(*claimed, Job.lease_token, Job.lost_leases)
         .where(Job.status == Status.RUNNING, Job.queue == queue, Job.lease_until < now)
         .limit(limit)
     )
@@ -230,28 +191,20 @@ def expired_leases(table: Table, queue: str, now: float, limit: int) -> list[Lap
 def reclaim(table: Table, lapsed: Lapsed, now: float, was_running: bool) -> bool:
     """Put a RUNNING row whose lease lapsed back to PENDING; a job whose handler was running
     when its run died counts a lost lease, one that never started does not."""
-    # Run again as a deadlock victim: recovering runs meet the heartbeats and claims of
-    # every run that a stall (a locked table) held up, all at once when it ends. Guarded by
-    # token and lease, a second try finds nothing to change if the first one committed.
-    return run_reconnecting(table.db, lambda: _reclaim(table, lapsed, now, was_running))
-
-
-def _reclaim(table: Table, lapsed: Lapsed, now: float, was_running: bool) -> bool:
     Job = table.model
-    return bool(
-        Job.update(
-            status=Status.PENDING,
-            lease_token=None,
-            lease_until=None,
-            lost_leases=Job.lost_leases + (1 if was_running else 0),
-            modified=utc_stamp(now),
-        )
-        .where(
-            Job.id == lapsed.job.id,
-            Job.status == Status.RUNNING,
-            Job.lease_token == lapsed.token,
-            # Still lapsed now: its run may have renewed it since `expired_leases` saw it.
-            Job.lease_until < now,
-        )
-        .execute()
+    query = Job.update(
+        status=Status.PENDING,
+        lease_token=None,
+        lease_until=None,
+        lost_leases=Job.lost_leases + (1 if was_running else 0),
+        modified=utc_stamp(now),
+    ).where(
+        Job.id == lapsed.job.id,
+        Job.status == Status.RUNNING,
+        Job.lease_token == lapsed.token,
+        # Still lapsed now: its run may have renewed it since `expired_leases` saw it.
+        Job.lease_until < now,
     )
+    # Run again as a deadlock victim: when a stall ends, recovering runs meet every held-up
+    # run's heartbeats and claims at once. Guarded, a second try after a commit changes nothing.
+    return bool(run_reconnecting(table.db, query.execute))

@@ -1,8 +1,6 @@
-"""What a call of a handler came to — the one record a finished call travels in, from the
-call through the journal to the table — and the transaction that writes outcomes there.
-
-Every write is a guarded UPDATE (status RUNNING and this run's lease token): an outcome
-whose lease was taken over meanwhile is refused, never written over another run's.
+"""What a call of a handler came to — the one record a finished call travels in, through the
+journal to the table — and the transaction that writes outcomes there, each a guarded UPDATE
+(RUNNING under this run's lease token): never written over the run that took a job over.
 """
 
 from __future__ import annotations
@@ -10,14 +8,16 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from operator import iadd
 
 from ..errors import BadInput
 from . import leases, queries
+from .batch_sql import held_ids
 from .database import run_reconnecting
 from .policies import read_policy
 from .recurrence import is_recurring, next_due
-from .table import ClaimedJob, Status, Table, failure_parts, tuples
+from .table import ClaimedJob, Status, Table, failure_parts
 from .tallies import label
 
 logger = logging.getLogger(__name__)
@@ -25,18 +25,16 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True, kw_only=True)
 class Outcome:
-    """One finished call: succeeded, failed (`next_in`: the retry's delay, None for none) or
-    deferred by RetryLater (status PENDING; `next_in`: when the same attempt is due again)."""
+    """One finished call: succeeded, failed, or deferred by RetryLater (status PENDING)."""
 
     job: ClaimedJob
     status: Status
     message: str
     finished_at: float
-    # Seconds until the job's next attempt; None: there is none (success, NoRetry, a refused
-    # handler, retries used up).
+    # Seconds until the retry, or until a deferred attempt is due again; None: there is none
+    # (success, NoRetry, a refused handler, retries used up).
     next_in: float | None = None
-    # What the report and the metrics say of it; an outcome read back from the journal has
-    # none of them.
+    # For the report and the metrics only: an outcome read back from the journal has none.
     class_path: str = "?"
     method: str = "?"
     duration: float = 0.0
@@ -81,9 +79,7 @@ class Outcome:
     @property
     def failure(self) -> tuple[str | None, str | None]:
         """(head line, traceback) of a failure; (message, None) for any other outcome."""
-        if self.status == Status.FAILED:
-            return failure_parts(self.message)
-        return self.message, None
+        return failure_parts(self.message) if self.status == Status.FAILED else (self.message, None)
 
     def to_record(self) -> str:
         """The outcome as the journal holds it until the table has it."""
@@ -96,7 +92,7 @@ class Outcome:
     def from_record(
         cls, job: ClaimedJob, record: str, retry_in: Callable[[ClaimedJob], float | None]
     ) -> Outcome:
-        """An outcome read back from the journal. `retry_in` gives the retry's delay of a
+        """An outcome read back from the journal; `retry_in` gives the retry's delay of a
         failure an earlier version journaled with only whether to retry."""
         status, message, next_in, finished_at = json.loads(record)
         if isinstance(next_in, bool):
@@ -122,24 +118,19 @@ class Written:
     lost: list[int] = field(default_factory=list)  # outcomes whose lease had been taken over
 
     def merge(self, other: Written) -> Written:
-        self.succeeded += other.succeeded
-        self.failed += other.failed
-        self.retries += other.retries
-        self.occurrences += other.occurrences
-        self.deferred += other.deferred
-        self.lost += other.lost
+        for name in (f.name for f in fields(self)):
+            setattr(self, name, iadd(getattr(self, name), getattr(other, name)))
         return self
 
     @property
     def scheduled(self) -> list[tuple[int, float]]:
-        """(id, due) of every row to put on the schedule: retries, next occurrences and
-        deferred jobs."""
+        """(id, due) of every row to put on the schedule."""
         return self.retries + self.occurrences + self.deferred
 
 
 def write_outcomes(table: Table, outcomes: Sequence[Outcome], token: str | None) -> Written:
     """One transaction: successes in one UPDATE, each failure with its retry row, each
-    recurring job's next occurrence. Retried once on a fresh connection if MySQL dropped it."""
+    recurring job's next occurrence; run again on a fresh connection if MySQL dropped it."""
     if not outcomes:
         return Written()
     return run_reconnecting(table.db, lambda: _write_outcomes(table, outcomes, token))
@@ -150,18 +141,15 @@ def _write_outcomes(table: Table, outcomes: Sequence[Outcome], token: str | None
     now = max(outcome.finished_at for outcome in outcomes)
     successes = [(o.job.id, o.message) for o in outcomes if o.status == Status.SUCCESS]
     with table.db.atomic():
-        # Only a series whose occurrence this transaction records re-arms: replayed after
-        # a dropped connection whose first try had committed, it must not re-arm again. A
-        # deferred occurrence has not happened yet: it re-arms when it runs.
+        # Only series this transaction records an occurrence of re-arm: a replay after a
+        # commit whose reply was lost holds none. A deferred occurrence re-arms when it runs.
         recurring = [
             o.job.id for o in outcomes if is_recurring(o.job) and o.status != Status.PENDING
         ]
-        held = leases.held_by(table, recurring, token)
+        held = held_ids(table, recurring, token, lock=True) if recurring else set()
         written.succeeded = leases.finish_many(table, successes, token, Status.SUCCESS, now)
         if written.succeeded < len(successes):
-            written.lost += _not_finished(
-                table, [job_id for job_id, _ in successes], Status.SUCCESS, token
-            )
+            written.lost += _not_succeeded(table, [job_id for job_id, _ in successes], token)
         for outcome in outcomes:
             if outcome.status == Status.FAILED:
                 _write_failure(table, outcome, token, written)
@@ -179,9 +167,9 @@ def _write_outcomes(table: Table, outcomes: Sequence[Outcome], token: str | None
 
 
 def rearm(table: Table, job: ClaimedJob, now: float) -> tuple[int, float] | None:
-    """Insert the next occurrence of recurring `job` (id, due), or None if its series was
-    stopped. Call it in the transaction that records `job`'s outcome: that write's guard (status and
-    lease token) is what makes a replayed commit or a second recovery re-arm nothing."""
+    """Insert the next occurrence of recurring `job`: (id, due), or None if its series was
+    stopped. Call it in the transaction recording `job`'s outcome: that write's guard makes
+    a replayed commit or a second recovery re-arm nothing."""
     try:
         run_at = next_due(job, now)
     except BadInput as exc:  # a schedule another writer left: the series cannot go on
@@ -199,9 +187,8 @@ def _write_failure(table: Table, outcome: Outcome, token: str | None, written: W
     written.failed += 1
     if outcome.next_in is not None:
         run_at = outcome.finished_at + outcome.next_in
-        written.retries.append(
-            (queries.insert_retry(table, job, run_at, outcome.finished_at), run_at)
-        )
+        retry_id = queries.insert_retry(table, job, run_at, outcome.finished_at)
+        written.retries.append((retry_id, run_at))
 
 
 def _write_deferral(table: Table, outcome: Outcome, token: str | None, written: Written) -> None:
@@ -217,13 +204,12 @@ def _write_deferral(table: Table, outcome: Outcome, token: str | None, written: 
         written.lost.append(job.id)
 
 
-def _not_finished(table: Table, ids: list[int], status: Status, token: str | None) -> list[int]:
-    """Those of `ids` this run did not finish with `status`. The row's status alone cannot
-    say: a run that took a job over after our lease lapsed records the same status, and a
-    late outcome taken for ours would re-arm a recurring job a second time. A row keeps the
-    token of the run that finished it."""
+def _not_succeeded(table: Table, ids: list[int], token: str | None) -> list[int]:
+    """Those of `ids` this run did not mark succeeded, told by the token a finished row
+    keeps: a run that took a job over records the same status, and its outcome taken for
+    ours would re-arm a recurring job a second time."""
     Job = table.model
     held = Job.lease_token.is_null() if token is None else Job.lease_token == token
-    query = Job.select(Job.id).where(Job.id.in_(ids), Job.status == status, held)
-    done = {job_id for (job_id,) in tuples(query)}
-    return [job_id for job_id in ids if job_id not in done]
+    query = Job.select(Job.id).where(Job.id.in_(ids), Job.status == Status.SUCCESS, held)
+    done = set(query.tuples())
+    return [job_id for job_id in ids if (job_id,) not in done]

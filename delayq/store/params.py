@@ -1,10 +1,7 @@
-"""What a job's `params` column holds, read back: delayq's JSON object, or the PHP serialize()
-array the seed's producers write (`a:3:{s:5:"class";...}`), read with phpserialize (the
-`php` extra), whose PHP class names become Python handlers through DELAYQ_PHP_CLASSES.
-
-Reading a row's params never raises anything but BadInput, which says what is wrong with
-them: a bad row fails its own job, never the run. Whether the handler may run is
-handlers.py's to decide, on the Python name.
+"""A job's `params` read back: delayq's JSON object, or the PHP serialize() array the seed's
+producers write (`a:3:{s:5:"class";...}`, read with the `php` extra's phpserialize), its
+class names mapped to Python by DELAYQ_PHP_CLASSES. Reading never raises anything but
+BadInput: a bad row fails its own job, never the run.
 """
 
 from __future__ import annotations
@@ -19,11 +16,8 @@ from ..errors import BadInput
 
 # serialize() of an array or an object; no JSON text starts like this.
 PHP_SERIALIZED = re.compile(r"^[aO]:\d+:")
-# What phpserialize raises on text it cannot read (RecursionError: nesting too deep).
-_MALFORMED = (ValueError, TypeError, RecursionError)
-# How deeply a job's data may nest lists and objects. JSON itself sets no limit, but Python's
-# parser and encoder recurse: a few thousand levels raise RecursionError wherever the data
-# is read, so a limit well below that is checked at add and again before each call.
+# How deeply a job's data may nest lists and objects: Python's JSON parser and encoder recurse,
+# so a few thousand levels raise RecursionError; checked at add and again before each call.
 DATA_MAX_DEPTH = 100
 
 
@@ -135,7 +129,8 @@ def _unserialize(params: str) -> Any:
             array_hook=_php_array,
             object_hook=_php_object,
         )
-    except _MALFORMED as exc:
+    # What phpserialize raises on text it cannot read (RecursionError: nesting too deep).
+    except (ValueError, TypeError, RecursionError) as exc:
         raise BadInput(f"bad params: malformed PHP serialize() text ({_short(exc)})") from None
     if stream.read(1):
         raise BadInput("bad params: text follows the PHP-serialized value (cut or joined?)")

@@ -1,9 +1,6 @@
-"""A job's own retry policy and what its `retry_policy` column holds: compact JSON of the
-retries and delays the job was added with, and how many times in a row its current attempt
-deferred itself with RetryLater.
-
-This module only checks and encodes; worker/retry.py decides what a policy means for a
-failed attempt, and the default ladder lives there.
+"""A job's own retry policy and its `retry_policy` column: compact JSON of the retries and
+delays the job was added with, and how many times in a row its attempt raised RetryLater.
+Only checked and encoded here; what a policy means is worker/retry.py's.
 """
 
 from __future__ import annotations
@@ -65,8 +62,7 @@ def _check_steps(delays: Any) -> tuple[float, ...]:
 
 @dataclass(frozen=True)
 class StoredPolicy:
-    """What a row's `retry_policy` column holds: the job's own policy, and how many times
-    in a row its current attempt deferred itself with RetryLater."""
+    """What a row's `retry_policy` column holds."""
 
     policy: RetryPolicy = RetryPolicy()
     deferrals: int = 0
@@ -77,7 +73,8 @@ class StoredPolicy:
         if self.policy.retries is not None:
             fields["retries"] = self.policy.retries
         if self.policy.delays is not None:
-            fields["delays"] = [_compact(step) for step in self.policy.delays]
+            # 60, not 60.0: the column is 255 characters wide
+            fields["delays"] = [int(s) if s == int(s) else s for s in self.policy.delays]
         if self.deferrals:
             fields["deferrals"] = self.deferrals
         return json.dumps(fields, separators=(",", ":")) if fields else None
@@ -114,12 +111,7 @@ def read_policy(text: str | None) -> StoredPolicy:
 
 
 def fresh_policy(text: str | None) -> str | None:
-    """A row's `retry_policy` for its next attempt: the same policy, its RetryLater count
-    started over."""
+    """A row's `retry_policy` for its next attempt: its RetryLater count started over."""
     if not text or '"deferrals"' not in text:
         return text  # most rows: NULL, or a policy that never deferred
     return replace(read_policy(text), deferrals=0).to_text()
-
-
-def _compact(step: float) -> float | int:
-    return int(step) if step == int(step) else step

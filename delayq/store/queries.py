@@ -1,7 +1,5 @@
 """Queries on `delay_queue` rows, each named for its intent: adding retries and next
 occurrences, replacing and cancelling pending jobs, reading chains, due rows and counts.
-
-The queries on the rows a run holds live in leases.py; bulk inserts in inserts.py.
 """
 
 from __future__ import annotations
@@ -18,16 +16,12 @@ from .table import ClaimedJob, Job, Status, Table, due_column, id_batches, tuple
 
 
 def insert_next_occurrence(table: Table, job: ClaimedJob, run_at: float, now: float) -> int | None:
-    """The next occurrence of a recurring job, unless its series was stopped meanwhile.
-
-    Runs inside the transaction that records the occurrence's outcome; the locking read
-    orders it against `stop_series`, so a cancel never loses to a re-arm.
-    """
+    """The next occurrence of a recurring job, unless its series was stopped meanwhile. In
+    the transaction recording the outcome, its locking read orders it against `stop_series`,
+    so a cancel never loses to a re-arm."""
     Job = table.model
     query = Job.select(Job.every, Job.schedule).where(Job.id == job.id)
-    if table.mysql:
-        query = query.for_update()
-    row = query.first()
+    row = query.for_update(table.mysql).first()
     if row is None or (row.every is None and row.schedule is None):
         return None
     return _insert_after(table, job, run_at, now, every=row.every, schedule=row.schedule)
@@ -54,23 +48,13 @@ def exclusive(table: Table, name: str) -> Iterator[None]:
 
 def replace_pending(table: Table, row: dict[str, Any], now: float) -> tuple[int, list[int]]:
     """Move the oldest PENDING job with the row's ext and queue to the row's time and data
-    (or insert the row if there is none); cancel any further ones. Call under `exclusive`.
-
-    Returns the job's id and the ids cancelled.
-    """
+    (or insert the row), cancel any further ones; (its id, ids cancelled). Call under
+    `exclusive`."""
     Job = table.model
-    pending = [
-        job_id
-        for (job_id,) in tuples(
-            Job.select(Job.id)
-            .where(
-                Job.ext_string == row["ext_string"],
-                Job.queue == row["queue"],
-                Job.status == Status.PENDING,
-            )
-            .order_by(Job.id)
-        )
-    ]
+    query = Job.select(Job.id).where(
+        Job.ext_string == row["ext_string"], Job.queue == row["queue"], Job.status == Status.PENDING
+    )
+    pending = [job_id for (job_id,) in tuples(query.order_by(Job.id))]
     moved = {
         key: row[key]
         for key in ("params", "run_at", "timeout", "every", "schedule", "retry_policy", "modified")
@@ -95,22 +79,15 @@ def stop_series(table: Table, ext: str, queue: str | None) -> int:
 
 
 def get_job(table: Table, job_id: int) -> Job | None:
-    Job = table.model
-    return Job.get_or_none(Job.id == job_id)
+    return table.model.get_or_none(table.model.id == job_id)
 
 
 def insert_retry(table: Table, row: Job | ClaimedJob, run_at: float, now: float) -> int:
     """A new PENDING row repeating `row` as its next attempt; the old row stays as history."""
+    # A retry is a one-off (every and schedule stay NULL); the series re-arms from the
+    # occurrence itself.
     return _insert_after(
-        table,
-        row,
-        run_at,
-        now,
-        retry_times=row.retry_times + 1,
-        chain_id=row.chain_id or row.id,
-        # A retry is a one-off; the series re-arms from the occurrence itself.
-        every=None,
-        schedule=None,
+        table, row, run_at, now, retry_times=row.retry_times + 1, chain_id=row.chain_id or row.id
     )
 
 
@@ -135,34 +112,22 @@ def _insert_after(
 def overdue_pending(table: Table, queue: str, before: float, limit: int) -> list[tuple[int, float]]:
     """(id, due) of PENDING rows of `queue` due before `before`, oldest first."""
     Job = table.model
-    query = (
-        Job.select(Job.id, due_column(table))
-        .where(
-            Job.status == Status.PENDING,
-            Job.queue == queue,
-            (Job.run_at <= before) | Job.run_at.is_null(),
-        )
-        .order_by(Job.run_at)
-        .limit(limit)
-    )
-    return [(job_id, float(due)) for job_id, due in tuples(query)]
+    overdue = (Job.run_at <= before) | Job.run_at.is_null()
+    query = Job.select(Job.id, due_column(table)).where(_pending_in(Job, queue), overdue)
+    return [(job_id, float(due)) for job_id, due in tuples(query.order_by(Job.run_at).limit(limit))]
 
 
 def pending_without_run_at(table: Table, queue: str, limit: int, after_id: int = 0) -> list[int]:
     """Ids of PENDING rows of `queue` written without run_at, in id order from `after_id`."""
     Job = table.model
-    query = (
-        Job.select(Job.id)
-        .where(
-            Job.status == Status.PENDING,
-            Job.queue == queue,
-            Job.run_at.is_null(),
-            Job.id > after_id,
-        )
-        .order_by(Job.id)
-        .limit(limit)
+    query = Job.select(Job.id).where(
+        _pending_in(Job, queue), Job.run_at.is_null(), Job.id > after_id
     )
-    return [job_id for (job_id,) in tuples(query)]
+    return [job_id for (job_id,) in tuples(query.order_by(Job.id).limit(limit))]
+
+
+def _pending_in(model: type[Job], queue: str) -> Any:
+    return (model.status == Status.PENDING) & (model.queue == queue)
 
 
 def adopt_run_at(table: Table, due_by_id: Mapping[int, float]) -> int:
@@ -180,10 +145,8 @@ def adopt_run_at(table: Table, due_by_id: Mapping[int, float]) -> int:
 def still_pending(table: Table, ids: Sequence[int]) -> list[int]:
     """Those of `ids` whose row is PENDING now, in the given order."""
     Job = table.model
-    if not ids:
-        return []
     query = Job.select(Job.id).where(Job.id.in_(list(ids)), Job.status == Status.PENDING)
-    pending = {job_id for (job_id,) in tuples(query)}
+    pending = {job_id for (job_id,) in tuples(query)} if ids else set()
     return [job_id for job_id in ids if job_id in pending]
 
 
@@ -215,13 +178,8 @@ def cancel(table: Table, ids: Iterable[int], now: float) -> int:
     """PENDING rows among `ids` become CANCELLED; returns how many did."""
     Job = table.model
     ids = list(ids)
-    if not ids:
-        return 0
-    return (
-        Job.update(status=Status.CANCELLED, message="cancelled", modified=utc_stamp(now))
-        .where(Job.id.in_(ids), Job.status == Status.PENDING)
-        .execute()
-    )
+    query = Job.update(status=Status.CANCELLED, message="cancelled", modified=utc_stamp(now))
+    return query.where(Job.id.in_(ids), Job.status == Status.PENDING).execute() if ids else 0
 
 
 def chain_of(table: Table, job: Job) -> list[Job]:
@@ -235,12 +193,9 @@ def counts_by_queue(table: Table) -> dict[str, dict[int, int]]:
     """{queue: {status: count}} over the whole table."""
     Job = table.model
     out: dict[str, dict[int, int]] = {}
-    query = Job.select(Job.queue, Job.status, fn.COUNT(Job.id).alias("n")).group_by(
-        Job.queue, Job.status
-    )
-    for row in query.dicts():
-        fields: dict = row  # type: ignore[assignment]  # .dicts() yields dicts, not models
-        out.setdefault(fields["queue"], {})[fields["status"]] = fields["n"]
+    query = Job.select(Job.queue, Job.status, fn.COUNT(Job.id)).group_by(Job.queue, Job.status)
+    for queue, status, count in tuples(query):
+        out.setdefault(queue, {})[status] = count
     return out
 
 

@@ -1,12 +1,9 @@
-"""When a recurring job is next due: by its period (`every`) or by its cron schedule. For
-cron: the checks a `--cron` expression and its `--tz` zone pass, the `schedule` column's text
-("0 9 * * MON-FRI Europe/Berlin": five cron fields, then the zone), and the due times a
-schedule gives.
+"""When a recurring job is next due, by its period (`every`) or its cron schedule: the checks
+of `--cron` and `--tz`, and the `schedule` column's text ("0 9 * * MON-FRI Europe/Berlin").
 
-The matching itself is cronsim's, which follows Debian's cron across DST changes: a time
-the spring change skips runs at the change; a fixed time the autumn change repeats runs
-once, while a job with `*` in its minute or hour runs through both passes of that hour.
-store/outcomes.py re-arms a series; this module only says when.
+cronsim matches as Debian's cron does across DST changes: a time the spring change skips
+runs at the change; a fixed time the autumn change repeats runs once, while `*` in the
+minute or hour runs through both passes of that hour.
 """
 
 from __future__ import annotations
@@ -48,12 +45,9 @@ class CronSchedule:
         return f"{self.expression} {self.zone}"
 
     def first_after(self, moment: float) -> float:
-        """The first match strictly after epoch `moment`.
-
-        Started inside the hour the autumn change repeats, cronsim may first yield a time
-        of that hour's first pass, before `moment`: a fixed time already run once. Only a
-        later match counts, so such a job never runs twice.
-        """
+        """The first match strictly after epoch `moment`. Started in the hour the autumn
+        change repeats, cronsim may first yield that hour's first pass, before `moment`:
+        only a later match counts, so a fixed time never runs twice."""
         for match in islice(self._matches(moment), LOOK_AHEAD):
             if match.timestamp() > moment:
                 return match.timestamp()
@@ -64,8 +58,7 @@ class CronSchedule:
         return self.first_after(math.ceil(moment) - 1)
 
     def next_after(self, due: float, now: float) -> float:
-        """The occurrence that follows the one due at `due`, skipping those already past
-        at `now` rather than running them in a burst."""
+        """The occurrence after the one due at `due`, skipping those past at `now` (no burst)."""
         return self.first_after(max(due, now))
 
     def _matches(self, start: float) -> Iterator[datetime]:
@@ -100,13 +93,6 @@ def _valid_in_some_month(expression: str) -> bool:
     return True
 
 
-def from_column(text: str) -> CronSchedule:
-    """The schedule a `schedule` column holds (BadInput if a writer other than delayq left
-    something else there)."""
-    expression, _, zone = text.rstrip().rpartition(" ")
-    return parse_schedule(expression, zone)
-
-
 def _check_expression(expression: Any) -> str:
     if not isinstance(expression, str):
         raise BadInput(f"--cron must be text, not {type(expression).__name__}")
@@ -136,16 +122,8 @@ def _check_zone(zone: Any) -> str:
 
 
 def _shown(text: str) -> str:
-    """`text` for a one-line message: shortened, with control characters and lone
-    surrogates escaped by repr."""
+    """`text` shortened for one line, control characters and lone surrogates escaped."""
     return repr(text[:40] + ("..." if len(text) > 40 else ""))
-
-
-def next_occurrence(due: float, every: float, now: float) -> float:
-    """The next due time of a recurring job: the previous due plus whole periods, skipping
-    periods already past rather than running them in a burst, so the series never drifts."""
-    periods = max(1, math.floor((now - due) / every) + 1)
-    return due + periods * every
 
 
 def is_recurring(job: ClaimedJob) -> bool:
@@ -155,9 +133,12 @@ def is_recurring(job: ClaimedJob) -> bool:
 
 def next_due(job: ClaimedJob, now: float) -> float:
     """The due time of recurring `job`'s next occurrence, from its own due time. BadInput
-    if its schedule column holds no schedule delayq can read."""
+    if its schedule column holds no schedule delayq can read (another writer left it)."""
     due = job.run_at or now
     if job.schedule is not None:
-        return from_column(job.schedule).next_after(due, now)
+        expression, _, zone = job.schedule.rstrip().rpartition(" ")
+        return parse_schedule(expression, zone).next_after(due, now)
     assert job.every is not None
-    return next_occurrence(due, job.every, now)
+    # The previous due plus whole periods, skipping periods already past rather than
+    # running them in a burst, so the series never drifts.
+    return due + max(1, math.floor((now - due) / job.every) + 1) * job.every

@@ -1,10 +1,8 @@
-"""The `delay_queue` table: the durable truth about every job. `Job` describes its columns;
-a `Table` is that model bound to one database, so two Queues on two databases never share a
-connection, a row or a cached answer. queries.py and leases.py hold the queries on it.
+"""The `delay_queue` table, the durable truth about every job: `Job` describes its columns, a
+`Table` binds that model to one database (two Queues on two databases share nothing).
 
 Every status change is a compare-and-set UPDATE guarded by the expected status (and, for a
-running job, the lease token); the affected-row count says who won. The Redis index never
-decides a job's fate; this table does.
+running job, the lease token); the affected-row count says who won, never the Redis index.
 """
 
 from __future__ import annotations
@@ -43,24 +41,21 @@ TRACEBACK_START = "Traceback (most recent call last):"
 
 
 def storable(text: str, limit: int = MESSAGE_MAX) -> str:
-    """`text` as a message column can hold it: at most `limit` characters, and what
-    UTF-8 cannot encode (a lone surrogate, as from a badly encoded file name) spelled as a
-    backslash escape, which keeps the offending code point visible where a replacement
+    """`text` as a message column can hold it: at most `limit` characters, and what UTF-8
+    cannot encode (a lone surrogate) as a backslash escape, visible where a replacement
     character would hide it."""
     text = text[:limit]  # first: a result may be megabytes long
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        text = text.encode("utf-8", "backslashreplace").decode("utf-8")[:limit]
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")[:limit]
     return text
 
 
 def failure_parts(message: str | None) -> tuple[str | None, str | None]:
-    """A failed row's message as (head line, traceback or None). The runner writes the head
-    on one line and the traceback after it; older rows and other writers have no traceback."""
-    if message is None:
-        return None, None
-    head, newline, rest = message.partition("\n")
+    """A failed row's message as (head line, traceback or None): older rows and other
+    writers have no traceback after the head line."""
+    head, newline, rest = (message or "").partition("\n")
     if newline and rest.startswith(TRACEBACK_START):
         return head, rest
     return message, None
@@ -86,15 +81,12 @@ class Status(IntEnum):
 
 def status_word(value: int) -> str:
     """Contract word of a stored status, or `unknown(N)` for a number delayq never writes."""
-    try:
-        return Status(value).word
-    except ValueError:
-        return f"unknown({value})"
+    return Status(value).word if value in Status._value2member_map_ else f"unknown({value})"
 
 
 def utc_stamp(now: float) -> datetime:
-    """Epoch seconds as `created`/`modified` hold them: a date-time in UTC, whatever the time
-    zone of this process or of the database server."""
+    """Epoch seconds as `created`/`modified` hold them: in UTC, whatever the time zone of
+    this process or of the database server."""
     return datetime.fromtimestamp(now, timezone.utc).replace(tzinfo=None)
 
 
@@ -161,9 +153,8 @@ class Table:
 
     @cached_property
     def consecutive_ids(self) -> bool:
-        """Whether one multi-row INSERT gets consecutive ids, the first being LAST_INSERT_ID():
-        MySQL and MariaDB promise it with innodb_autoinc_lock_mode 0 or 1 (1 is the default)
-        and an auto_increment_increment of 1."""
+        """Whether a multi-row INSERT gets consecutive ids from LAST_INSERT_ID(): promised by
+        innodb_autoinc_lock_mode 0 or 1 (the default) and an auto_increment_increment of 1."""
         if not self.mysql:
             return False
         mode, step = self.db.execute_sql(
@@ -173,23 +164,22 @@ class Table:
 
 
 def create_tables(table: Table) -> bool:
-    """Create `delay_queue` and its indexes unless the table exists (upgrade.py brings an
-    existing one up to date); whether it created it."""
-    db, model = table.db, table.model
-    if db.table_exists(TABLE_NAME):
+    """Create `delay_queue` and its indexes unless the table exists; whether it did."""
+    if table.db.table_exists(TABLE_NAME):
         return False
-    model._meta.table_settings = ["ENGINE=InnoDB", "DEFAULT CHARSET=utf8mb4"] if table.mysql else []
-    db.create_tables([model])
+    settings = ["ENGINE=InnoDB", "DEFAULT CHARSET=utf8mb4"] if table.mysql else []
+    table.model._meta.table_settings = settings
+    table.db.create_tables([table.model])
     return True
 
 
 def is_mysql(db: object) -> bool:
-    """Whether `db` speaks MySQL/MariaDB."""
     return "mysql" in type(db).__name__.lower()
 
 
 class ClaimedJob(NamedTuple):
-    """The columns a run needs of a job it holds; a tuple, not a model, to stay cheap."""
+    """The columns a run needs of a job it holds, named as the table's; a tuple, not a
+    model, to stay cheap."""
 
     id: int
     params: str
@@ -204,54 +194,34 @@ class ClaimedJob(NamedTuple):
     retry_policy: str | None
 
 
-CLAIMED_COLUMNS: tuple[str, ...] = ClaimedJob._fields  # named as the table's columns
-
-
-def claimed_fields(model: type[Job]) -> list[Any]:
-    """The fields of `model` that make a ClaimedJob, in its order."""
-    return [getattr(model, name) for name in CLAIMED_COLUMNS]
-
-
 def tuples(query: Any) -> list[tuple[Any, ...]]:
-    """The rows of a SELECT (or of a RETURNING cursor) as plain tuples: cheaper than models,
-    and typed as tuples."""
+    """The rows of a SELECT as plain tuples: cheaper than models, and typed as tuples."""
     return cast(list[tuple[Any, ...]], list(query.tuples()))
 
 
 def stamp_epoch(value: datetime | str | None) -> float | None:
-    """Epoch seconds of a `created`/`modified` value delayq wrote in UTC (SQLite may hand back
-    text), or None for NULL."""
-    if value is None:
-        return None
+    """Epoch seconds of a `created`/`modified` value written in UTC (SQLite may give text)."""
     if isinstance(value, str):
         value = datetime.fromisoformat(value)
-    return value.replace(tzinfo=timezone.utc).timestamp()
+    return None if value is None else value.replace(tzinfo=timezone.utc).timestamp()
 
 
 def id_batches(query: Any, batch: int) -> Iterator[list[Any]]:
-    """The rows of `query` (models, or tuples led by the id) in ascending id order, `batch`
-    at a time, each batch a statement of its own: none holds locks for long, and each sees
-    the rows as earlier batches left them."""
+    """The rows of `query` (models, or tuples led by the id) by id, `batch` at a time, each
+    in a statement of its own: none holds locks for long, each sees what earlier ones left."""
     model = query.model
     last_id = 0
-    while True:
-        rows = list(query.where(model.id > last_id).order_by(model.id).limit(batch))
-        if not rows:
-            return
+    while rows := list(query.where(model.id > last_id).order_by(model.id).limit(batch)):
         yield rows
-        last = rows[-1]
-        last_id = last[0] if isinstance(last, tuple) else last.id
+        last_id = rows[-1][0] if isinstance(rows[-1], tuple) else rows[-1].id
 
 
 def due_column(table: Table) -> Any:
     """A row's due time, as a column: `run_at`, or for a row another producer wrote without
-    one, its `created` as the database's own clock wrote it: in the MySQL server's time zone
-    (what DEFAULT CURRENT_TIMESTAMP and NOW() give), in UTC on SQLite. The database converts
-    it, so neither this process's time zone nor the server's can shift it."""
-    model = table.model
-    created: Any
-    if table.mysql:
-        created = fn.UNIX_TIMESTAMP(model.created)
-    else:
-        created = (fn.julianday(model.created) - UNIX_EPOCH_JULIAN_DAY) * 86400.0
-    return fn.COALESCE(model.run_at, created, 0.0)
+    one, its `created` as the database's clock wrote it (MySQL: the server's time zone;
+    SQLite: UTC), converted by the database so that no time zone can shift it."""
+    created = table.model.created
+    epoch: Any = fn.UNIX_TIMESTAMP(created)
+    if not table.mysql:
+        epoch = (fn.julianday(created) - UNIX_EPOCH_JULIAN_DAY) * 86400.0
+    return fn.COALESCE(table.model.run_at, epoch, 0.0)

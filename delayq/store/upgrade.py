@@ -1,15 +1,12 @@
-"""Bringing a `delay_queue` that already holds jobs up to the model: the seed's eight columns
-(or an older delayq's) gain the columns they lack, with the defaults other producers rely on,
-text wide enough for what delayq writes, and the seed's jobs keep their due times, read from
-its schedule in Redis.
-
-table.py creates a fresh table; this module changes one in place. Every step is safe to
-repeat, so `delayq init` after a crash (or twice) finishes the job and then changes nothing.
+"""Bringing an existing `delay_queue` up to the model in place: the seed's eight columns (or an
+older delayq's) gain what they lack, with the defaults other producers rely on and text wide
+enough for delayq, and the seed's jobs keep the due times its Redis schedule holds. Every
+step is safe to repeat: `delayq init` after a crash (or twice) finishes, then changes nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 from peewee import Field
@@ -19,7 +16,7 @@ from ..errors import ConfigError
 from . import queries
 from .index import Index
 from .keys import schedule_key
-from .table import TABLE_NAME, Status, Table, id_batches, tuples, utc_stamp
+from .table import TABLE_NAME, Status, Table, id_batches, utc_stamp
 
 BATCH = 1000
 # A job the seed's cron would never have run: its row says waiting, but its id is not on
@@ -36,26 +33,22 @@ TEXT_TYPES = ("text", "mediumtext", "longtext")
 
 
 def upgrade_table(table: Table, index: Index, now: float, schedule_lost: bool = False) -> list[str]:
-    """Add what the existing table lacks and settle rows no delayq run could settle; returns
-    one line per change made, none when the table was already up to date.
-
-    A table without `run_at` holds the seed's jobs, whose due times live only in its Redis
-    schedule: those are read first, and pending rows absent from it become missed.
-    """
+    """Add what the table lacks and settle rows no delayq run could settle; one line per
+    change. A table without `run_at` holds the seed's jobs, whose due times live only in its
+    Redis schedule: pending rows absent from it become missed."""
     changes: list[str] = []
-    if not _has_column(table, "run_at"):
+    if "run_at" not in _columns(table):
         if not index.schedule.size(DEFAULT_QUEUE) and not schedule_lost:
             _refuse_without_schedule(table)
         changes += _miss_unscheduled(table, index, now)
     changes += _alter_columns(table)
     changes += _add_indexes(table)
     changes += _adopt_due_times(table, index)
-    changes += _recover_stranded(table, index, now)
-    return changes
+    return changes + _recover_stranded(table, index, now)
 
 
-def _has_column(table: Table, name: str) -> bool:
-    return any(column.name == name for column in table.db.get_columns(TABLE_NAME))
+def _columns(table: Table) -> dict[str, Any]:
+    return {column.name: column for column in table.db.get_columns(TABLE_NAME)}
 
 
 def _refuse_without_schedule(table: Table) -> None:
@@ -70,14 +63,13 @@ def _refuse_without_schedule(table: Table) -> None:
 
 
 def _miss_unscheduled(table: Table, index: Index, now: float) -> list[str]:
-    """Waiting rows whose id is not on the seed's schedule (its one sorted set, the default
-    queue's) become missed; asked a batch at a time, as the seed never prunes that set."""
+    """Waiting rows not on the seed's schedule (the default queue's) become missed; asked a
+    batch at a time, as the seed never prunes that set."""
     Job = table.model
     missed = 0
     for ids in _batches(table, Job.status == Status.PENDING):
         scores = index.schedule.scores(DEFAULT_QUEUE, ids)
-        absent = [job_id for job_id in ids if job_id not in scores]
-        if absent:
+        if absent := [job_id for job_id in ids if job_id not in scores]:
             missed += (
                 Job.update(status=Status.MISSED, message=UNSCHEDULED, modified=utc_stamp(now))
                 .where(Job.id.in_(absent), Job.status == Status.PENDING)
@@ -96,7 +88,7 @@ def _batches(table: Table, condition: Any) -> Iterator[list[int]]:
 def _alter_columns(table: Table) -> list[str]:
     """Add the missing columns and fix those delayq's writes would fail on, each as the model
     defines it: NOT NULL columns with their DEFAULT, so an INSERT that leaves them out works."""
-    columns = {column.name: column for column in table.db.get_columns(TABLE_NAME)}
+    columns = _columns(table)
     changes = _convert_charset(table)
     clauses: list[str] = []
     for field in table.model._meta.sorted_fields:
@@ -118,22 +110,21 @@ def _alter_columns(table: Table) -> list[str]:
 
 def column_problems(table: Table) -> list[str]:
     """What makes delayq's writes fail on the existing columns, one phrase each: what
-    `upgrade_table` would fix. Empty when they are as the model defines them."""
-    columns = {column.name: column for column in table.db.get_columns(TABLE_NAME)}
+    `upgrade_table` would fix."""
+    columns = _columns(table)
     problems = []
-    for field in table.model._meta.sorted_fields:
+    for field in table.model._meta.sorted_fields if table.mysql else []:
         column = columns.get(field.column_name)
-        problem = _problem(field, column) if column is not None and table.mysql else None
-        if problem:
+        if column is not None and (problem := _problem(field, column)):
             problems.append(f"{field.column_name} {problem}")
-    collation = _collation(table)
-    if collation is not None and not collation.startswith("utf8mb4"):
+    if collation := _narrow_collation(table):
         problems.append(f"the table is {collation}, which refuses 4-byte UTF-8 such as emoji")
     return problems
 
 
-def _collation(table: Table) -> str | None:
-    """The table's collation on MySQL (its charset is the part before `_`)."""
+def _narrow_collation(table: Table) -> str | None:
+    """The table's collation on MySQL unless utf8mb4: the seed's 3-byte utf8 refuses text
+    delayq accepts (emoji)."""
     if not table.mysql:
         return None
     (collation,) = table.db.execute_sql(
@@ -141,13 +132,11 @@ def _collation(table: Table) -> str | None:
         "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s",
         (TABLE_NAME,),
     ).fetchone()
-    return str(collation)
+    return None if str(collation).startswith("utf8mb4") else str(collation)
 
 
 def _convert_charset(table: Table) -> list[str]:
-    """utf8mb4 on MySQL: the seed's 3-byte utf8 refuses text delayq accepts (emoji)."""
-    collation = _collation(table)
-    if collation is None or collation.startswith("utf8mb4"):
+    if not (collation := _narrow_collation(table)):
         return []
     table.db.execute_sql(f"ALTER TABLE `{TABLE_NAME}` CONVERT TO CHARACTER SET utf8mb4")
     return [f"converted the table from {collation} to utf8mb4"]
@@ -168,16 +157,13 @@ def _problem(field: Field, column: Any) -> str | None:
 
 def _default_of(field: Field) -> Any:
     """The value the model's DEFAULT clause gives (what a NULL is replaced with)."""
-    default = field.default
-    return default() if callable(default) else default
+    return field.default() if callable(field.default) else field.default
 
 
 def _fill_nulls(table: Table, field: Field) -> None:
-    if field.null:
-        return
-    value = _default_of(field)
-    Job = table.model
-    Job.update({field: "" if value is None else value}).where(field.is_null()).execute()
+    if not field.null:
+        value = _default_of(field)
+        table.model.update({field: "" if value is None else value}).where(field.is_null()).execute()
 
 
 def _ddl(table: Table, field: Field) -> str:
@@ -213,24 +199,18 @@ def _adopt_due_times(table: Table, index: Index) -> list[str]:
     return [f"took the due times of {adopted} jobs from the schedule"] if adopted else []
 
 
-def _by_queue(table: Table, ids: Sequence[int]) -> dict[str, list[int]]:
-    Job = table.model
-    out: dict[str, list[int]] = {}
-    for job_id, queue in tuples(Job.select(Job.id, Job.queue).where(Job.id.in_(list(ids)))):
-        out.setdefault(queue, []).append(job_id)
-    return out
-
-
 def _recover_stranded(table: Table, index: Index, now: float) -> list[str]:
-    """Running rows without a lease were left by a runner that died without one (delayq
-    always leases what it runs), so no lapse ever frees them: like a job whose run died,
-    each goes back on the schedule, due now, with its lost lease counted."""
+    """Running rows without a lease (left by a runner that did not lease; no lapse frees
+    them) go back on the schedule, due now, with a lost lease counted, as if their run died."""
     Job = table.model
     stranded = (Job.status == Status.RUNNING) & Job.lease_until.is_null()
     recovered = 0
-    for ids in _batches(table, stranded):
-        for queue, queue_ids in _by_queue(table, ids).items():
-            count = (
+    for rows in id_batches(Job.select(Job.id, Job.queue).where(stranded).tuples(), BATCH):
+        by_queue: dict[str, list[int]] = {}
+        for job_id, queue in rows:
+            by_queue.setdefault(queue, []).append(job_id)
+        for queue, queue_ids in by_queue.items():
+            recovered += (
                 Job.update(
                     status=Status.PENDING,
                     run_at=now,
@@ -242,7 +222,6 @@ def _recover_stranded(table: Table, index: Index, now: float) -> list[str]:
                 .execute()
             )
             index.schedule.add_many(queue, [(job_id, now) for job_id in queue_ids])
-            recovered += count
-    if not recovered:
-        return []
-    return [f"put {recovered} running jobs without a lease back on the schedule"]
+    return (
+        [f"put {recovered} running jobs without a lease back on the schedule"] if recovered else []
+    )
