@@ -14,8 +14,9 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from .. import context
@@ -103,21 +104,22 @@ class Caller:
             return None
         if not inspect.iscoroutinefunction(handler):
             return None
-        return self._call_on_loop(job, handler, data, (class_path, method), started)
+        return self._call_on_loop(job, (class_path, method), started, partial(handler, data))
 
     def event_loop(self) -> asyncio.AbstractEventLoop:
         """The run's event loop, started on first use."""
         return self._event_loop().loop
 
     async def _call_on_loop(
-        self, job: ClaimedJob, handler: Handler, data: Any, call: Call, started: float
+        self, job: ClaimedJob, call: Call, started: float, awaitable: Callable[[], Awaitable[Any]]
     ) -> Outcome:
-        """An async handler's whole call, as a task on the loop: cancelled at its time limit
-        as arq does, and whatever it raises, BaseException included, fails only the job."""
+        """An async handler's call, as a task on the loop: `awaitable()` is cancelled at its
+        time limit as arq does, and whatever it raises, BaseException included, fails only
+        the job (raised inside a task, KeyboardInterrupt would end the loop)."""
         limit = job.timeout or self.timeout
         context.running(_context_of(job))  # a task runs in a context of its own
         try:
-            result = await under_limit(handler(data), limit)
+            result = await under_limit(awaitable(), limit)
             return self._succeeded(job, call, started, _short_result(result))
         except BaseException as exc:  # noqa: BLE001 - a handler's error never stops the run
             return self._raised(job, call, started, exc, limit)
@@ -129,14 +131,15 @@ class Caller:
     ) -> Outcome:
         """Run the handler under its time limit and the job context."""
         limit = job.timeout or self.timeout
-        job_context = _context_of(job)
-        token = context.running(job_context)
+        token = context.running(_context_of(job))
         try:
             if self.time_limits:
                 interrupts.arm(limit)
             result = handler(data)
-            if inspect.isawaitable(result):  # an async def handler: awaited on the run's loop
-                result = self._event_loop().run(result, limit, lambda: context.running(job_context))
+            if inspect.isawaitable(result):  # an async def handler: called on the run's loop
+                return self._event_loop().run(
+                    self._call_on_loop(job, call, started, lambda: result)
+                )
             # Under the time limit still: a result's __repr__ may be as hostile as its handler.
             message = _short_result(result)
         except RUN_STOPS:  # the run's own signals: they stop the run, not fail the job
