@@ -14,7 +14,7 @@ from ..store.table import ClaimedJob
 from .calls import Caller
 from .claims import Batch
 from .drains import Drain, Run
-from .slots import EventLoop, Slots
+from .slots import Slots
 
 logger = logging.getLogger(__name__)
 
@@ -33,9 +33,13 @@ class ConcurrentDrain(Drain):
         super().__init__(run, queue, caller)
         # Group commits go to the bookkeeping thread, so slots never wait on the database.
         self.buffer.write_on(run.bookkeeper(), notes_starts=True)
-        event_loop = EventLoop(caller.coroutine_for, caller.event_loop)
         self.slots = Slots(
-            run.settings.concurrency, caller.execute, caller.crashed, run.limit_of, event_loop
+            run.settings.concurrency,
+            caller.execute,
+            caller.crashed,
+            caller.limit_of,
+            caller.coroutine_for,
+            caller.event_loop,
         )
         self.drained = False  # the last claim found nothing due
         self.look_again_at = 0.0  # monotonic: when a drained schedule is asked again

@@ -48,14 +48,6 @@ Crashed = Callable[[ClaimedJob, BaseException, float], Outcome]
 CoroutineFor = Callable[[ClaimedJob], Coroutine[Any, Any, Outcome] | None]
 
 
-@dataclass(frozen=True)
-class EventLoop:
-    """Where calls that need no thread go: `coroutine_for` makes them, on `loop_of()`."""
-
-    coroutine_for: CoroutineFor
-    loop_of: Callable[[], asyncio.AbstractEventLoop]
-
-
 @dataclass
 class InFlight:
     """A call a slot is making: which job, on which thread, until when."""
@@ -65,12 +57,12 @@ class InFlight:
     started: float  # monotonic
     thread_id: int | None = None
     abandoned: bool = False
-    on_loop: bool = False  # a task on the event loop, not a thread's call
-    task: asyncio.Task[Outcome] | None = None  # once the loop has started it
+    task: asyncio.Task[Outcome] | None = None  # a call on the event loop, once started
 
 
 class Slots:
-    """`size` threads calling `call(job)`; a job may run `limit_of(job)` seconds."""
+    """`size` slots calling `call(job)`, or running `coroutine_for(job)` on `loop_of()`; a
+    job may run `limit_of(job)` seconds."""
 
     def __init__(
         self,
@@ -78,13 +70,15 @@ class Slots:
         call: Call,
         crashed: Crashed,
         limit_of: Callable[[ClaimedJob], float],
-        event_loop: EventLoop | None = None,
+        coroutine_for: CoroutineFor = lambda job: None,  # by default every call takes a thread
+        loop_of: Callable[[], asyncio.AbstractEventLoop] | None = None,
     ) -> None:
         self.size = size
         self.call = call
         self.crashed = crashed
-        self.event_loop = event_loop
         self.limit_of = limit_of
+        self.coroutine_for = coroutine_for
+        self.loop_of = loop_of
         self._lock = threading.Lock()
         self._work: queue.SimpleQueue[InFlight | None] = queue.SimpleQueue()
         # Finished calls, handed over a few at a time: each put may wake the main thread.
@@ -122,8 +116,7 @@ class Slots:
         queued = 0
         for job in jobs:
             call = InFlight(job, now + self.limit_of(job), now)
-            coroutine = None if self.event_loop is None else self.event_loop.coroutine_for(job)
-            call.on_loop = coroutine is not None
+            coroutine = self.coroutine_for(job)
             with self._lock:
                 self._in_flight[job.id] = call
                 self._push_deadline(call)
@@ -135,8 +128,8 @@ class Slots:
                 tasks.append((call, coroutine))
         self._add_threads(queued)
         if tasks:
-            assert self.event_loop is not None
-            loop = self.event_loop.loop_of()
+            assert self.loop_of is not None
+            loop = self.loop_of()
             loop.call_soon_threadsafe(self._start_tasks, loop, tasks)
 
     def _start_tasks(
@@ -175,14 +168,6 @@ class Slots:
         landed, self._landed_calls = self._landed_calls, []
         self._done.put(landed)
 
-    def _cancel(self, call: InFlight) -> None:
-        """Cancel a task given up on (the caller holds the lock); one not started yet never
-        starts, since it is abandoned."""
-        task = call.task
-        if task is not None:
-            with contextlib.suppress(RuntimeError):  # the loop is closed: the task is gone
-                task.get_loop().call_soon_threadsafe(task.cancel)
-
     def collect(self, timeout: float) -> list[Outcome]:
         """What slots finished, waiting up to `timeout` for the first. Calls given up on are
         never among them: their job was already recorded as timed out."""
@@ -200,8 +185,14 @@ class Slots:
 
     def next_deadline(self) -> float | None:
         with self._lock:
-            self._drop_finished_deadlines()
-            return self._deadlines[0][0] if self._deadlines else None
+            deadlines = self._deadlines
+            while deadlines and not self._is_live(deadlines[0][2]):
+                heapq.heappop(deadlines)
+            return deadlines[0][0] if deadlines else None
+
+    def _is_live(self, call: InFlight) -> bool:
+        """Whether a call is in flight and not given up on (the caller holds the lock)."""
+        return not call.abandoned and self._in_flight.get(call.job.id) is call
 
     def _push_deadline(self, call: InFlight) -> None:
         """Add a call's deadline (the caller holds the lock). Entries of finished calls below
@@ -209,22 +200,9 @@ class Slots:
         heap is rebuilt from the calls in flight when it is more than twice their number."""
         deadlines = self._deadlines
         if len(deadlines) > 2 * len(self._in_flight) + 64:
-            deadlines[:] = [
-                entry
-                for entry in deadlines
-                if not entry[2].abandoned and self._in_flight.get(entry[2].job.id) is entry[2]
-            ]
+            deadlines[:] = [entry for entry in deadlines if self._is_live(entry[2])]
             heapq.heapify(deadlines)
         heapq.heappush(deadlines, (call.deadline, next(self._order), call))
-
-    def _drop_finished_deadlines(self) -> None:
-        """Pop deadlines of calls that ended or were given up on (the caller holds the lock)."""
-        deadlines = self._deadlines
-        while deadlines:
-            call = deadlines[0][2]
-            if not call.abandoned and self._in_flight.get(call.job.id) is call:
-                return
-            heapq.heappop(deadlines)
 
     def expire(self) -> list[InFlight]:
         """Give up on every call past its deadline: raise JobTimeout into its thread and let
@@ -232,25 +210,25 @@ class Slots:
         now = time.monotonic()
         expired: list[InFlight] = []
         with self._lock:
-            self._drop_finished_deadlines()
             while self._deadlines and self._deadlines[0][0] <= now:
                 call = heapq.heappop(self._deadlines)[2]
+                if not self._is_live(call):  # ended or given up on already
+                    continue
                 expired.append(call)
-                self._give_up(call)
-                self._drop_finished_deadlines()
-            for call in expired:
+                self._give_up(call)  # a task still running swallowed the loop's cancel
                 if call.thread_id is not None:
                     _raise_in_thread(call.thread_id, JobTimeout)
-            for call in expired:
-                if call.on_loop:  # a task that outlived its time limit: it swallowed the cancel
-                    self._cancel(call)
         self.busy -= len(expired)
         return expired
 
     def _give_up(self, call: InFlight) -> None:
-        """Mark a call in flight given up on (the caller holds the lock)."""
+        """Mark a call in flight given up on and cancel its task, if it has one (the caller
+        holds the lock); a task not started yet never starts."""
         call.abandoned = True
         self._stuck += 1
+        if call.task is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: the task is gone
+                call.task.get_loop().call_soon_threadsafe(call.task.cancel)
 
     def _forget(self, call: InFlight) -> None:
         """A call left the table of calls in flight (the caller holds the lock)."""
@@ -263,9 +241,7 @@ class Slots:
         with self._lock:
             running = [call for call in self._in_flight.values() if not call.abandoned]
             for call in running:
-                self._give_up(call)
-                if call.on_loop:  # handed back: it must not go on meanwhile
-                    self._cancel(call)
+                self._give_up(call)  # a task handed back must not go on meanwhile
         self.busy -= len(running)
         return running
 
