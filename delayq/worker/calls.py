@@ -65,6 +65,10 @@ class Caller:
         self._loop: EventLoopThread | None = None  # started by the first async handler
         self._loop_lock = threading.Lock()
 
+    def limit_of(self, job: ClaimedJob) -> float:
+        """The job's time limit in seconds."""
+        return job.timeout or self.timeout
+
     def close(self) -> None:
         """Stop the event loop of async handlers, if one was started."""
         if self._loop is not None:
@@ -79,23 +83,19 @@ class Caller:
 
     def _execute(self, job: ClaimedJob) -> Outcome:
         started = time.monotonic()
-        # A refused job is named as its row names it: that name is what the operator must fix.
-        call = _call_of(job, self.php_classes)
         try:
             class_path, method, data = read_call(job.params, self.php_classes)
             handler = self._handler(class_path, method)
-        except HandlerNotAllowed as exc:
-            return self._failed(job, call, started, str(exc), retry=False)
         except BadInput as exc:
-            retry = not str(exc).startswith("bad params")  # a deploy may fix a missing module
-            return self._failed(job, call, started, str(exc), retry=retry)
+            # A refused job is named as its row names it: what the operator must fix. A
+            # deploy may fix a missing module, not bad params or a handler not allowed.
+            retry = not isinstance(exc, HandlerNotAllowed) and not str(exc).startswith("bad params")
+            return self._failed(job, _call_of(job, self.php_classes), started, str(exc), retry)
         return self._call(job, (class_path, method), handler, data, started)
 
     def coroutine_for(self, job: ClaimedJob) -> Coroutine[Any, Any, Outcome] | None:
-        """The job's whole call as a coroutine for the run's event loop when its handler is
-        an `async def`, so that it holds no thread while it awaits; None for any other job,
-        which a thread calls with `execute` (a job with bad params or handler is recorded
-        there)."""
+        """The job's call as a coroutine for the run's event loop when its handler is an
+        `async def`, holding no thread while it awaits; None when `execute` must call it."""
         started = time.monotonic()
         try:
             class_path, method, data = read_call(job.params, self.php_classes)
@@ -116,11 +116,11 @@ class Caller:
         """An async handler's call, as a task on the loop: `awaitable()` is cancelled at its
         time limit as arq does, and whatever it raises, BaseException included, fails only
         the job (raised inside a task, KeyboardInterrupt would end the loop)."""
-        limit = job.timeout or self.timeout
+        limit = self.limit_of(job)
         context.running(_context_of(job))  # a task runs in a context of its own
         try:
-            result = await under_limit(awaitable(), limit)
-            return self._succeeded(job, call, started, _short_result(result))
+            message = _short_result(await under_limit(awaitable(), limit))
+            return self._outcome(job, call, started, Status.SUCCESS, storable(message))
         except BaseException as exc:  # noqa: BLE001 - a handler's error never stops the run
             return self._raised(job, call, started, exc, limit)
         finally:  # a child the handler forked on the loop's thread would serve the loop
@@ -129,8 +129,7 @@ class Caller:
     def _call(
         self, job: ClaimedJob, call: Call, handler: Handler, data: Any, started: float
     ) -> Outcome:
-        """Run the handler under its time limit and the job context."""
-        limit = job.timeout or self.timeout
+        limit = self.limit_of(job)
         token = context.running(_context_of(job))
         try:
             if self.time_limits:
@@ -150,7 +149,7 @@ class Caller:
             if self.time_limits:
                 interrupts.disarm()
             context.finished(token)
-        return self._succeeded(job, call, started, message)
+        return self._outcome(job, call, started, Status.SUCCESS, storable(message))
 
     def _event_loop(self) -> EventLoopThread:
         with self._loop_lock:  # slots may meet their first async handler at once
@@ -172,7 +171,7 @@ class Caller:
 
     def timed_out(self, job: ClaimedJob, started: float) -> Outcome:
         """The call given up on from outside, when its handler ran past its time limit."""
-        message = _timed_out(job.timeout or self.timeout)
+        message = _timed_out(self.limit_of(job))
         return self._failed(job, _call_of(job, self.php_classes), started, message, retry=True)
 
     def crashed(self, job: ClaimedJob, exc: BaseException, started: float) -> Outcome:
@@ -223,9 +222,8 @@ class Caller:
     def _deferred(
         self, job: ClaimedJob, call: Call, started: float, message: str, delay: float
     ) -> Outcome:
-        """The same attempt due again `delay` seconds on; past MAX_DEFERRALS in a row (or
-        when the count would not fit the row) the attempt fails instead, so a handler that
-        always defers is seen failing and runs out of retries."""
+        """The same attempt due again `delay` seconds on; past MAX_DEFERRALS in a row (or a
+        count the row cannot hold) it fails instead, so a handler always deferring is seen."""
         stored = read_policy(job.retry_policy).deferred()
         text = stored.to_text() or ""
         if stored.deferrals > MAX_DEFERRALS or len(text) > POLICY_MAX:
@@ -236,9 +234,6 @@ class Caller:
             f"{stored.deferrals} of at most {MAX_DEFERRALS} in a row)"
         )
         return self._outcome(job, call, started, Status.PENDING, storable(message), delay)
-
-    def _succeeded(self, job: ClaimedJob, call: Call, started: float, message: str) -> Outcome:
-        return self._outcome(job, call, started, Status.SUCCESS, storable(message))
 
     def _failed(
         self,
@@ -293,8 +288,7 @@ def _context_of(job: ClaimedJob) -> context.JobContext:
 
 
 def _call_of(job: ClaimedJob, php_classes: dict[str, str]) -> Call:
-    """(class, method) of a job whose params may be anything: what they name, even when it
-    cannot be called (an unmapped PHP class, data nested too deep), "?" for what they do not."""
+    """(class, method) that a job's params name, even if not callable; "?" where they don't."""
     try:
         class_path, method, _ = read_call(job.params, php_classes)
     except BadInput:
@@ -332,7 +326,7 @@ def _deferral(delay: object) -> float:
 
 
 def _timed_out(limit: float, described: str = "") -> str:
-    """The message of a job stopped at its time limit, with where it was if known."""
+    """A timed-out job's message, with where it was (the traceback of `described`) if known."""
     _, _, where = described.partition("\n")
     reason = f"JobTimeout: ran longer than its {limit:g}s time limit"
     return f"{reason}\n{where}" if where else reason

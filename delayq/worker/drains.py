@@ -1,15 +1,13 @@
 """Draining one queue for one turn of a pass: claim due jobs in batches, start each, record
 what each came to, and at the end hand back what did not start. Two ways to start a job:
 
-- SequentialDrain (the default): each handler on the main thread, one at a time, under
-  SIGALRM's time limit. Once a claim comes back full (a backlog), the next batch is leased
-  on the bookkeeping thread while this one runs, and the group commits are written there.
-- ConcurrentDrain (`--concurrency N`, concurrent.py): each job on a free slot (slots.py) the
-  moment one frees; the main thread claims, starts, records, and gives up on calls past
-  their limit.
+- SequentialDrain (the default): one at a time on the main thread under SIGALRM's time
+  limit; in a backlog (a full claim) the next batch is leased, and the group commits
+  written, on the bookkeeping thread while this one runs.
+- ConcurrentDrain (`--concurrency N`, concurrent.py): each job on a free slot (slots.py).
 
-What both share — the jobs claimed and not started, the batch leased ahead, the outcome
-buffer and the clean-up at the end — is the Drain's.
+The Drain holds what both share: the jobs claimed and not started, the batch leased ahead,
+the outcome buffer and the clean-up at the end.
 """
 
 from __future__ import annotations
@@ -54,7 +52,6 @@ class Run(Protocol):
     def took(self, batch: Batch) -> None: ...
     def starting(self, job: ClaimedJob, due: float) -> None: ...
     def should_stop(self) -> bool: ...
-    def limit_of(self, job: ClaimedJob) -> float: ...
     def show_progress(self, limit: float | None = None) -> None: ...
     def reassert_leases(self, jobs: Sequence[ClaimedJob]) -> set[int]: ...
     def count(self, written: Written | None) -> None: ...
@@ -127,7 +124,7 @@ class Drain:
         self.due_by_id.update((job.id, batch.due_by_id[job.id]) for job in batch.jobs)
 
     def take_upcoming(self) -> Batch | None:
-        """The batch leased ahead, once it is leased, taken in; None if none was due."""
+        """Take in the batch leased ahead, waiting for it; None if none was due."""
         upcoming, self.upcoming = self.upcoming, None
         assert upcoming is not None
         batch = upcoming.result()
@@ -158,8 +155,8 @@ class Drain:
             self.waiting = deque(job for job in self.waiting if job.id in held)
 
     def _hand_back_the_rest(self) -> None:
-        """Unstarted jobs, the batch leased ahead and calls still running when the run stops
-        go back to pending (the late results of those calls are refused)."""
+        """Jobs not started, the batch leased ahead and calls still running go back to
+        pending (the late results of those calls are refused)."""
         if self.upcoming is not None:
             try:
                 self.take_upcoming()
@@ -234,7 +231,7 @@ class SequentialDrain(Drain):
                 return
             job = self.waiting[0]
             run.starting(job, self.due_by_id[job.id])
-            run.show_progress(run.limit_of(job))
+            run.show_progress(self.caller.limit_of(job))
             outcome = self.caller.execute(job)
             self.waiting.popleft()  # not before: a job whose call the run abandons goes back
             self.record([outcome])

@@ -29,9 +29,8 @@ def resolve(class_path: str, method: str, allowed: Sequence[str]) -> Handler:
     """The callable for `class_path.method`, or HandlerNotAllowed / BadInput saying why not.
 
     A plain function on a class is an instance method: the class is created with no
-    arguments first, once per call of resolve (the runner caches what it resolves). The
-    attribute found is bound here, not looked up again, so no `__getattr__` or
-    `__getattribute__` of a foreign base class runs.
+    arguments first (the runner caches what it resolves). The attribute found is bound
+    here, not looked up again, so no foreign `__getattr__` or `__getattribute__` runs.
     """
     owner, found = locate(class_path, method, allowed)
     if inspect.isclass(owner) and inspect.isfunction(found):
@@ -46,13 +45,11 @@ def resolve(class_path: str, method: str, allowed: Sequence[str]) -> Handler:
 
 
 def locate(class_path: str, method: str, allowed: Sequence[str]) -> tuple[Any, Any]:
-    """(owner, attribute as stored) for a handler, importing only allowed modules.
-
-    Runs no user code but the imports, so `delayq add` can check a handler up front.
-    """
+    """(owner, attribute as stored) for a handler, importing only allowed modules: no user
+    code but the imports runs, so `delayq add` can check a handler up front."""
     check_allowed(class_path, method, allowed)
-    module, rest = _import_longest(class_path)
-    owner: Any = module
+    owner: Any
+    owner, rest = _import_longest(class_path)
     for name in rest:
         owner = _attribute(owner, name, class_path)
         if not inspect.isclass(owner):
@@ -77,7 +74,7 @@ def check_allowed(class_path: str, method: str, allowed: Sequence[str]) -> None:
         raise HandlerNotAllowed(EMPTY_ALLOWLIST)
     for prefix in allowed:
         check_entry(prefix)
-    if not any(class_path == prefix or class_path.startswith(prefix + ".") for prefix in allowed):
+    if not _is_under(class_path, allowed):
         raise HandlerNotAllowed(
             f"DELAYQ_HANDLERS ({','.join(allowed)}) does not allow {class_path!r}; add its prefix"
         )
@@ -86,19 +83,16 @@ def check_allowed(class_path: str, method: str, allowed: Sequence[str]) -> None:
 def import_prefix(prefix: str) -> None:
     """Import a DELAYQ_HANDLERS entry (a module, or a class inside one), or raise BadInput
     saying why not: `delayq doctor` tells a typo from a missing deploy this way."""
-    module, rest = _import_longest(prefix)
-    owner: Any = module
+    owner: Any
+    owner, rest = _import_longest(prefix)
     for name in rest:
         owner = _attribute(owner, name, prefix)
 
 
 def check_imports(allowed: Sequence[str], path: Sequence[Path]) -> None:
-    """Refuse, with ConfigError, an allowlist entry that does not import here.
-
-    `delayq run` asks this before it claims anything: a worker started from the wrong
-    directory, or with a typo in DELAYQ_HANDLERS, would fail every job it claims (for good,
-    or onto the retry ladder as "not importable") and still exit 0, as cron sees it.
-    """
+    """Refuse, with ConfigError, an allowlist entry that does not import here: asked by
+    `delayq run` before it claims anything, since a worker started from the wrong directory
+    or with a typo in DELAYQ_HANDLERS would fail every job it claims and still exit 0."""
     for prefix in allowed:
         try:
             import_prefix(prefix)

@@ -189,10 +189,6 @@ class Run:
             self.report.stopped_early = True
         return over_limit or over_time
 
-    def limit_of(self, job: ClaimedJob) -> float:
-        """The job's time limit in seconds."""
-        return job.timeout or self.settings.timeout
-
     def show_progress(self, limit: float | None = None) -> None:
         """Tell a supervising parent that the main thread makes progress: it may now stay
         silent for `limit` (a job's time limit; between jobs, the lease, past which a frozen
