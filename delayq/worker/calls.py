@@ -154,7 +154,7 @@ class Caller:
     def _event_loop(self) -> EventLoopThread:
         with self._loop_lock:  # slots may meet their first async handler at once
             if self._loop is None:
-                self._loop = EventLoopThread(self.pid)
+                self._loop = EventLoopThread()
             return self._loop
 
     def _handler(self, class_path: str, method: str) -> Handler:

@@ -1,6 +1,5 @@
 """`async def` handlers: one event loop per run, on a thread of its own, that every async call
-of the run shares. The thread that calls a handler (the main thread, or a slot) hands the
-coroutine over and waits for it; the loop cancels it at its time limit, as arq does.
+of the run shares; it cancels each at its time limit, as arq does.
 """
 
 from __future__ import annotations
@@ -21,8 +20,7 @@ T = TypeVar("T")
 class EventLoopThread:
     """An asyncio loop running on its own thread until `close`."""
 
-    def __init__(self, runner_pid: int) -> None:
-        self.runner_pid = runner_pid
+    def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._serve, name="delayq-asyncio", daemon=True)
         self._thread.start()

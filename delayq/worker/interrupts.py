@@ -27,9 +27,8 @@ class Abandoned(BaseException):  # noqa: N818
 
 
 class SignalInterrupt(KeyboardInterrupt):
-    """SIGINT in a run that no graceful stop listens for (an API run on the main thread):
-    the run stops. A KeyboardInterrupt a handler raises itself is its job's failure; this
-    type is how the two are told apart."""
+    """SIGINT in a run no graceful stop listens for (an API run on the main thread) stops the
+    run; told apart by its type from a KeyboardInterrupt a handler raises, its job's failure."""
 
 
 # What a handler's call lets through: the run is told to stop, not the job to fail.
@@ -43,10 +42,9 @@ def in_main_thread() -> bool:
 class _Clock:
     """The running job's deadline, and when the interval timer is set to fire.
 
-    Setting the timer costs a system call; at thousands of jobs a second two per job would
-    show. So the timer is only set when it is off or would fire too late: one that fires
-    before the running job's deadline (it was set for an earlier job) re-arms itself for
-    the rest, and one that fires between jobs turns itself off.
+    Setting the timer is a system call, which at thousands of jobs a second would show: so
+    it is only set when off or late. One firing before the running job's deadline (set for
+    an earlier job) re-arms itself for the rest; one firing between jobs turns itself off.
     """
 
     deadline = math.inf  # monotonic; inf while no job runs
@@ -121,9 +119,8 @@ def disarm() -> None:
 
 
 class GracefulStop:
-    """First SIGTERM/SIGINT: finish the current job, hand the rest back, stop; a job the
-    run calls on the main thread that is still running when the grace ends is abandoned.
-    Second: abandon the current job at once. An abandoned job goes back to the schedule."""
+    """First SIGTERM/SIGINT: finish the current job (on the main thread, within the grace),
+    hand the rest back, stop. Second: abandon the current job, back to the schedule, at once."""
 
     def __init__(self) -> None:
         self.signum: int | None = None
@@ -151,9 +148,8 @@ class GracefulStop:
 @contextmanager
 def grace_on_alarm(stop: GracefulStop | None, grace: float) -> Iterator[None]:
     """Inside `time_limits`, while handlers run on the main thread: a stop gives the job in
-    progress `grace` seconds, then the time limit's alarm abandons it, as a second signal
-    would. Without this a job far longer than the grace held the run past it, until a
-    service manager's stop timeout killed it with SIGKILL."""
+    progress `grace` seconds, then the alarm abandons it as a second signal would, rather
+    than a service manager's stop timeout killing the run with SIGKILL."""
     if stop is None:
         yield
         return

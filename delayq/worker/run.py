@@ -110,9 +110,12 @@ class Run:
         delays another queue's due jobs by about one batch, not by the whole backlog."""
         self.report.reindexed += recovery.ensure_index(self.table, self.index, self.show_progress)
         names = list(queues) if queues else self.index.registry.known_queues()
-        if self.sweep:
-            for queue in names:
-                self._sweep(queue)
+        for queue in names if self.sweep else ():  # recover leases, re-index orphans
+            now = self.clock()
+            recovered = recovery.recover_leases(self.table, self.index, queue, now)
+            self.report.recovered += recovered.requeued + recovered.journaled
+            self.report.failed += recovered.poisoned
+            self.report.reindexed += recovery.reindex_orphans(self.table, self.index, queue, now)
         active = names
         while active and not self.should_stop():
             active = [queue for queue in active if self._take_turn(queue, caller, len(active))]
@@ -125,13 +128,6 @@ class Run:
         kind = ConcurrentDrain if self.settings.concurrency > 1 else SequentialDrain
         kind(self, queue, caller).drain()
         return self.turn_over()
-
-    def _sweep(self, queue: str) -> None:
-        now = self.clock()
-        recovered = recovery.recover_leases(self.table, self.index, queue, now)
-        self.report.recovered += recovered.requeued + recovered.journaled
-        self.report.failed += recovered.poisoned
-        self.report.reindexed += recovery.reindex_orphans(self.table, self.index, queue, now)
 
     def _record(self, started_at: float, outcome: str) -> None:
         self.report.elapsed = time.monotonic() - self.started_at
