@@ -89,10 +89,7 @@ class ConcurrentDrain(Drain):
         if size > 0 and self.backlog:
             self.lease_ahead(size, [])
             return
-        batch = self.claim(size)
-        if batch is not None:
-            self.take(batch)
-        self._took(batch)
+        self._took(self.claim(size))
 
     def _took(self, batch: Batch | None) -> None:
         self.backlog = batch is not None and len(batch.claimed) == batch.size

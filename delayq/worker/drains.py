@@ -102,17 +102,18 @@ class Drain:
         """Let go of what the drain started."""
 
     def claim(self, size: int) -> Batch | None:
-        """Up to `size` due jobs, claimed on this thread; None if none is due."""
+        """Claim and take up to `size` due jobs on this thread; None if none is due."""
         if size <= 0:
             return None
-        return self.run.claimer.claim(self.queue, [], self.run.clock(), size, self.notes_starts)
+        batch = self.run.claimer.claim(self.queue, [], self.run.clock(), size, self.notes_starts)
+        if batch is not None:
+            self.take(batch)
+        return batch
 
     def lease_ahead(self, size: int, before: list[int]) -> None:
         """Claim the next batch on the bookkeeping thread, while the jobs in hand run."""
-        claim = self.run.claimer.claim
-        bookkeeper = self.run.bookkeeper()
-        self.upcoming = bookkeeper.submit(
-            claim, self.queue, before, self.run.clock(), size, self.notes_starts
+        self.upcoming = self.run.bookkeeper().submit(
+            self.run.claimer.claim, self.queue, before, self.run.clock(), size, self.notes_starts
         )
 
     def take(self, batch: Batch) -> None:
@@ -200,8 +201,12 @@ class SequentialDrain(Drain):
     """Each job's handler on the main thread, one at a time, under its time limit."""
 
     def pump(self) -> None:
-        batch = self._claim()
-        while batch is not None:
+        while not self.run.should_stop():
+            batch = self.take_upcoming() if self.upcoming is not None else None
+            if batch is None and not self.run.turn_over():
+                batch = self.claim(self.run.room(0))
+            if batch is None:
+                return
             # A full batch means a backlog: lease the next one on the bookkeeping thread
             # while this one runs, and write its commits there too.
             room = self.run.room(len(self.waiting))
@@ -209,19 +214,6 @@ class SequentialDrain(Drain):
                 self.buffer.write_on(self.run.bookkeeper())
                 self.lease_ahead(room, [job.id for job in self.waiting])
             self._call_waiting()
-            if self.run.should_stop():
-                return
-            batch = self.take_upcoming() if self.upcoming is not None else None
-            if batch is None:
-                batch = self._claim()
-
-    def _claim(self) -> Batch | None:
-        if self.run.should_stop() or self.run.turn_over():
-            return None
-        batch = self.claim(self.run.room(0))
-        if batch is not None:
-            self.take(batch)
-        return batch
 
     def _call_waiting(self) -> None:
         run = self.run
