@@ -84,27 +84,25 @@ class Caller:
     def _execute(self, job: ClaimedJob) -> Outcome:
         started = time.monotonic()
         try:
-            class_path, method, data = read_call(job.params, self.php_classes)
-            handler = self._handler(class_path, method)
+            call, handler, data = self._resolve(job)
         except BadInput as exc:
             # A refused job is named as its row names it: what the operator must fix. A
             # deploy may fix a missing module, not bad params or a handler not allowed.
             retry = not isinstance(exc, HandlerNotAllowed) and not str(exc).startswith("bad params")
             return self._failed(job, _call_of(job, self.php_classes), started, str(exc), retry)
-        return self._call(job, (class_path, method), handler, data, started)
+        return self._call(job, call, handler, data, started)
 
     def coroutine_for(self, job: ClaimedJob) -> Coroutine[Any, Any, Outcome] | None:
         """The job's call as a coroutine for the run's event loop when its handler is an
         `async def`, holding no thread while it awaits; None when `execute` must call it."""
         started = time.monotonic()
         try:
-            class_path, method, data = read_call(job.params, self.php_classes)
-            handler = self._handler(class_path, method)
+            call, handler, data = self._resolve(job)
         except BadInput:
             return None
         if not inspect.iscoroutinefunction(handler):
             return None
-        return self._call_on_loop(job, (class_path, method), started, partial(handler, data))
+        return self._call_on_loop(job, call, started, partial(handler, data))
 
     def event_loop(self) -> asyncio.AbstractEventLoop:
         """The run's event loop, started on first use."""
@@ -157,17 +155,19 @@ class Caller:
                 self._loop = EventLoopThread()
             return self._loop
 
-    def _handler(self, class_path: str, method: str) -> Handler:
-        key = (class_path, method)
-        if key not in self.handlers:
+    def _resolve(self, job: ClaimedJob) -> tuple[Call, Handler, Any]:
+        """The job's (class, method), handler and data; BadInput if it cannot be called."""
+        class_path, method, data = read_call(job.params, self.php_classes)
+        call = (class_path, method)
+        if call not in self.handlers:
             try:
-                self.handlers[key] = resolve(class_path, method, self.allowed)
+                self.handlers[call] = resolve(class_path, method, self.allowed)
             except BadInput as exc:
-                self.handlers[key] = exc
-        found = self.handlers[key]
+                self.handlers[call] = exc
+        found = self.handlers[call]
         if isinstance(found, BadInput):
             raise found
-        return found
+        return call, found, data
 
     def timed_out(self, job: ClaimedJob, started: float) -> Outcome:
         """The call given up on from outside, when its handler ran past its time limit."""
