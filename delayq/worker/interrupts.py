@@ -51,35 +51,34 @@ class _Clock:
     grace_ends = math.inf  # monotonic: when a stop's grace ends for the job running then
     fires_at: float | None = None  # monotonic; None while the timer is off
 
-    @classmethod
-    def expire(cls, signum: int, frame: FrameType | None) -> None:
+    def expire(self, signum: int, frame: FrameType | None) -> None:
         now = time.monotonic()
-        cls.fires_at = None
-        if cls.deadline == math.inf:
+        self.fires_at = None
+        if self.deadline == math.inf:
             return  # between jobs: nothing to stop, and the timer stays off
-        if now >= cls.deadline:
-            cls.deadline = math.inf
+        if now >= self.deadline:
+            self.deadline = math.inf
             raise JobTimeout()
-        if now >= cls.grace_ends:
-            cls.deadline = cls.grace_ends = math.inf
+        if now >= self.grace_ends:
+            self.deadline = self.grace_ends = math.inf
             raise Abandoned()
-        cls.set(min(cls.deadline, cls.grace_ends) - now)
+        self.set(min(self.deadline, self.grace_ends) - now)
 
-    @classmethod
-    def end_grace_in(cls, seconds: float) -> None:
-        cls.grace_ends = time.monotonic() + seconds
-        if cls.fires_at is None or cls.fires_at > cls.grace_ends:
-            cls.set(seconds)
+    def end_grace_in(self, seconds: float) -> None:
+        self.grace_ends = time.monotonic() + seconds
+        if self.fires_at is None or self.fires_at > self.grace_ends:
+            self.set(seconds)
 
-    @classmethod
-    def set(cls, seconds: float) -> None:
-        cls.fires_at = time.monotonic() + seconds
+    def set(self, seconds: float) -> None:
+        self.fires_at = time.monotonic() + seconds
         signal.setitimer(signal.ITIMER_REAL, max(seconds, 1e-6))
 
-    @classmethod
-    def clear(cls) -> None:
-        cls.deadline, cls.grace_ends, cls.fires_at = math.inf, math.inf, None
+    def clear(self) -> None:
+        self.deadline, self.grace_ends, self.fires_at = math.inf, math.inf, None
         signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+_clock = _Clock()
 
 
 @contextmanager
@@ -88,14 +87,14 @@ def time_limits() -> Iterator[bool]:
     if not in_main_thread():
         yield False
         return
-    previous = signal.signal(signal.SIGALRM, _Clock.expire)
+    previous = signal.signal(signal.SIGALRM, _clock.expire)
     interrupt = signal.getsignal(signal.SIGINT)
     if interrupt is signal.default_int_handler:  # no graceful stop routes SIGINT
         signal.signal(signal.SIGINT, _interrupt)
     try:
         yield True
     finally:
-        _Clock.clear()
+        _clock.clear()
         signal.signal(signal.SIGALRM, previous)
         if interrupt is signal.default_int_handler:
             signal.signal(signal.SIGINT, interrupt)
@@ -108,14 +107,14 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 def arm(seconds: float) -> None:
     """Start the current job's clock (inside `time_limits`)."""
     deadline = time.monotonic() + seconds
-    _Clock.deadline = deadline
-    if _Clock.fires_at is None or _Clock.fires_at > deadline:
-        _Clock.set(seconds)
+    _clock.deadline = deadline
+    if _clock.fires_at is None or _clock.fires_at > deadline:
+        _clock.set(seconds)
 
 
 def disarm() -> None:
     """The job is over; a timer still set turns itself off when it fires."""
-    _Clock.deadline = math.inf
+    _clock.deadline = math.inf
 
 
 class GracefulStop:
@@ -136,7 +135,7 @@ class GracefulStop:
         self.signum = signum
         within = ""
         if self.grace is not None:
-            _Clock.end_grace_in(self.grace)
+            _clock.end_grace_in(self.grace)
             within = f" within {self.grace:g}s"
         logger.warning(
             "received %s: finishing the current job%s, handing the rest back",
