@@ -1,8 +1,6 @@
 """Calling one handler: resolve `class.method` once per run, call it with the job's data under
-its time limit and the job's context, and turn whatever happened into an Outcome.
-
-A handler's error, however bad, becomes the job's failure, never the run's: this is the one
-place that catches what a handler throws.
+its time limit and the job's context, and turn whatever happened into an Outcome. The one
+place that catches what a handler throws: however bad, it is the job's failure, not the run's.
 """
 
 from __future__ import annotations
@@ -213,10 +211,9 @@ class Caller:
                 message = f"{describe(exc)}: {refused}"
                 return self._failed(job, call, started, message, retry=True, error=exc)
             return self._deferred(job, call, started, describe(exc), delay)
-        if isinstance(exc, JobTimeout):  # its traceback says where the handler was when stopped
-            message = _timed_out(limit, describe_with_traceback(exc))
-            return self._failed(job, call, started, message, retry=True, error=exc)
         message = describe_with_traceback(exc)
+        if isinstance(exc, JobTimeout):  # its traceback says where the handler was when stopped
+            message = _timed_out(limit, message)
         return self._failed(job, call, started, message, not isinstance(exc, NoRetry), exc)
 
     def _deferred(
@@ -290,11 +287,10 @@ def _context_of(job: ClaimedJob) -> context.JobContext:
 def _call_of(job: ClaimedJob, php_classes: dict[str, str]) -> Call:
     """(class, method) that a job's params name, even if not callable; "?" where they don't."""
     try:
-        class_path, method, _ = read_call(job.params, php_classes)
+        return read_call(job.params, php_classes)[:2]
     except BadInput:
         payload = _named_fields(job.params)
         return _name_or_unknown(payload.get("class")), _name_or_unknown(payload.get("method"))
-    return class_path, method
 
 
 def _name_or_unknown(part: object) -> str:

@@ -1,7 +1,6 @@
-"""A drain with many jobs in flight (`--concurrency N`): the main thread claims batches, starts
-each job on a free slot the moment one frees, records what slots finish, and gives up on
-calls past their time limit. Handlers run on slot threads or as tasks on the run's event
-loop (slots.py); outcomes, the journal, the report and every claim stay on the main thread.
+"""A drain with many jobs in flight (`--concurrency N`): handlers run on slots (slots.py); the
+main thread claims batches, starts each job the moment a slot frees, records what slots
+finish (outcomes, journal and report stay on it), and gives up on calls past their limit.
 """
 
 from __future__ import annotations
@@ -132,8 +131,7 @@ class ConcurrentDrain(Drain):
             self.record(finished)
 
     def _finished(self, timeout: float) -> list[Outcome]:
-        """Calls the slots finished (waiting up to `timeout` for the first), and those given
-        up on at their time limit."""
+        """Calls the slots finished within `timeout`, and those given up on at their limit."""
         done = self.slots.collect(timeout)
         for call in self.slots.expire():
             logger.info("job %d ran past its time limit; giving up on it", call.job.id)

@@ -59,11 +59,10 @@ class EventLoopThread:
 
 
 async def under_limit(awaitable: Awaitable[T], limit: float) -> T:
-    """Await `awaitable` in this task, cancelling the task after `limit` seconds (what
-    asyncio.timeout does from Python 3.11). Awaited here, not in a task of its own, so that
-    whatever the handler raises, KeyboardInterrupt included, reaches the caller's `except`
-    instead of the event loop. JobTimeout when the limit ran out, even if the handler
-    swallowed the cancellation; the handler's own TimeoutError stays its own failure."""
+    """Await `awaitable` in this task, cancelling it after `limit` seconds (asyncio.timeout
+    from Python 3.11): not in a task of its own, so whatever it raises reaches the caller's
+    `except`, not the loop. JobTimeout when the limit ran out, even if the handler swallowed
+    the cancellation; the handler's own TimeoutError stays its own failure."""
     task = asyncio.current_task()
     assert task is not None
     expired = False

@@ -1,11 +1,10 @@
 """Turning a job's (class, method) into a callable — the only place that imports user code.
 
 Nothing is imported unless its dotted path lies under a DELAYQ_HANDLERS prefix, and only code
-defined under one runs: the callable found, the class in whose body a method is defined
-(walking the MRO), and any constructor or metaclass `__call__` that creating the handler
-runs. A path that walks through a module attribute (`allowed.os.system`), reaches a
-re-exported foreign function, or instantiates a class with a foreign constructor (a
-subclass of `subprocess.Popen`) is refused.
+defined under one runs: the callable, the class defining a method (walking the MRO), and any
+constructor or metaclass `__call__` creating the handler runs. So a path through a module
+attribute (`allowed.os.system`), to a re-exported foreign function, or to a class with a
+foreign constructor (a subclass of `subprocess.Popen`) is refused.
 """
 
 from __future__ import annotations

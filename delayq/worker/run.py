@@ -1,10 +1,8 @@
 """One pass of `delayq run`: settle the jobs of dead runs, re-index orphans, then serve each
 queue in turn, draining its due jobs (drains.py) until none is due or the run must stop.
 
-A Run owns the order of those steps and the pass's state — its lease token, its limits, the
-jobs it has started, its report — and answers the drains' questions about them (`room`,
-`should_stop`); the table decides who wins a job (store/leases.py), the index only hands
-out due ids, claims.py leases, calls.py calls, outcomes.py records, retry.py says when.
+A Run owns the order of those steps and the pass's state (lease token, limits, jobs started,
+report) and answers the drains' questions about them (`room`, `should_stop`).
 """
 
 from __future__ import annotations

@@ -1,14 +1,12 @@
-"""Many jobs in flight: a run's slots. A plain handler's call takes a thread that calls one
-handler at a time; an `async def` handler's call is a task on the run's event loop and takes
-no thread, only its slot.
+"""Many jobs in flight: a run's slots. A plain handler's call takes a thread; an `async def`
+handler's call is a task on the run's event loop, cancelled there at its time limit.
 
 The main thread hands jobs to free slots and collects what they finished; the two sides
 share only the queue of finished calls and the table of calls in flight, behind one lock.
-A task is cancelled at its time limit on the loop. A thread cannot be killed, so a handler
-past its time limit is given up from outside: its call is recorded as timed out, JobTimeout
-is raised into its thread (which reaches Python code, not a blocking C call), and a fresh
-thread takes the slot, so the run keeps its N real slots. What a call given up on returns
-later is refused.
+A thread cannot be killed, so one past its time limit is given up from outside: its call is
+recorded as timed out, JobTimeout raised into it (reaching Python code, not a blocking C
+call), and a fresh thread takes the slot, so the run keeps N real slots. What a call given
+up on returns later is refused.
 """
 
 from __future__ import annotations
@@ -169,8 +167,8 @@ class Slots:
         self._done.put(landed)
 
     def collect(self, timeout: float) -> list[Outcome]:
-        """What slots finished, waiting up to `timeout` for the first. Calls given up on are
-        never among them: their job was already recorded as timed out."""
+        """What slots finished, waiting up to `timeout` for the first; never a call given up
+        on (its job was recorded as timed out)."""
         finished: list[Outcome] = []
         try:
             finished += self._done.get(timeout=max(timeout, 0.0))
@@ -205,8 +203,8 @@ class Slots:
         heapq.heappush(deadlines, (call.deadline, next(self._order), call))
 
     def expire(self) -> list[InFlight]:
-        """Give up on every call past its deadline: raise JobTimeout into its thread and let
-        the next plain call find a fresh thread. Returns the calls given up on."""
+        """Give up on the calls past their deadline (JobTimeout into a thread, a task
+        cancelled), and return them."""
         now = time.monotonic()
         expired: list[InFlight] = []
         with self._lock:
@@ -236,8 +234,7 @@ class Slots:
             self._stuck -= 1
 
     def abandon_all(self) -> list[InFlight]:
-        """Give up on every call still running (the run is stopping); their late results
-        are refused."""
+        """Give up on every call still running: the run is stopping."""
         with self._lock:
             running = [call for call in self._in_flight.values() if not call.abandoned]
             for call in running:
@@ -253,8 +250,7 @@ class Slots:
             self._work.put(None)
 
     def _add_threads(self, calls: int) -> None:
-        """Make sure `calls` more calls each find a thread; a stuck thread keeps its call,
-        so a fresh one takes its slot."""
+        """Make sure `calls` more calls each find a thread (a stuck one keeps its own)."""
         if not calls:
             return
         with self._lock:
