@@ -31,13 +31,17 @@ def resolve(class_path: str, method: str, allowed: Sequence[str]) -> Handler:
     arguments first (the runner caches what it resolves). The attribute found is bound
     here, not looked up again, so no foreign `__getattr__` or `__getattribute__` runs.
     """
-    owner, found = locate(class_path, method, allowed)
-    if inspect.isclass(owner) and inspect.isfunction(found):
-        target = found.__get__(_instantiate(owner, class_path), owner)
-    elif inspect.isclass(owner) and isinstance(found, staticmethod | classmethod):
-        target = found.__get__(None, owner)
-    else:
-        target = found
+    owner, target = locate(class_path, method, allowed)
+    if inspect.isclass(owner) and inspect.isfunction(target):
+        try:
+            instance = owner()
+        except TypeError as exc:
+            raise BadInput(
+                f"handler class {class_path!r} cannot be created without arguments: {exc}"
+            ) from None
+        target = target.__get__(instance, owner)
+    elif inspect.isclass(owner) and isinstance(target, staticmethod | classmethod):
+        target = target.__get__(None, owner)
     if not callable(target):
         raise BadInput(f"handler {class_path}.{method} is not callable")
     return target
@@ -63,8 +67,7 @@ def locate(class_path: str, method: str, allowed: Sequence[str]) -> tuple[Any, A
 
 def check_allowed(class_path: str, method: str, allowed: Sequence[str]) -> None:
     """Refuse, without importing anything, a path outside the allowlist or of a bad shape."""
-    parts = class_path.split(".")
-    if not all(_is_plain_name(part) for part in parts) or not _is_plain_name(method):
+    if not all(_is_plain_name(part) for part in [*class_path.split("."), method]):
         raise HandlerNotAllowed(
             f"handler {class_path!r}.{method!r} must be a dotted path of plain names "
             "(no dots at the ends, no leading underscores)"
@@ -206,16 +209,4 @@ def _check_special(cls: type, name: str, allowed: Sequence[str], what: str) -> N
 
 def _definer(cls: type, name: str) -> type | None:
     """The class in `cls`'s MRO whose own body defines `name`, as attribute lookup finds it."""
-    for klass in inspect.getmro(cls):
-        if name in vars(klass):
-            return klass
-    return None
-
-
-def _instantiate(owner: type, class_path: str) -> Any:
-    try:
-        return owner()
-    except TypeError as exc:
-        raise BadInput(
-            f"handler class {class_path!r} cannot be created without arguments: {exc}"
-        ) from None
+    return next((klass for klass in inspect.getmro(cls) if name in vars(klass)), None)
