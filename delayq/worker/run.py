@@ -176,12 +176,11 @@ class Run:
     def should_stop(self) -> bool:
         if self.stop is not None and self.stop.requested:
             return True
-        limit = self.options.limit
-        over_limit = limit is not None and self.calls >= limit
-        over_time = time.monotonic() - self.started_at >= self.settings.max_seconds
-        if over_limit or over_time:
+        over_limit = self.options.limit is not None and self.calls >= self.options.limit
+        if over_limit or time.monotonic() - self.started_at >= self.settings.max_seconds:
             self.report.stopped_early = True
-        return over_limit or over_time
+            return True
+        return False
 
     def show_progress(self, limit: float | None = None) -> None:
         """Tell a supervising parent that the main thread makes progress: it may now stay

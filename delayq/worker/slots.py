@@ -127,15 +127,11 @@ class Slots:
         self._add_threads(queued)
         if tasks:
             assert self.loop_of is not None
-            loop = self.loop_of()
-            loop.call_soon_threadsafe(self._start_tasks, loop, tasks)
+            self.loop_of().call_soon_threadsafe(self._start_tasks, tasks)
 
-    def _start_tasks(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        tasks: list[tuple[InFlight, Coroutine[Any, Any, Outcome]]],
-    ) -> None:
+    def _start_tasks(self, tasks: list[tuple[InFlight, Coroutine[Any, Any, Outcome]]]) -> None:
         """On the loop's thread: a task for each call not given up on meanwhile."""
+        loop = asyncio.get_running_loop()
         for call, coroutine in tasks:
             with self._lock:
                 if call.abandoned:
