@@ -12,6 +12,7 @@ import signal
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from contextlib import closing
 
 from ..config import Settings
 from ..store import leases
@@ -91,11 +92,9 @@ class Run:
             with interrupts.time_limits() as enabled, heartbeat:
                 alarms = enabled and self.settings.concurrency == 1
                 caller = Caller(self.settings, self.clock, alarms, self.on_outcome, self.reporters)
-                try:
-                    with grace_on_alarm(self.stop if alarms else None, self.settings.grace):
-                        self._run_each_queue(queues, caller)
-                finally:
-                    caller.close()
+                grace = grace_on_alarm(self.stop if alarms else None, self.settings.grace)
+                with closing(caller), grace:
+                    self._run_each_queue(queues, caller)
         except Abandoned:
             logger.warning("run abandoned its current job; it is back on the schedule")
         finally:

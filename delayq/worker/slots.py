@@ -166,14 +166,12 @@ class Slots:
         """What slots finished, waiting up to `timeout` for the first; never a call given up
         on (its job was recorded as timed out)."""
         finished: list[Outcome] = []
-        try:
+        with contextlib.suppress(queue.Empty):
             finished += self._done.get(timeout=max(timeout, 0.0))
             if self.busy - self._thread_calls >= GATHER_FROM:
                 time.sleep(GATHER_FOR)
             while True:
                 finished += self._done.get_nowait()
-        except queue.Empty:
-            pass
         self.busy -= len(finished)
         return finished
 
