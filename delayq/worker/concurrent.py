@@ -77,8 +77,7 @@ class ConcurrentDrain(Drain):
             if not self.upcoming.done() and (self.waiting or self.slots.free == 0):
                 return  # it lands while the slots are busy
             self._took(self.take_upcoming())
-        # In a backlog the next batch is leased while a batch's worth still waits, so that
-        # slots never wait on the database.
+        # In a backlog the next batch is leased while a batch's worth waits: slots never wait.
         ahead = run.settings.batch_size if self.backlog else 0
         if run.turn_over() or len(self.waiting) >= max(self.slots.size, ahead):
             return

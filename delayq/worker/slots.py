@@ -83,9 +83,8 @@ class Slots:
         self._done: queue.SimpleQueue[list[Outcome]] = queue.SimpleQueue()
         self._landed_calls: list[Outcome] = []  # tasks that ended in this turn of the loop
         self._in_flight: dict[int, InFlight] = {}  # by job id
-        # Deadlines of calls in flight, soonest first; an entry whose call has ended or was
-        # given up on is skipped when it reaches the top. The main thread asks for the next
-        # deadline on every turn: with hundreds in flight, a scan each time cost real time.
+        # Deadlines in flight, soonest first, asked for on every turn (with hundreds in flight
+        # a scan cost real time); an entry of a call ended or given up on leaves at the top.
         self._deadlines: list[tuple[float, int, InFlight]] = []
         self._order = itertools.count()  # breaks ties between equal deadlines
         self._stuck = 0  # calls in _in_flight given up on: their threads are still inside
