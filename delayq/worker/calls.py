@@ -1,8 +1,6 @@
 """Calling one handler: resolve `class.method` once per run, call it with the job's data under
-its time limit and the job's context, and turn whatever happened into an Outcome.
-
-A handler's error, however bad, becomes the job's failure, never the run's: this is the one
-place that catches what a handler throws.
+its time limit and the job's context, and turn whatever happened into an Outcome. The one
+place that catches what a handler throws: however bad, it is the job's failure, not the run's.
 """
 
 from __future__ import annotations
@@ -14,8 +12,9 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from .. import context
@@ -64,6 +63,10 @@ class Caller:
         self._loop: EventLoopThread | None = None  # started by the first async handler
         self._loop_lock = threading.Lock()
 
+    def limit_of(self, job: ClaimedJob) -> float:
+        """The job's time limit in seconds."""
+        return job.timeout or self.timeout
+
     def close(self) -> None:
         """Stop the event loop of async handlers, if one was started."""
         if self._loop is not None:
@@ -78,47 +81,42 @@ class Caller:
 
     def _execute(self, job: ClaimedJob) -> Outcome:
         started = time.monotonic()
-        # A refused job is named as its row names it: that name is what the operator must fix.
-        call = _call_of(job, self.php_classes)
         try:
-            class_path, method, data = read_call(job.params, self.php_classes)
-            handler = self._handler(class_path, method)
-        except HandlerNotAllowed as exc:
-            return self._failed(job, call, started, str(exc), retry=False)
+            call, handler, data = self._resolve(job)
         except BadInput as exc:
-            retry = not str(exc).startswith("bad params")  # a deploy may fix a missing module
-            return self._failed(job, call, started, str(exc), retry=retry)
-        return self._call(job, (class_path, method), handler, data, started)
+            # A refused job is named as its row names it: what the operator must fix. A
+            # deploy may fix a missing module, not bad params or a handler not allowed.
+            retry = not isinstance(exc, HandlerNotAllowed) and not str(exc).startswith("bad params")
+            return self._failed(job, _call_of(job, self.php_classes), started, str(exc), retry)
+        return self._call(job, call, handler, data, started)
 
     def coroutine_for(self, job: ClaimedJob) -> Coroutine[Any, Any, Outcome] | None:
-        """The job's whole call as a coroutine for the run's event loop when its handler is
-        an `async def`, so that it holds no thread while it awaits; None for any other job,
-        which a thread calls with `execute` (a job with bad params or handler is recorded
-        there)."""
+        """The job's call as a coroutine for the run's event loop when its handler is an
+        `async def`, holding no thread while it awaits; None when `execute` must call it."""
         started = time.monotonic()
         try:
-            class_path, method, data = read_call(job.params, self.php_classes)
-            handler = self._handler(class_path, method)
+            call, handler, data = self._resolve(job)
         except BadInput:
             return None
         if not inspect.iscoroutinefunction(handler):
             return None
-        return self._call_on_loop(job, handler, data, (class_path, method), started)
+        return self._call_on_loop(job, call, started, partial(handler, data))
 
     def event_loop(self) -> asyncio.AbstractEventLoop:
         """The run's event loop, started on first use."""
         return self._event_loop().loop
 
     async def _call_on_loop(
-        self, job: ClaimedJob, handler: Handler, data: Any, call: Call, started: float
+        self, job: ClaimedJob, call: Call, started: float, awaitable: Callable[[], Awaitable[Any]]
     ) -> Outcome:
-        """An async handler's whole call, as a task on the loop: cancelled at its time limit
-        as arq does, and whatever it raises, BaseException included, fails only the job."""
-        limit = job.timeout or self.timeout
+        """An async handler's call, as a task on the loop: `awaitable()` is cancelled at its
+        time limit as arq does, and whatever it raises, BaseException included, fails only
+        the job (raised inside a task, KeyboardInterrupt would end the loop)."""
+        limit = self.limit_of(job)
         context.running(_context_of(job))  # a task runs in a context of its own
         try:
-            result = await under_limit(handler(data), limit)
-            return self._succeeded(job, call, started, _short_result(result))
+            message = _short_result(await under_limit(awaitable(), limit))
+            return self._outcome(job, call, started, Status.SUCCESS, storable(message))
         except BaseException as exc:  # noqa: BLE001 - a handler's error never stops the run
             return self._raised(job, call, started, exc, limit)
         finally:  # a child the handler forked on the loop's thread would serve the loop
@@ -127,16 +125,16 @@ class Caller:
     def _call(
         self, job: ClaimedJob, call: Call, handler: Handler, data: Any, started: float
     ) -> Outcome:
-        """Run the handler under its time limit and the job context."""
-        limit = job.timeout or self.timeout
-        job_context = _context_of(job)
-        token = context.running(job_context)
+        limit = self.limit_of(job)
+        token = context.running(_context_of(job))
         try:
             if self.time_limits:
                 interrupts.arm(limit)
             result = handler(data)
-            if inspect.isawaitable(result):  # an async def handler: awaited on the run's loop
-                result = self._event_loop().run(result, limit, lambda: context.running(job_context))
+            if inspect.isawaitable(result):  # an async def handler: called on the run's loop
+                return self._event_loop().run(
+                    self._call_on_loop(job, call, started, lambda: result)
+                )
             # Under the time limit still: a result's __repr__ may be as hostile as its handler.
             message = _short_result(result)
         except RUN_STOPS:  # the run's own signals: they stop the run, not fail the job
@@ -147,29 +145,31 @@ class Caller:
             if self.time_limits:
                 interrupts.disarm()
             context.finished(token)
-        return self._succeeded(job, call, started, message)
+        return self._outcome(job, call, started, Status.SUCCESS, storable(message))
 
     def _event_loop(self) -> EventLoopThread:
         with self._loop_lock:  # slots may meet their first async handler at once
             if self._loop is None:
-                self._loop = EventLoopThread(self.pid)
+                self._loop = EventLoopThread()
             return self._loop
 
-    def _handler(self, class_path: str, method: str) -> Handler:
-        key = (class_path, method)
-        if key not in self.handlers:
+    def _resolve(self, job: ClaimedJob) -> tuple[Call, Handler, Any]:
+        """The job's (class, method), handler and data; BadInput if it cannot be called."""
+        class_path, method, data = read_call(job.params, self.php_classes)
+        call = (class_path, method)
+        if call not in self.handlers:
             try:
-                self.handlers[key] = resolve(class_path, method, self.allowed)
+                self.handlers[call] = resolve(class_path, method, self.allowed)
             except BadInput as exc:
-                self.handlers[key] = exc
-        found = self.handlers[key]
+                self.handlers[call] = exc
+        found = self.handlers[call]
         if isinstance(found, BadInput):
             raise found
-        return found
+        return call, found, data
 
     def timed_out(self, job: ClaimedJob, started: float) -> Outcome:
         """The call given up on from outside, when its handler ran past its time limit."""
-        message = _timed_out(job.timeout or self.timeout)
+        message = _timed_out(self.limit_of(job))
         return self._failed(job, _call_of(job, self.php_classes), started, message, retry=True)
 
     def crashed(self, job: ClaimedJob, exc: BaseException, started: float) -> Outcome:
@@ -211,18 +211,16 @@ class Caller:
                 message = f"{describe(exc)}: {refused}"
                 return self._failed(job, call, started, message, retry=True, error=exc)
             return self._deferred(job, call, started, describe(exc), delay)
-        if isinstance(exc, JobTimeout):  # its traceback says where the handler was when stopped
-            message = _timed_out(limit, describe_with_traceback(exc))
-            return self._failed(job, call, started, message, retry=True, error=exc)
         message = describe_with_traceback(exc)
+        if isinstance(exc, JobTimeout):  # its traceback says where the handler was when stopped
+            message = _timed_out(limit, message)
         return self._failed(job, call, started, message, not isinstance(exc, NoRetry), exc)
 
     def _deferred(
         self, job: ClaimedJob, call: Call, started: float, message: str, delay: float
     ) -> Outcome:
-        """The same attempt due again `delay` seconds on; past MAX_DEFERRALS in a row (or
-        when the count would not fit the row) the attempt fails instead, so a handler that
-        always defers is seen failing and runs out of retries."""
+        """The same attempt due again `delay` seconds on; past MAX_DEFERRALS in a row (or a
+        count the row cannot hold) it fails instead, so a handler always deferring is seen."""
         stored = read_policy(job.retry_policy).deferred()
         text = stored.to_text() or ""
         if stored.deferrals > MAX_DEFERRALS or len(text) > POLICY_MAX:
@@ -233,9 +231,6 @@ class Caller:
             f"{stored.deferrals} of at most {MAX_DEFERRALS} in a row)"
         )
         return self._outcome(job, call, started, Status.PENDING, storable(message), delay)
-
-    def _succeeded(self, job: ClaimedJob, call: Call, started: float, message: str) -> Outcome:
-        return self._outcome(job, call, started, Status.SUCCESS, storable(message))
 
     def _failed(
         self,
@@ -290,14 +285,12 @@ def _context_of(job: ClaimedJob) -> context.JobContext:
 
 
 def _call_of(job: ClaimedJob, php_classes: dict[str, str]) -> Call:
-    """(class, method) of a job whose params may be anything: what they name, even when it
-    cannot be called (an unmapped PHP class, data nested too deep), "?" for what they do not."""
+    """(class, method) that a job's params name, even if not callable; "?" where they don't."""
     try:
-        class_path, method, _ = read_call(job.params, php_classes)
+        return read_call(job.params, php_classes)[:2]
     except BadInput:
         payload = _named_fields(job.params)
         return _name_or_unknown(payload.get("class")), _name_or_unknown(payload.get("method"))
-    return class_path, method
 
 
 def _name_or_unknown(part: object) -> str:
@@ -329,7 +322,7 @@ def _deferral(delay: object) -> float:
 
 
 def _timed_out(limit: float, described: str = "") -> str:
-    """The message of a job stopped at its time limit, with where it was if known."""
+    """A timed-out job's message, with where it was (the traceback of `described`) if known."""
     _, _, where = described.partition("\n")
     reason = f"JobTimeout: ran longer than its {limit:g}s time limit"
     return f"{reason}\n{where}" if where else reason

@@ -1,7 +1,6 @@
-"""A drain with many jobs in flight (`--concurrency N`): the main thread claims batches, starts
-each job on a free slot the moment one frees, records what slots finish, and gives up on
-calls past their time limit. Handlers run on slot threads or as tasks on the run's event
-loop (slots.py); outcomes, the journal, the report and every claim stay on the main thread.
+"""A drain with many jobs in flight (`--concurrency N`): handlers run on slots (slots.py); the
+main thread claims batches, starts each job the moment a slot frees, records what slots
+finish (outcomes, journal and report stay on it), and gives up on calls past their limit.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from ..store.table import ClaimedJob
 from .calls import Caller
 from .claims import Batch
 from .drains import Drain, Run
-from .slots import EventLoop, Slots
+from .slots import Slots
 
 logger = logging.getLogger(__name__)
 
@@ -33,9 +32,13 @@ class ConcurrentDrain(Drain):
         super().__init__(run, queue, caller)
         # Group commits go to the bookkeeping thread, so slots never wait on the database.
         self.buffer.write_on(run.bookkeeper(), notes_starts=True)
-        event_loop = EventLoop(caller.coroutine_for, caller.event_loop)
         self.slots = Slots(
-            run.settings.concurrency, caller.execute, caller.crashed, run.limit_of, event_loop
+            run.settings.concurrency,
+            caller.execute,
+            caller.crashed,
+            caller.limit_of,
+            caller.coroutine_for,
+            caller.event_loop,
         )
         self.drained = False  # the last claim found nothing due
         self.look_again_at = 0.0  # monotonic: when a drained schedule is asked again
@@ -74,8 +77,7 @@ class ConcurrentDrain(Drain):
             if not self.upcoming.done() and (self.waiting or self.slots.free == 0):
                 return  # it lands while the slots are busy
             self._took(self.take_upcoming())
-        # In a backlog the next batch is leased while a batch's worth still waits, so that
-        # slots never wait on the database.
+        # In a backlog the next batch is leased while a batch's worth waits: slots never wait.
         ahead = run.settings.batch_size if self.backlog else 0
         if run.turn_over() or len(self.waiting) >= max(self.slots.size, ahead):
             return
@@ -85,10 +87,7 @@ class ConcurrentDrain(Drain):
         if size > 0 and self.backlog:
             self.lease_ahead(size, [])
             return
-        batch = self.claim(size)
-        if batch is not None:
-            self.take(batch)
-        self._took(batch)
+        self._took(self.claim(size))
 
     def _took(self, batch: Batch | None) -> None:
         self.backlog = batch is not None and len(batch.claimed) == batch.size
@@ -131,8 +130,7 @@ class ConcurrentDrain(Drain):
             self.record(finished)
 
     def _finished(self, timeout: float) -> list[Outcome]:
-        """Calls the slots finished (waiting up to `timeout` for the first), and those given
-        up on at their time limit."""
+        """Calls the slots finished within `timeout`, and those given up on at their limit."""
         done = self.slots.collect(timeout)
         for call in self.slots.expire():
             logger.info("job %d ran past its time limit; giving up on it", call.job.id)

@@ -1,15 +1,13 @@
 """Draining one queue for one turn of a pass: claim due jobs in batches, start each, record
 what each came to, and at the end hand back what did not start. Two ways to start a job:
 
-- SequentialDrain (the default): each handler on the main thread, one at a time, under
-  SIGALRM's time limit. Once a claim comes back full (a backlog), the next batch is leased
-  on the bookkeeping thread while this one runs, and the group commits are written there.
-- ConcurrentDrain (`--concurrency N`, concurrent.py): each job on a free slot (slots.py) the
-  moment one frees; the main thread claims, starts, records, and gives up on calls past
-  their limit.
+- SequentialDrain (the default): one at a time on the main thread under SIGALRM's time
+  limit; in a backlog (a full claim) the next batch is leased, and the group commits
+  written, on the bookkeeping thread while this one runs.
+- ConcurrentDrain (`--concurrency N`, concurrent.py): each job on a free slot (slots.py).
 
-What both share — the jobs claimed and not started, the batch leased ahead, the outcome
-buffer and the clean-up at the end — is the Drain's.
+The Drain holds what both share: the jobs claimed and not started, the batch leased ahead,
+the outcome buffer and the clean-up at the end.
 """
 
 from __future__ import annotations
@@ -54,7 +52,6 @@ class Run(Protocol):
     def took(self, batch: Batch) -> None: ...
     def starting(self, job: ClaimedJob, due: float) -> None: ...
     def should_stop(self) -> bool: ...
-    def limit_of(self, job: ClaimedJob) -> float: ...
     def show_progress(self, limit: float | None = None) -> None: ...
     def reassert_leases(self, jobs: Sequence[ClaimedJob]) -> set[int]: ...
     def count(self, written: Written | None) -> None: ...
@@ -105,17 +102,18 @@ class Drain:
         """Let go of what the drain started."""
 
     def claim(self, size: int) -> Batch | None:
-        """Up to `size` due jobs, claimed on this thread; None if none is due."""
+        """Claim and take up to `size` due jobs on this thread; None if none is due."""
         if size <= 0:
             return None
-        return self.run.claimer.claim(self.queue, [], self.run.clock(), size, self.notes_starts)
+        batch = self.run.claimer.claim(self.queue, [], self.run.clock(), size, self.notes_starts)
+        if batch is not None:
+            self.take(batch)
+        return batch
 
     def lease_ahead(self, size: int, before: list[int]) -> None:
         """Claim the next batch on the bookkeeping thread, while the jobs in hand run."""
-        claim = self.run.claimer.claim
-        bookkeeper = self.run.bookkeeper()
-        self.upcoming = bookkeeper.submit(
-            claim, self.queue, before, self.run.clock(), size, self.notes_starts
+        self.upcoming = self.run.bookkeeper().submit(
+            self.run.claimer.claim, self.queue, before, self.run.clock(), size, self.notes_starts
         )
 
     def take(self, batch: Batch) -> None:
@@ -127,7 +125,7 @@ class Drain:
         self.due_by_id.update((job.id, batch.due_by_id[job.id]) for job in batch.jobs)
 
     def take_upcoming(self) -> Batch | None:
-        """The batch leased ahead, once it is leased, taken in; None if none was due."""
+        """Take in the batch leased ahead, waiting for it; None if none was due."""
         upcoming, self.upcoming = self.upcoming, None
         assert upcoming is not None
         batch = upcoming.result()
@@ -158,8 +156,8 @@ class Drain:
             self.waiting = deque(job for job in self.waiting if job.id in held)
 
     def _hand_back_the_rest(self) -> None:
-        """Unstarted jobs, the batch leased ahead and calls still running when the run stops
-        go back to pending (the late results of those calls are refused)."""
+        """Jobs not started, the batch leased ahead and calls still running go back to
+        pending (the late results of those calls are refused)."""
         if self.upcoming is not None:
             try:
                 self.take_upcoming()
@@ -203,8 +201,12 @@ class SequentialDrain(Drain):
     """Each job's handler on the main thread, one at a time, under its time limit."""
 
     def pump(self) -> None:
-        batch = self._claim()
-        while batch is not None:
+        while not self.run.should_stop():
+            batch = self.take_upcoming() if self.upcoming is not None else None
+            if batch is None and not self.run.turn_over():
+                batch = self.claim(self.run.room(0))
+            if batch is None:
+                return
             # A full batch means a backlog: lease the next one on the bookkeeping thread
             # while this one runs, and write its commits there too.
             room = self.run.room(len(self.waiting))
@@ -212,19 +214,6 @@ class SequentialDrain(Drain):
                 self.buffer.write_on(self.run.bookkeeper())
                 self.lease_ahead(room, [job.id for job in self.waiting])
             self._call_waiting()
-            if self.run.should_stop():
-                return
-            batch = self.take_upcoming() if self.upcoming is not None else None
-            if batch is None:
-                batch = self._claim()
-
-    def _claim(self) -> Batch | None:
-        if self.run.should_stop() or self.run.turn_over():
-            return None
-        batch = self.claim(self.run.room(0))
-        if batch is not None:
-            self.take(batch)
-        return batch
 
     def _call_waiting(self) -> None:
         run = self.run
@@ -234,7 +223,7 @@ class SequentialDrain(Drain):
                 return
             job = self.waiting[0]
             run.starting(job, self.due_by_id[job.id])
-            run.show_progress(run.limit_of(job))
+            run.show_progress(self.caller.limit_of(job))
             outcome = self.caller.execute(job)
             self.waiting.popleft()  # not before: a job whose call the run abandons goes back
             self.record([outcome])

@@ -1,11 +1,10 @@
 """Turning a job's (class, method) into a callable — the only place that imports user code.
 
 Nothing is imported unless its dotted path lies under a DELAYQ_HANDLERS prefix, and only code
-defined under one runs: the callable found, the class in whose body a method is defined
-(walking the MRO), and any constructor or metaclass `__call__` that creating the handler
-runs. A path that walks through a module attribute (`allowed.os.system`), reaches a
-re-exported foreign function, or instantiates a class with a foreign constructor (a
-subclass of `subprocess.Popen`) is refused.
+defined under one runs: the callable, the class defining a method (walking the MRO), and any
+constructor or metaclass `__call__` creating the handler runs. So a path through a module
+attribute (`allowed.os.system`), to a re-exported foreign function, or to a class with a
+foreign constructor (a subclass of `subprocess.Popen`) is refused.
 """
 
 from __future__ import annotations
@@ -29,30 +28,31 @@ def resolve(class_path: str, method: str, allowed: Sequence[str]) -> Handler:
     """The callable for `class_path.method`, or HandlerNotAllowed / BadInput saying why not.
 
     A plain function on a class is an instance method: the class is created with no
-    arguments first, once per call of resolve (the runner caches what it resolves). The
-    attribute found is bound here, not looked up again, so no `__getattr__` or
-    `__getattribute__` of a foreign base class runs.
+    arguments first (the runner caches what it resolves). The attribute found is bound
+    here, not looked up again, so no foreign `__getattr__` or `__getattribute__` runs.
     """
-    owner, found = locate(class_path, method, allowed)
-    if inspect.isclass(owner) and inspect.isfunction(found):
-        target = found.__get__(_instantiate(owner, class_path), owner)
-    elif inspect.isclass(owner) and isinstance(found, staticmethod | classmethod):
-        target = found.__get__(None, owner)
-    else:
-        target = found
+    owner, target = locate(class_path, method, allowed)
+    if inspect.isclass(owner) and inspect.isfunction(target):
+        try:
+            instance = owner()
+        except TypeError as exc:
+            raise BadInput(
+                f"handler class {class_path!r} cannot be created without arguments: {exc}"
+            ) from None
+        target = target.__get__(instance, owner)
+    elif inspect.isclass(owner) and isinstance(target, staticmethod | classmethod):
+        target = target.__get__(None, owner)
     if not callable(target):
         raise BadInput(f"handler {class_path}.{method} is not callable")
     return target
 
 
 def locate(class_path: str, method: str, allowed: Sequence[str]) -> tuple[Any, Any]:
-    """(owner, attribute as stored) for a handler, importing only allowed modules.
-
-    Runs no user code but the imports, so `delayq add` can check a handler up front.
-    """
+    """(owner, attribute as stored) for a handler, importing only allowed modules: no user
+    code but the imports runs, so `delayq add` can check a handler up front."""
     check_allowed(class_path, method, allowed)
-    module, rest = _import_longest(class_path)
-    owner: Any = module
+    owner: Any
+    owner, rest = _import_longest(class_path)
     for name in rest:
         owner = _attribute(owner, name, class_path)
         if not inspect.isclass(owner):
@@ -67,8 +67,7 @@ def locate(class_path: str, method: str, allowed: Sequence[str]) -> tuple[Any, A
 
 def check_allowed(class_path: str, method: str, allowed: Sequence[str]) -> None:
     """Refuse, without importing anything, a path outside the allowlist or of a bad shape."""
-    parts = class_path.split(".")
-    if not all(_is_plain_name(part) for part in parts) or not _is_plain_name(method):
+    if not all(_is_plain_name(part) for part in [*class_path.split("."), method]):
         raise HandlerNotAllowed(
             f"handler {class_path!r}.{method!r} must be a dotted path of plain names "
             "(no dots at the ends, no leading underscores)"
@@ -77,7 +76,7 @@ def check_allowed(class_path: str, method: str, allowed: Sequence[str]) -> None:
         raise HandlerNotAllowed(EMPTY_ALLOWLIST)
     for prefix in allowed:
         check_entry(prefix)
-    if not any(class_path == prefix or class_path.startswith(prefix + ".") for prefix in allowed):
+    if not _is_under(class_path, allowed):
         raise HandlerNotAllowed(
             f"DELAYQ_HANDLERS ({','.join(allowed)}) does not allow {class_path!r}; add its prefix"
         )
@@ -86,19 +85,16 @@ def check_allowed(class_path: str, method: str, allowed: Sequence[str]) -> None:
 def import_prefix(prefix: str) -> None:
     """Import a DELAYQ_HANDLERS entry (a module, or a class inside one), or raise BadInput
     saying why not: `delayq doctor` tells a typo from a missing deploy this way."""
-    module, rest = _import_longest(prefix)
-    owner: Any = module
+    owner: Any
+    owner, rest = _import_longest(prefix)
     for name in rest:
         owner = _attribute(owner, name, prefix)
 
 
 def check_imports(allowed: Sequence[str], path: Sequence[Path]) -> None:
-    """Refuse, with ConfigError, an allowlist entry that does not import here.
-
-    `delayq run` asks this before it claims anything: a worker started from the wrong
-    directory, or with a typo in DELAYQ_HANDLERS, would fail every job it claims (for good,
-    or onto the retry ladder as "not importable") and still exit 0, as cron sees it.
-    """
+    """Refuse, with ConfigError, an allowlist entry that does not import here: asked by
+    `delayq run` before it claims anything, since a worker started from the wrong directory
+    or with a typo in DELAYQ_HANDLERS would fail every job it claims and still exit 0."""
     for prefix in allowed:
         try:
             import_prefix(prefix)
@@ -213,16 +209,4 @@ def _check_special(cls: type, name: str, allowed: Sequence[str], what: str) -> N
 
 def _definer(cls: type, name: str) -> type | None:
     """The class in `cls`'s MRO whose own body defines `name`, as attribute lookup finds it."""
-    for klass in inspect.getmro(cls):
-        if name in vars(klass):
-            return klass
-    return None
-
-
-def _instantiate(owner: type, class_path: str) -> Any:
-    try:
-        return owner()
-    except TypeError as exc:
-        raise BadInput(
-            f"handler class {class_path!r} cannot be created without arguments: {exc}"
-        ) from None
+    return next((klass for klass in inspect.getmro(cls) if name in vars(klass)), None)

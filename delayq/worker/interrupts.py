@@ -27,9 +27,8 @@ class Abandoned(BaseException):  # noqa: N818
 
 
 class SignalInterrupt(KeyboardInterrupt):
-    """SIGINT in a run that no graceful stop listens for (an API run on the main thread):
-    the run stops. A KeyboardInterrupt a handler raises itself is its job's failure; this
-    type is how the two are told apart."""
+    """SIGINT in a run no graceful stop listens for (an API run on the main thread) stops the
+    run; told apart by its type from a KeyboardInterrupt a handler raises, its job's failure."""
 
 
 # What a handler's call lets through: the run is told to stop, not the job to fail.
@@ -43,45 +42,43 @@ def in_main_thread() -> bool:
 class _Clock:
     """The running job's deadline, and when the interval timer is set to fire.
 
-    Setting the timer costs a system call; at thousands of jobs a second two per job would
-    show. So the timer is only set when it is off or would fire too late: one that fires
-    before the running job's deadline (it was set for an earlier job) re-arms itself for
-    the rest, and one that fires between jobs turns itself off.
+    Setting the timer is a system call, which at thousands of jobs a second would show: so
+    it is only set when off or late. One firing before the running job's deadline (set for
+    an earlier job) re-arms itself for the rest; one firing between jobs turns itself off.
     """
 
     deadline = math.inf  # monotonic; inf while no job runs
     grace_ends = math.inf  # monotonic: when a stop's grace ends for the job running then
     fires_at: float | None = None  # monotonic; None while the timer is off
 
-    @classmethod
-    def expire(cls, signum: int, frame: FrameType | None) -> None:
+    def expire(self, signum: int, frame: FrameType | None) -> None:
         now = time.monotonic()
-        cls.fires_at = None
-        if cls.deadline == math.inf:
+        self.fires_at = None
+        if self.deadline == math.inf:
             return  # between jobs: nothing to stop, and the timer stays off
-        if now >= cls.deadline:
-            cls.deadline = math.inf
+        if now >= self.deadline:
+            self.deadline = math.inf
             raise JobTimeout()
-        if now >= cls.grace_ends:
-            cls.deadline = cls.grace_ends = math.inf
+        if now >= self.grace_ends:
+            self.deadline = self.grace_ends = math.inf
             raise Abandoned()
-        cls.set(min(cls.deadline, cls.grace_ends) - now)
+        self.set(min(self.deadline, self.grace_ends) - now)
 
-    @classmethod
-    def end_grace_in(cls, seconds: float) -> None:
-        cls.grace_ends = time.monotonic() + seconds
-        if cls.fires_at is None or cls.fires_at > cls.grace_ends:
-            cls.set(seconds)
+    def end_grace_in(self, seconds: float) -> None:
+        self.grace_ends = time.monotonic() + seconds
+        if self.fires_at is None or self.fires_at > self.grace_ends:
+            self.set(seconds)
 
-    @classmethod
-    def set(cls, seconds: float) -> None:
-        cls.fires_at = time.monotonic() + seconds
+    def set(self, seconds: float) -> None:
+        self.fires_at = time.monotonic() + seconds
         signal.setitimer(signal.ITIMER_REAL, max(seconds, 1e-6))
 
-    @classmethod
-    def clear(cls) -> None:
-        cls.deadline, cls.grace_ends, cls.fires_at = math.inf, math.inf, None
+    def clear(self) -> None:
+        self.deadline, self.grace_ends, self.fires_at = math.inf, math.inf, None
         signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+_clock = _Clock()
 
 
 @contextmanager
@@ -90,14 +87,14 @@ def time_limits() -> Iterator[bool]:
     if not in_main_thread():
         yield False
         return
-    previous = signal.signal(signal.SIGALRM, _Clock.expire)
+    previous = signal.signal(signal.SIGALRM, _clock.expire)
     interrupt = signal.getsignal(signal.SIGINT)
     if interrupt is signal.default_int_handler:  # no graceful stop routes SIGINT
         signal.signal(signal.SIGINT, _interrupt)
     try:
         yield True
     finally:
-        _Clock.clear()
+        _clock.clear()
         signal.signal(signal.SIGALRM, previous)
         if interrupt is signal.default_int_handler:
             signal.signal(signal.SIGINT, interrupt)
@@ -110,20 +107,19 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 def arm(seconds: float) -> None:
     """Start the current job's clock (inside `time_limits`)."""
     deadline = time.monotonic() + seconds
-    _Clock.deadline = deadline
-    if _Clock.fires_at is None or _Clock.fires_at > deadline:
-        _Clock.set(seconds)
+    _clock.deadline = deadline
+    if _clock.fires_at is None or _clock.fires_at > deadline:
+        _clock.set(seconds)
 
 
 def disarm() -> None:
     """The job is over; a timer still set turns itself off when it fires."""
-    _Clock.deadline = math.inf
+    _clock.deadline = math.inf
 
 
 class GracefulStop:
-    """First SIGTERM/SIGINT: finish the current job, hand the rest back, stop; a job the
-    run calls on the main thread that is still running when the grace ends is abandoned.
-    Second: abandon the current job at once. An abandoned job goes back to the schedule."""
+    """First SIGTERM/SIGINT: finish the current job (on the main thread, within the grace),
+    hand the rest back, stop. Second: abandon the current job, back to the schedule, at once."""
 
     def __init__(self) -> None:
         self.signum: int | None = None
@@ -139,7 +135,7 @@ class GracefulStop:
         self.signum = signum
         within = ""
         if self.grace is not None:
-            _Clock.end_grace_in(self.grace)
+            _clock.end_grace_in(self.grace)
             within = f" within {self.grace:g}s"
         logger.warning(
             "received %s: finishing the current job%s, handing the rest back",
@@ -151,9 +147,8 @@ class GracefulStop:
 @contextmanager
 def grace_on_alarm(stop: GracefulStop | None, grace: float) -> Iterator[None]:
     """Inside `time_limits`, while handlers run on the main thread: a stop gives the job in
-    progress `grace` seconds, then the time limit's alarm abandons it, as a second signal
-    would. Without this a job far longer than the grace held the run past it, until a
-    service manager's stop timeout killed it with SIGKILL."""
+    progress `grace` seconds, then the alarm abandons it as a second signal would, rather
+    than a service manager's stop timeout killing the run with SIGKILL."""
     if stop is None:
         yield
         return

@@ -1,10 +1,8 @@
 """One pass of `delayq run`: settle the jobs of dead runs, re-index orphans, then serve each
 queue in turn, draining its due jobs (drains.py) until none is due or the run must stop.
 
-A Run owns the order of those steps and the pass's state — its lease token, its limits, the
-jobs it has started, its report — and answers the drains' questions about them (`room`,
-`should_stop`); the table decides who wins a job (store/leases.py), the index only hands
-out due ids, claims.py leases, calls.py calls, outcomes.py records, retry.py says when.
+A Run owns the order of those steps and the pass's state (lease token, limits, jobs started,
+report) and answers the drains' questions about them (`room`, `should_stop`).
 """
 
 from __future__ import annotations
@@ -14,6 +12,7 @@ import signal
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from contextlib import closing
 
 from ..config import Settings
 from ..store import leases
@@ -93,11 +92,9 @@ class Run:
             with interrupts.time_limits() as enabled, heartbeat:
                 alarms = enabled and self.settings.concurrency == 1
                 caller = Caller(self.settings, self.clock, alarms, self.on_outcome, self.reporters)
-                try:
-                    with grace_on_alarm(self.stop if alarms else None, self.settings.grace):
-                        self._run_each_queue(queues, caller)
-                finally:
-                    caller.close()
+                grace = grace_on_alarm(self.stop if alarms else None, self.settings.grace)
+                with closing(caller), grace:
+                    self._run_each_queue(queues, caller)
         except Abandoned:
             logger.warning("run abandoned its current job; it is back on the schedule")
         finally:
@@ -110,9 +107,12 @@ class Run:
         delays another queue's due jobs by about one batch, not by the whole backlog."""
         self.report.reindexed += recovery.ensure_index(self.table, self.index, self.show_progress)
         names = list(queues) if queues else self.index.registry.known_queues()
-        if self.sweep:
-            for queue in names:
-                self._sweep(queue)
+        for queue in names if self.sweep else ():  # recover leases, re-index orphans
+            now = self.clock()
+            recovered = recovery.recover_leases(self.table, self.index, queue, now)
+            self.report.recovered += recovered.requeued + recovered.journaled
+            self.report.failed += recovered.poisoned
+            self.report.reindexed += recovery.reindex_orphans(self.table, self.index, queue, now)
         active = names
         while active and not self.should_stop():
             active = [queue for queue in active if self._take_turn(queue, caller, len(active))]
@@ -125,13 +125,6 @@ class Run:
         kind = ConcurrentDrain if self.settings.concurrency > 1 else SequentialDrain
         kind(self, queue, caller).drain()
         return self.turn_over()
-
-    def _sweep(self, queue: str) -> None:
-        now = self.clock()
-        recovered = recovery.recover_leases(self.table, self.index, queue, now)
-        self.report.recovered += recovered.requeued + recovered.journaled
-        self.report.failed += recovered.poisoned
-        self.report.reindexed += recovery.reindex_orphans(self.table, self.index, queue, now)
 
     def _record(self, started_at: float, outcome: str) -> None:
         self.report.elapsed = time.monotonic() - self.started_at
@@ -182,16 +175,11 @@ class Run:
     def should_stop(self) -> bool:
         if self.stop is not None and self.stop.requested:
             return True
-        limit = self.options.limit
-        over_limit = limit is not None and self.calls >= limit
-        over_time = time.monotonic() - self.started_at >= self.settings.max_seconds
-        if over_limit or over_time:
+        over_limit = self.options.limit is not None and self.calls >= self.options.limit
+        if over_limit or time.monotonic() - self.started_at >= self.settings.max_seconds:
             self.report.stopped_early = True
-        return over_limit or over_time
-
-    def limit_of(self, job: ClaimedJob) -> float:
-        """The job's time limit in seconds."""
-        return job.timeout or self.settings.timeout
+            return True
+        return False
 
     def show_progress(self, limit: float | None = None) -> None:
         """Tell a supervising parent that the main thread makes progress: it may now stay

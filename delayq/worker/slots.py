@@ -1,14 +1,12 @@
-"""Many jobs in flight: a run's slots. A plain handler's call takes a thread that calls one
-handler at a time; an `async def` handler's call is a task on the run's event loop and takes
-no thread, only its slot.
+"""Many jobs in flight: a run's slots. A plain handler's call takes a thread; an `async def`
+handler's call is a task on the run's event loop, cancelled there at its time limit.
 
 The main thread hands jobs to free slots and collects what they finished; the two sides
 share only the queue of finished calls and the table of calls in flight, behind one lock.
-A task is cancelled at its time limit on the loop. A thread cannot be killed, so a handler
-past its time limit is given up from outside: its call is recorded as timed out, JobTimeout
-is raised into its thread (which reaches Python code, not a blocking C call), and a fresh
-thread takes the slot, so the run keeps its N real slots. What a call given up on returns
-later is refused.
+A thread cannot be killed, so one past its time limit is given up from outside: its call is
+recorded as timed out, JobTimeout raised into it (reaching Python code, not a blocking C
+call), and a fresh thread takes the slot, so the run keeps N real slots. What a call given
+up on returns later is refused.
 """
 
 from __future__ import annotations
@@ -48,14 +46,6 @@ Crashed = Callable[[ClaimedJob, BaseException, float], Outcome]
 CoroutineFor = Callable[[ClaimedJob], Coroutine[Any, Any, Outcome] | None]
 
 
-@dataclass(frozen=True)
-class EventLoop:
-    """Where calls that need no thread go: `coroutine_for` makes them, on `loop_of()`."""
-
-    coroutine_for: CoroutineFor
-    loop_of: Callable[[], asyncio.AbstractEventLoop]
-
-
 @dataclass
 class InFlight:
     """A call a slot is making: which job, on which thread, until when."""
@@ -65,12 +55,12 @@ class InFlight:
     started: float  # monotonic
     thread_id: int | None = None
     abandoned: bool = False
-    on_loop: bool = False  # a task on the event loop, not a thread's call
-    task: asyncio.Task[Outcome] | None = None  # once the loop has started it
+    task: asyncio.Task[Outcome] | None = None  # a call on the event loop, once started
 
 
 class Slots:
-    """`size` threads calling `call(job)`; a job may run `limit_of(job)` seconds."""
+    """`size` slots calling `call(job)`, or running `coroutine_for(job)` on `loop_of()`; a
+    job may run `limit_of(job)` seconds."""
 
     def __init__(
         self,
@@ -78,22 +68,23 @@ class Slots:
         call: Call,
         crashed: Crashed,
         limit_of: Callable[[ClaimedJob], float],
-        event_loop: EventLoop | None = None,
+        coroutine_for: CoroutineFor = lambda job: None,  # by default every call takes a thread
+        loop_of: Callable[[], asyncio.AbstractEventLoop] | None = None,
     ) -> None:
         self.size = size
         self.call = call
         self.crashed = crashed
-        self.event_loop = event_loop
         self.limit_of = limit_of
+        self.coroutine_for = coroutine_for
+        self.loop_of = loop_of
         self._lock = threading.Lock()
         self._work: queue.SimpleQueue[InFlight | None] = queue.SimpleQueue()
         # Finished calls, handed over a few at a time: each put may wake the main thread.
         self._done: queue.SimpleQueue[list[Outcome]] = queue.SimpleQueue()
         self._landed_calls: list[Outcome] = []  # tasks that ended in this turn of the loop
         self._in_flight: dict[int, InFlight] = {}  # by job id
-        # Deadlines of calls in flight, soonest first; an entry whose call has ended or was
-        # given up on is skipped when it reaches the top. The main thread asks for the next
-        # deadline on every turn: with hundreds in flight, a scan each time cost real time.
+        # Deadlines in flight, soonest first, asked for on every turn (with hundreds in flight
+        # a scan cost real time); an entry of a call ended or given up on leaves at the top.
         self._deadlines: list[tuple[float, int, InFlight]] = []
         self._order = itertools.count()  # breaks ties between equal deadlines
         self._stuck = 0  # calls in _in_flight given up on: their threads are still inside
@@ -122,8 +113,7 @@ class Slots:
         queued = 0
         for job in jobs:
             call = InFlight(job, now + self.limit_of(job), now)
-            coroutine = None if self.event_loop is None else self.event_loop.coroutine_for(job)
-            call.on_loop = coroutine is not None
+            coroutine = self.coroutine_for(job)
             with self._lock:
                 self._in_flight[job.id] = call
                 self._push_deadline(call)
@@ -135,16 +125,12 @@ class Slots:
                 tasks.append((call, coroutine))
         self._add_threads(queued)
         if tasks:
-            assert self.event_loop is not None
-            loop = self.event_loop.loop_of()
-            loop.call_soon_threadsafe(self._start_tasks, loop, tasks)
+            assert self.loop_of is not None
+            self.loop_of().call_soon_threadsafe(self._start_tasks, tasks)
 
-    def _start_tasks(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        tasks: list[tuple[InFlight, Coroutine[Any, Any, Outcome]]],
-    ) -> None:
+    def _start_tasks(self, tasks: list[tuple[InFlight, Coroutine[Any, Any, Outcome]]]) -> None:
         """On the loop's thread: a task for each call not given up on meanwhile."""
+        loop = asyncio.get_running_loop()
         for call, coroutine in tasks:
             with self._lock:
                 if call.abandoned:
@@ -175,33 +161,29 @@ class Slots:
         landed, self._landed_calls = self._landed_calls, []
         self._done.put(landed)
 
-    def _cancel(self, call: InFlight) -> None:
-        """Cancel a task given up on (the caller holds the lock); one not started yet never
-        starts, since it is abandoned."""
-        task = call.task
-        if task is not None:
-            with contextlib.suppress(RuntimeError):  # the loop is closed: the task is gone
-                task.get_loop().call_soon_threadsafe(task.cancel)
-
     def collect(self, timeout: float) -> list[Outcome]:
-        """What slots finished, waiting up to `timeout` for the first. Calls given up on are
-        never among them: their job was already recorded as timed out."""
+        """What slots finished, waiting up to `timeout` for the first; never a call given up
+        on (its job was recorded as timed out)."""
         finished: list[Outcome] = []
-        try:
+        with contextlib.suppress(queue.Empty):
             finished += self._done.get(timeout=max(timeout, 0.0))
             if self.busy - self._thread_calls >= GATHER_FROM:
                 time.sleep(GATHER_FOR)
             while True:
                 finished += self._done.get_nowait()
-        except queue.Empty:
-            pass
         self.busy -= len(finished)
         return finished
 
     def next_deadline(self) -> float | None:
         with self._lock:
-            self._drop_finished_deadlines()
-            return self._deadlines[0][0] if self._deadlines else None
+            deadlines = self._deadlines
+            while deadlines and not self._is_live(deadlines[0][2]):
+                heapq.heappop(deadlines)
+            return deadlines[0][0] if deadlines else None
+
+    def _is_live(self, call: InFlight) -> bool:
+        """Whether a call is in flight and not given up on (the caller holds the lock)."""
+        return not call.abandoned and self._in_flight.get(call.job.id) is call
 
     def _push_deadline(self, call: InFlight) -> None:
         """Add a call's deadline (the caller holds the lock). Entries of finished calls below
@@ -209,48 +191,35 @@ class Slots:
         heap is rebuilt from the calls in flight when it is more than twice their number."""
         deadlines = self._deadlines
         if len(deadlines) > 2 * len(self._in_flight) + 64:
-            deadlines[:] = [
-                entry
-                for entry in deadlines
-                if not entry[2].abandoned and self._in_flight.get(entry[2].job.id) is entry[2]
-            ]
+            deadlines[:] = [entry for entry in deadlines if self._is_live(entry[2])]
             heapq.heapify(deadlines)
         heapq.heappush(deadlines, (call.deadline, next(self._order), call))
 
-    def _drop_finished_deadlines(self) -> None:
-        """Pop deadlines of calls that ended or were given up on (the caller holds the lock)."""
-        deadlines = self._deadlines
-        while deadlines:
-            call = deadlines[0][2]
-            if not call.abandoned and self._in_flight.get(call.job.id) is call:
-                return
-            heapq.heappop(deadlines)
-
     def expire(self) -> list[InFlight]:
-        """Give up on every call past its deadline: raise JobTimeout into its thread and let
-        the next plain call find a fresh thread. Returns the calls given up on."""
+        """Give up on the calls past their deadline (JobTimeout into a thread, a task
+        cancelled), and return them."""
         now = time.monotonic()
         expired: list[InFlight] = []
         with self._lock:
-            self._drop_finished_deadlines()
             while self._deadlines and self._deadlines[0][0] <= now:
                 call = heapq.heappop(self._deadlines)[2]
+                if not self._is_live(call):  # ended or given up on already
+                    continue
                 expired.append(call)
-                self._give_up(call)
-                self._drop_finished_deadlines()
-            for call in expired:
+                self._give_up(call)  # a task still running swallowed the loop's cancel
                 if call.thread_id is not None:
                     _raise_in_thread(call.thread_id, JobTimeout)
-            for call in expired:
-                if call.on_loop:  # a task that outlived its time limit: it swallowed the cancel
-                    self._cancel(call)
         self.busy -= len(expired)
         return expired
 
     def _give_up(self, call: InFlight) -> None:
-        """Mark a call in flight given up on (the caller holds the lock)."""
+        """Mark a call in flight given up on and cancel its task, if it has one (the caller
+        holds the lock); a task not started yet never starts."""
         call.abandoned = True
         self._stuck += 1
+        if call.task is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: the task is gone
+                call.task.get_loop().call_soon_threadsafe(call.task.cancel)
 
     def _forget(self, call: InFlight) -> None:
         """A call left the table of calls in flight (the caller holds the lock)."""
@@ -258,14 +227,11 @@ class Slots:
             self._stuck -= 1
 
     def abandon_all(self) -> list[InFlight]:
-        """Give up on every call still running (the run is stopping); their late results
-        are refused."""
+        """Give up on every call still running: the run is stopping."""
         with self._lock:
             running = [call for call in self._in_flight.values() if not call.abandoned]
             for call in running:
-                self._give_up(call)
-                if call.on_loop:  # handed back: it must not go on meanwhile
-                    self._cancel(call)
+                self._give_up(call)  # a task handed back must not go on meanwhile
         self.busy -= len(running)
         return running
 
@@ -277,8 +243,7 @@ class Slots:
             self._work.put(None)
 
     def _add_threads(self, calls: int) -> None:
-        """Make sure `calls` more calls each find a thread; a stuck thread keeps its call,
-        so a fresh one takes its slot."""
+        """Make sure `calls` more calls each find a thread (a stuck one keeps its own)."""
         if not calls:
             return
         with self._lock:
