@@ -37,7 +37,12 @@ def describe_with_traceback(exc: BaseException) -> str:
     traceback cannot be formatted."""
     head = describe(exc)
     try:
-        lines = _traceback_lines(exc)
+        shown = traceback.TracebackException(type(exc), exc, _handler_frames(exc.__traceback__))
+        lines = [
+            storable(line if len(line) <= LINE_MAX else line[:LINE_MAX] + "…")
+            for chunk in shown.format()
+            for line in chunk.rstrip("\n").split("\n")
+        ]
     except RUN_STOPS:
         raise
     except BaseException:  # noqa: BLE001 - the head line says what is known
@@ -45,24 +50,13 @@ def describe_with_traceback(exc: BaseException) -> str:
     return f"{head}\n{_innermost(lines)}"
 
 
-def _traceback_lines(exc: BaseException) -> list[str]:
-    shown = traceback.TracebackException(type(exc), exc, _handler_frames(exc.__traceback__))
-    lines: list[str] = []
-    for chunk in shown.format():
-        for line in chunk.rstrip("\n").split("\n"):
-            lines.append(storable(line if len(line) <= LINE_MAX else line[:LINE_MAX] + "…"))
-    return lines
-
-
 def _handler_frames(tb: TracebackType | None) -> TracebackType | None:
     """`tb` without the runner's frames that called the handler."""
-    while tb is not None and tb.tb_next is not None and _is_worker_frame(tb):
+    while tb is not None and tb.tb_next is not None:
+        if not tb.tb_frame.f_code.co_filename.startswith(_WORKER_DIR):
+            break
         tb = tb.tb_next
     return tb
-
-
-def _is_worker_frame(tb: TracebackType) -> bool:
-    return tb.tb_frame.f_code.co_filename.startswith(_WORKER_DIR)
 
 
 def _innermost(lines: list[str]) -> str:
