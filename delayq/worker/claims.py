@@ -41,10 +41,6 @@ class Batch:
     dropped: int = 0
     noted: bool = False  # whether its order (after the batch before it) was noted
 
-    @property
-    def order(self) -> list[int]:
-        return [job.id for job in self.jobs]
-
 
 class Claimer:
     """Claims and hands back the jobs of run `token`."""
@@ -67,7 +63,13 @@ class Claimer:
         if not claimed:
             return None
         batch = Batch(size, claimed, {}, [], time.monotonic())
-        batch.due_by_id = _parse_members(batch, queue, claimed)
+        for member, score in claimed:
+            job_id = job_id_of(member)
+            if job_id is None:
+                batch.dropped += 1
+                logger.warning("queue %s: dropped index member %r: not a job id", queue, member)
+            else:
+                batch.due_by_id[job_id] = score
         cutoff = now - self.since
         late = [job_id for job_id, due in batch.due_by_id.items() if due < cutoff]
         batch.missed = self._mark_missed(batch, queue, late, now)
@@ -75,10 +77,9 @@ class Claimer:
         batch.leased_at = time.monotonic()
         jobs = leases.mark_running(self.table, runnable, self.token, now + self.lease, now)
         batch.dropped += len(runnable) - len(jobs)
-        jobs = without_jobs_in_hand(jobs, before)
-        jobs.sort(key=lambda job: (batch.due_by_id[job.id], job.id))
-        batch.jobs = jobs
-        order = before + batch.order
+        batch.jobs = without_jobs_in_hand(jobs, before)
+        batch.jobs.sort(key=lambda job: (batch.due_by_id[job.id], job.id))
+        order = before + [job.id for job in batch.jobs]
         members = [member for member, _ in claimed]
         self.index.leased(queue, members, self.token, [] if notes_starts else order, notes_starts)
         batch.noted = notes_starts or len(order) > 1
@@ -158,18 +159,6 @@ def handler_label(params: str) -> str:
     except BadInput:
         return "?"
     return label(f"{call.class_path}.{call.method}")
-
-
-def _parse_members(batch: Batch, queue: str, claimed: list[tuple[str, float]]) -> dict[int, float]:
-    due_by_id: dict[int, float] = {}
-    for member, score in claimed:
-        job_id = job_id_of(member)
-        if job_id is not None:
-            due_by_id[job_id] = score
-        else:
-            batch.dropped += 1
-            logger.warning("queue %s: dropped index member %r: not a job id", queue, member)
-    return due_by_id
 
 
 def _preview(ids: list[int]) -> str:
