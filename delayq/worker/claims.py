@@ -1,9 +1,7 @@
 """Claiming a batch: due members out of the schedule (atomically, in Redis), their rows leased
-to this run (a guarded UPDATE), their order noted for recovery; and the reverse, handing
-unstarted jobs back to the schedule.
-
-A Claimer holds only what stays fixed for a run, so the main thread and the bookkeeping
-thread (which leases the next batch of a backlog) can both use it.
+to this run (a guarded UPDATE), their order noted for recovery; and handing unstarted jobs
+back to the schedule. A Claimer holds only what stays fixed for a run, so the main thread and
+the bookkeeping thread (leasing a backlog's next batch) can both use it.
 """
 
 from __future__ import annotations
@@ -120,7 +118,13 @@ class Claimer:
         self.index.schedule.add_many(
             queue, [occurrence for occurrence in occurrences if occurrence]
         )
-        _tally_missed(self.index, queue, missed, now)
+        tally = Tally(queue)
+        for job in missed:
+            tally.observe_missed(handler_label(job.params), now)
+        try:
+            self.index.tallies.add(tally)
+        except Exception as exc:  # noqa: BLE001 - metrics are best-effort; the table has them
+            logger.warning("could not count %d missed jobs in the metrics: %s", len(missed), exc)
         logger.warning("%d jobs missed the run window (ids %s)", len(missed), _preview(ids))
         return len(missed)
 
@@ -140,16 +144,6 @@ def without_jobs_in_hand(jobs: list[ClaimedJob], in_hand: Collection[int]) -> li
             _preview(again),
         )
     return [job for job in jobs if job.id not in in_hand]
-
-
-def _tally_missed(index: Index, queue: str, missed: list[ClaimedJob], now: float) -> None:
-    tally = Tally(queue)
-    for job in missed:
-        tally.observe_missed(handler_label(job.params), now)
-    try:
-        index.tallies.add(tally)
-    except Exception as exc:  # noqa: BLE001 - metrics are best-effort; the table has them
-        logger.warning("could not count %d missed jobs in the metrics: %s", len(missed), exc)
 
 
 def handler_label(params: str) -> str:

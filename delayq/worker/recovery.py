@@ -1,8 +1,6 @@
 """Keeping the index honest with the table: rebuild it after Redis lost it, put back jobs
-whose run died (their lease lapsed), re-index pending rows the index lost, and the full
-`delayq reconcile` pass that compares the two both ways.
-
-Nothing here runs a handler; it only decides what goes back on the schedule.
+whose run died (their lease lapsed), re-index pending rows it lost, and `delayq reconcile`,
+which compares the two both ways. Nothing here runs a handler.
 """
 
 from __future__ import annotations
@@ -67,13 +65,14 @@ def recover_leases(table: Table, index: Index, queue: str, now: float) -> Recove
     journal = index.journal.journaled(queue, [item.job.id for item in lapsed])
     outcomes: dict[str | None, list[Outcome]] = {}
     unsettled: list[leases.Lapsed] = []
+    unsettled_by_token: dict[str | None, set[int]] = {}
     for item in lapsed:
         record = journal.get(item.job.id)
         if record is None:
             unsettled.append(item)
+            unsettled_by_token.setdefault(item.token, set()).add(item.job.id)
         else:
             outcomes.setdefault(item.token, []).append(journaled_outcome(item.job, record))
-    unsettled_by_token = _by_token(unsettled)
     running = _were_running(index, queue, unsettled_by_token)
     for item in unsettled:
         was_running = item.job.id in running
@@ -126,13 +125,6 @@ def _were_running(index: Index, queue: str, ids_by_token: dict[str | None, set[i
     return running
 
 
-def _by_token(items: list[leases.Lapsed]) -> dict[str | None, set[int]]:
-    ids_by_token: dict[str | None, set[int]] = {}
-    for item in items:
-        ids_by_token.setdefault(item.token, set()).add(item.job.id)
-    return ids_by_token
-
-
 def _fail_poison(table: Table, index: Index, item: leases.Lapsed, now: float) -> int:
     message = (
         f"lost: the run holding it died {item.lost_leases + 1} times while it ran; "
@@ -156,18 +148,13 @@ def _fail_poison(table: Table, index: Index, item: leases.Lapsed, now: float) ->
     return 1
 
 
-def adopt_due_times(table: Table, index: Index, queue: str) -> int:
-    """Pending rows another producer wrote without run_at take their score on the schedule
-    as run_at (the seed's PHP producers write none), so that status and the orphan sweep
-    see when they are due rather than when they were created."""
-    ids = queries.pending_without_run_at(table, queue, SWEEP_LIMIT)
-    return queries.adopt_run_at(table, index.schedule.scores(queue, ids))
-
-
 def reindex_orphans(table: Table, index: Index, queue: str, now: float) -> int:
     """Put back pending rows that have been due a while but are neither on the schedule nor
     claimed by a live run: Redis lost them, or a run died between claiming and leasing."""
-    adopt_due_times(table, index, queue)
+    # Pending rows another producer wrote without run_at (the seed's PHP producers) take their
+    # schedule score as run_at, so status and this sweep see when they are due, not created.
+    ids = queries.pending_without_run_at(table, queue, SWEEP_LIMIT)
+    queries.adopt_run_at(table, index.schedule.scores(queue, ids))
     overdue = dict(queries.overdue_pending(table, queue, now - ORPHAN_GRACE, SWEEP_LIMIT))
     missing = index.schedule.lost(queue, list(overdue), claimed_before=now - ORPHAN_GRACE)
     # A run may have claimed and leased a job between our read of the table and our look at
