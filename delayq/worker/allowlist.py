@@ -1,11 +1,9 @@
 """The allowlist itself (DELAYQ_HANDLERS): which entries it may hold, checked before any job
-is added or run. handlers.py decides what one job may call under it.
-
-An entry must name the application's own handler code. The standard library, delayq itself,
-the packages delayq runs on (redis, peewee, ... and what they need) and packaging tools are
-refused as entries: allowing `subprocess` or `os` would let a job row call anything there,
-whatever handlers.py checks after it. Other installed packages are accepted, since an
-application is often pip-installed into the environment it runs in.
+is added or run; handlers.py decides what one job may call under it. An entry must name the
+application's own code: the standard library, delayq, the packages it runs on (and what they
+need) and packaging tools are refused, since allowing `subprocess` or `os` would let a job row
+call anything there. Other installed packages are accepted: an application is often
+pip-installed into the environment it runs in.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """The on_failure hook (DELAYQ_ON_FAILURE, `on_failure` in delayq.toml, `run --on-failure`):
-a function the run calls after every failed attempt, with the job's facts and the exception.
-
-The hook is code the run imports, so it passes the handlers' allowlist as a handler does. It
-runs on its own thread, bounded by HOOK_SECONDS: one that raises is logged, one that hangs is
-left behind and logged; neither stops the queue nor changes the attempt's recorded outcome.
-With MAX_HANGING hooks hanging, failures are logged without calling the hook.
+a function called after every failed attempt with the job's facts and the exception. It is
+code the run imports, so it passes the handlers' allowlist as a handler does. It runs on its
+own thread, bounded by HOOK_SECONDS: one that raises or hangs (left behind) is logged, and
+neither stops the queue nor changes the attempt's recorded outcome. With MAX_HANGING hooks
+hanging, failures are logged without calling the hook.
 """
 
 from __future__ import annotations

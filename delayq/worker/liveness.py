@@ -1,11 +1,9 @@
 """A runner's sign of progress to its supervisor (`delayq run --processes P`): the child's
-main thread writes how long it may stay silent before the next sign, and the parent
-(processes.py) kills a child that stays silent longer.
-
-Only the main thread beats, where it makes progress: between jobs, and as it starts each job,
+main thread writes how long it may stay silent, and the parent (processes.py) kills a child
+silent longer. It beats where it makes progress: between jobs, and as it starts each job,
 promising that job's time limit plus the grace. A process frozen whole (C code holding the
-GIL) or a main thread stuck where the time limit cannot reach falls silent, and nothing here
-can end that from inside; the parent's SIGKILL can, and the jobs come back by their leases.
+GIL) or a main thread stuck beyond the time limit's reach falls silent; nothing inside can end
+that, the parent's SIGKILL can, and the jobs come back by their leases.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """Recording what handlers did: each outcome is journaled in Redis the moment the handler
-returns (one round trip), and the journal is written to the table in group commits — every
-few hundred jobs or few hundred milliseconds, whichever comes first.
-
-Why a journal: batching the table writes must not widen the duplicate window. If the run
-dies with outcomes not yet in the table, the next run's lease recovery finds them in the
-journal and records them instead of running those jobs again; only the job whose handler was
-running can run twice.
+returns (one round trip), and the journal is written to the table in group commits, every few
+hundred jobs or milliseconds. The journal keeps the batching from widening the duplicate
+window: if the run dies before its outcomes reach the table, the next run's lease recovery
+records them from the journal instead of running those jobs again; only the job whose handler
+was running can run twice.
 """
 
 from __future__ import annotations
@@ -26,10 +24,8 @@ FLUSH_INTERVAL = 0.2
 
 class OutcomeBuffer:
     """Outcomes of one queue's jobs held under one lease token, waiting for a group commit.
-
-    With a bookkeeper the commits are written on its thread while handlers go on running;
-    at most one waits behind the one being written, which bounds the outcomes held.
-    """
+    With a bookkeeper the commits are written on its thread while handlers go on running; at
+    most one waits behind the one being written, which bounds the outcomes held."""
 
     def __init__(self, table: Table, index: Index, queue: str, token: str | None) -> None:
         self.table = table
@@ -124,10 +120,9 @@ class OutcomeBuffer:
 
     def salvage(self) -> Written:
         """The run is failing (a server went away): write straight to the table, in one
-        transaction and without Redis, every outcome not known to be there: those not yet
-        handed over, and those of commits that failed before their table write. Redis, and its
-        journal, may be what is away: left to lease recovery, these jobs would run a second
-        time. Their retries are put on the schedule by the orphan sweep."""
+        transaction and without Redis, the outcomes not known to be there (not handed over, or
+        of commits that failed before their table write). Left to lease recovery, with Redis
+        and its journal maybe away, they would run again; the orphan sweep schedules retries."""
         pending = list(self.waiting)
         for future, commit in self.in_flight.items():
             if future.exception() is not None and not commit.table_written:

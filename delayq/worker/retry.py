@@ -1,8 +1,6 @@
-"""Retry policies: the default 15-step ladder, a job's own (stored in its `retry_policy`
-column) and a handler's (declared with `@delayq.retry_policy`), and how long the k-th
-automatic retry waits after a failure.
-
-Only the runner consults them; a retry is always a new row, so a policy never edits history.
+"""Retry policies: the default 15-step ladder, a job's own (its `retry_policy` column) and a
+handler's (`@delayq.retry_policy`), and how long the k-th automatic retry waits. Only the
+runner consults them; a retry is always a new row, so a policy never edits history.
 """
 
 from __future__ import annotations

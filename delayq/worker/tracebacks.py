@@ -1,9 +1,8 @@
-"""What a failed attempt's row says: the head line `ExcType: message` first, on one line so
-that readers and greps of the message column keep working, then the traceback.
-
-The traceback is cut to fit the column: every line to LINE_MAX characters (an exception's
-text may be megabytes), the whole to TRACEBACK_MAX, keeping the innermost frames, which say
-where the handler failed. The runner's own frames above the handler are left out.
+"""What a failed attempt's row says: the head line `ExcType: message`, on one line so that
+readers and greps of the message column keep working, then the traceback cut to fit the
+column: each line to LINE_MAX characters (an exception's text may be megabytes), the whole to
+TRACEBACK_MAX, keeping the innermost frames, which say where the handler failed, and leaving
+out the runner's own frames above the handler.
 """
 
 from __future__ import annotations
