@@ -41,8 +41,6 @@ class Batch:
 
 
 class Claimer:
-    """Claims and hands back the jobs of run `token`."""
-
     def __init__(self, table: Table, index: Index, token: str, lease: float, since: float) -> None:
         self.table = table
         self.index = index

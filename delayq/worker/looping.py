@@ -53,8 +53,7 @@ def run_once(
     """One pass over the options' queues (default: every queue the index knows); `liveness`:
     beats for a supervising parent; `sweep`: recover leases and re-index orphans first."""
     clock = (lambda: now) if now is not None else index.clock.now
-    run = Run(settings, table, index, options, clock, on_outcome, stop, liveness, sweep)
-    return run.execute()
+    return Run(settings, table, index, options, clock, on_outcome, stop, liveness, sweep).execute()
 
 
 def run_loop(

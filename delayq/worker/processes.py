@@ -83,7 +83,7 @@ class Supervisor:
         self.signum: int | None = None
 
     def run(self) -> int:
-        """Run the children to the end; the exit code for the parent."""
+        """The exit code for the parent, once the children ended."""
         previous = {
             sig: signal.signal(sig, self._forward) for sig in (signal.SIGTERM, signal.SIGINT)
         }
