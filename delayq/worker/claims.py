@@ -51,10 +51,9 @@ class Claimer:
     def claim(
         self, queue: str, before: list[int], now: float, size: int, notes_starts: bool = False
     ) -> Batch | None:
-        """Claim up to `size` due members, lease their rows and note their order (after
-        `before`, the batch still running, so that recovery can tell which job was
-        running) or, for a run that notes each start, that it does; None if none is due.
-        The caller adds the batch's counts to its report."""
+        """Claim up to `size` due members, lease their rows and note their order after `before`
+        (the batch still running, so that recovery can tell which job was running) or, for a
+        run noting each start, that it does; None if none is due. The caller counts it."""
         claimed = self.index.schedule.claim_due(queue, now, size)
         if not claimed:
             return None

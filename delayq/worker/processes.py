@@ -118,7 +118,7 @@ class Supervisor:
                         )
                     self.children.append(self._spawn())
                     continue
-                worst = max(worst, _exit_code(code))
+                worst = max(worst, 128 - code if code < 0 else code)  # killed by signal N: 128 + N
         return 128 + self.signum if self.signum is not None else worst
 
     def _kill_the_silent(self) -> None:
@@ -179,7 +179,3 @@ def _died(code: int) -> bool:
     """Killed by a signal, or ended by an error (exit 1: a server it lost, threads stuck).
     A usage error (2) would only repeat itself, so it is not restarted."""
     return code < 0 or code not in CLEAN_EXITS | {2}
-
-
-def _exit_code(code: int) -> int:
-    return 128 - code if code < 0 else code
