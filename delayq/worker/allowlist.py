@@ -1,11 +1,9 @@
 """The allowlist itself (DELAYQ_HANDLERS): which entries it may hold, checked before any job
-is added or run. handlers.py decides what one job may call under it.
-
-An entry must name the application's own handler code. The standard library, delayq itself,
-the packages delayq runs on (redis, peewee, ... and what they need) and packaging tools are
-refused as entries: allowing `subprocess` or `os` would let a job row call anything there,
-whatever handlers.py checks after it. Other installed packages are accepted, since an
-application is often pip-installed into the environment it runs in.
+is added or run; handlers.py decides what one job may call under it. An entry must name the
+application's own code: the standard library, delayq, the packages it runs on (and what they
+need) and packaging tools are refused, since allowing `subprocess` or `os` would let a job row
+call anything there. Other installed packages are accepted: an application is often
+pip-installed into the environment it runs in.
 """
 
 from __future__ import annotations
@@ -33,11 +31,8 @@ PACKAGING_TOOLS = ("pip", "setuptools", "wheel", "uv", "pkg_resources", "_distut
 
 def check_allowlist(allowed: Sequence[str]) -> None:
     """Refuse, with ConfigError, an allowlist no job could run under or one that names code
-    that is not the application's.
-
-    A run checks this before it claims anything: with an empty allowlist every due job would
-    fail for good, one by one, while the run itself reported success.
-    """
+    that is not the application's. A run checks this before it claims anything: with an empty
+    allowlist every due job would fail for good while the run itself reported success."""
     if not allowed:
         raise ConfigError(EMPTY_ALLOWLIST)
     for prefix in allowed:
@@ -46,11 +41,9 @@ def check_allowlist(allowed: Sequence[str]) -> None:
 
 @functools.lru_cache(maxsize=256)
 def check_entry(prefix: str) -> None:
-    """Refuse an entry naming the standard library, an installed package or delayq.
-
-    Finds where the top-level package lives without importing it, so a refused entry runs
-    none of its code. Cached: `add` checks the allowlist for every job.
-    """
+    """Refuse an entry naming the standard library, delayq or a package it runs on; found
+    without importing it, so a refused entry runs none of its code. Cached: `add` checks the
+    allowlist for every job."""
     top = prefix.split(".")[0]
     refusal = (
         f"DELAYQ_HANDLERS entry {prefix!r} names {{}}, not your handlers; "
@@ -63,12 +56,15 @@ def check_entry(prefix: str) -> None:
     where = _location(top)
     if where is None:
         return  # not importable here: doctor and add say so, naming PYTHONPATH
-    if any(where.is_relative_to(path) for path in _site_paths()):
+    site_paths = [*site.getsitepackages(), site.getusersitepackages()]
+    site_paths += [sysconfig.get_paths()[name] for name in ("purelib", "platlib")]
+    if any(where.is_relative_to(Path(path).resolve()) for path in site_paths if path):
         if _is_delayqs_stack(top):
             raise ConfigError(refusal.format(f"a package delayq runs on ({where})"))
         return  # another installed package: the application itself may be one
     # Asked only now: a virtualenv's site-packages lies under its platstdlib path.
-    if any(where.is_relative_to(path) for path in _stdlib_paths()):
+    stdlib = [sysconfig.get_paths()[name] for name in ("stdlib", "platstdlib")]
+    if any(where.is_relative_to(Path(path).resolve()) for path in stdlib):
         raise ConfigError(refusal.format("a standard library module"))
 
 
@@ -84,16 +80,6 @@ def _location(top: str) -> Path | None:
         if place and place not in ("built-in", "frozen"):
             return Path(place).resolve()
     return None
-
-
-def _site_paths() -> list[Path]:
-    paths = [*site.getsitepackages(), site.getusersitepackages()]
-    paths += [sysconfig.get_paths()[name] for name in ("purelib", "platlib")]
-    return [Path(path).resolve() for path in paths if path]
-
-
-def _stdlib_paths() -> list[Path]:
-    return [Path(sysconfig.get_paths()[name]).resolve() for name in ("stdlib", "platstdlib")]
 
 
 def _is_delayqs_stack(top: str) -> bool:

@@ -1,9 +1,7 @@
 """A run's bookkeeping thread: while the main thread calls handlers, it leases the next batch
-and writes group commits, so that the database's and Redis's work overlaps the handlers'
-instead of adding to it.
-
-Tasks run one at a time, in the order they were handed over, on the thread's own database
-connection. Handlers never run here: they stay on the main thread, under its time limit.
+and writes group commits, one task at a time in the order handed over, on its own database
+connection, so that the servers' work overlaps the handlers'. Handlers never run here: they
+stay on the main thread, under its time limit.
 """
 
 from __future__ import annotations
@@ -19,9 +17,6 @@ T = TypeVar("T")
 
 
 class Bookkeeper:
-    """One thread that runs the tasks handed to it in order, on its own connection to
-    `table`'s database."""
-
     def __init__(self, table: Table) -> None:
         self.table = table
         self._executor = ThreadPoolExecutor(

@@ -1,9 +1,7 @@
 """Claiming a batch: due members out of the schedule (atomically, in Redis), their rows leased
-to this run (a guarded UPDATE), their order noted for recovery; and the reverse, handing
-unstarted jobs back to the schedule.
-
-A Claimer holds only what stays fixed for a run, so the main thread and the bookkeeping
-thread (which leases the next batch of a backlog) can both use it.
+to this run (a guarded UPDATE), their order noted for recovery; and handing unstarted jobs
+back to the schedule. A Claimer holds only what stays fixed for a run, so the main thread and
+the bookkeeping thread (leasing a backlog's next batch) can both use it.
 """
 
 from __future__ import annotations
@@ -41,14 +39,8 @@ class Batch:
     dropped: int = 0
     noted: bool = False  # whether its order (after the batch before it) was noted
 
-    @property
-    def order(self) -> list[int]:
-        return [job.id for job in self.jobs]
-
 
 class Claimer:
-    """Claims and hands back the jobs of run `token`."""
-
     def __init__(self, table: Table, index: Index, token: str, lease: float, since: float) -> None:
         self.table = table
         self.index = index
@@ -59,15 +51,20 @@ class Claimer:
     def claim(
         self, queue: str, before: list[int], now: float, size: int, notes_starts: bool = False
     ) -> Batch | None:
-        """Claim up to `size` due members, lease their rows and note their order (after
-        `before`, the batch still running, so that recovery can tell which job was
-        running) or, for a run that notes each start, that it does; None if none is due.
-        The caller adds the batch's counts to its report."""
+        """Claim up to `size` due members, lease their rows and note their order after `before`
+        (the batch still running, so that recovery can tell which job was running) or, for a
+        run noting each start, that it does; None if none is due. The caller counts it."""
         claimed = self.index.schedule.claim_due(queue, now, size)
         if not claimed:
             return None
         batch = Batch(size, claimed, {}, [], time.monotonic())
-        batch.due_by_id = _parse_members(batch, queue, claimed)
+        for member, score in claimed:
+            job_id = job_id_of(member)
+            if job_id is None:
+                batch.dropped += 1
+                logger.warning("queue %s: dropped index member %r: not a job id", queue, member)
+            else:
+                batch.due_by_id[job_id] = score
         cutoff = now - self.since
         late = [job_id for job_id, due in batch.due_by_id.items() if due < cutoff]
         batch.missed = self._mark_missed(batch, queue, late, now)
@@ -75,10 +72,9 @@ class Claimer:
         batch.leased_at = time.monotonic()
         jobs = leases.mark_running(self.table, runnable, self.token, now + self.lease, now)
         batch.dropped += len(runnable) - len(jobs)
-        jobs = without_jobs_in_hand(jobs, before)
-        jobs.sort(key=lambda job: (batch.due_by_id[job.id], job.id))
-        batch.jobs = jobs
-        order = before + batch.order
+        batch.jobs = without_jobs_in_hand(jobs, before)
+        batch.jobs.sort(key=lambda job: (batch.due_by_id[job.id], job.id))
+        order = before + [job.id for job in batch.jobs]
         members = [member for member, _ in claimed]
         self.index.leased(queue, members, self.token, [] if notes_starts else order, notes_starts)
         batch.noted = notes_starts or len(order) > 1
@@ -119,7 +115,13 @@ class Claimer:
         self.index.schedule.add_many(
             queue, [occurrence for occurrence in occurrences if occurrence]
         )
-        _tally_missed(self.index, queue, missed, now)
+        tally = Tally(queue)
+        for job in missed:
+            tally.observe_missed(handler_label(job.params), now)
+        try:
+            self.index.tallies.add(tally)
+        except Exception as exc:  # noqa: BLE001 - metrics are best-effort; the table has them
+            logger.warning("could not count %d missed jobs in the metrics: %s", len(missed), exc)
         logger.warning("%d jobs missed the run window (ids %s)", len(missed), _preview(ids))
         return len(missed)
 
@@ -141,16 +143,6 @@ def without_jobs_in_hand(jobs: list[ClaimedJob], in_hand: Collection[int]) -> li
     return [job for job in jobs if job.id not in in_hand]
 
 
-def _tally_missed(index: Index, queue: str, missed: list[ClaimedJob], now: float) -> None:
-    tally = Tally(queue)
-    for job in missed:
-        tally.observe_missed(handler_label(job.params), now)
-    try:
-        index.tallies.add(tally)
-    except Exception as exc:  # noqa: BLE001 - metrics are best-effort; the table has them
-        logger.warning("could not count %d missed jobs in the metrics: %s", len(missed), exc)
-
-
 def handler_label(params: str) -> str:
     """The "class.method" label of a row's params, "?" when they name none."""
     try:
@@ -158,18 +150,6 @@ def handler_label(params: str) -> str:
     except BadInput:
         return "?"
     return label(f"{call.class_path}.{call.method}")
-
-
-def _parse_members(batch: Batch, queue: str, claimed: list[tuple[str, float]]) -> dict[int, float]:
-    due_by_id: dict[int, float] = {}
-    for member, score in claimed:
-        job_id = job_id_of(member)
-        if job_id is not None:
-            due_by_id[job_id] = score
-        else:
-            batch.dropped += 1
-            logger.warning("queue %s: dropped index member %r: not a job id", queue, member)
-    return due_by_id
 
 
 def _preview(ids: list[int]) -> str:

@@ -9,10 +9,7 @@ import os
 
 
 def leave_if_forked(runner_pid: int) -> None:
-    """End this process at once if it is not the runner's but a child a handler forked.
-
-    os._exit, not sys.exit: no atexit hooks, no buffers flushed, no finally blocks, so the
-    child writes nothing the runner owns (no commit, no Redis command, no half a log line).
-    """
+    # os._exit, not sys.exit: no atexit hooks, no buffers flushed, no finally blocks, so the
+    # child writes nothing the runner owns (no commit, no Redis command, no half a log line).
     if os.getpid() != runner_pid:
         os._exit(0)

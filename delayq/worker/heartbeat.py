@@ -1,9 +1,6 @@
 """Keeping a run's leases alive: a heartbeat thread renews them every third of the lease, and
-a LeaseDeadline, the one thing it shares with the run's main thread, says when they may
-have lapsed.
-
-The lease only has to outlive a dead run, not a slow job: as long as the process lives, the
-heartbeat keeps its jobs from being taken over.
+a LeaseDeadline, the one thing it shares with the main thread, says when they may have lapsed.
+The lease only has to outlive a dead run, not a slow job.
 """
 
 from __future__ import annotations
@@ -50,9 +47,8 @@ class LeaseDeadline:
             self._at = renewed_at + self.lease
 
     def may_lapse(self) -> bool:
-        """Whether the heartbeat fell behind (a stalled thread, a busy database): it renews
-        every third of the lease, so a deadline this close means a recovering run may take
-        our jobs over."""
+        """Whether the heartbeat, renewing every third of the lease, fell behind (a stalled
+        thread, a busy database), so that a recovering run may take our jobs over."""
         with self._lock:
             return time.monotonic() > self._at - self.lease / 3
 
@@ -67,7 +63,6 @@ class Heartbeat(Periodic):
         self.token = token
         self.clock = clock
         self.deadline = deadline
-        # At the end, this thread's own connection is closed.
         super().__init__("delayq-heartbeat", deadline.lease / 3, self._beat, table.db.close)
 
     def _beat(self) -> None:

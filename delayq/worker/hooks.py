@@ -1,11 +1,9 @@
 """The on_failure hook (DELAYQ_ON_FAILURE, `on_failure` in delayq.toml, `run --on-failure`):
-a function the run calls after every failed attempt, with the job's facts and the exception.
-
-The hook is code the run imports, so it passes the handlers' allowlist (DELAYQ_HANDLERS) as
-a handler does: one rule says what a run may import. It runs on its own thread, bounded by
-HOOK_SECONDS: a hook that raises is logged, one that hangs is left behind and logged, and
-neither stops the queue nor changes the attempt's recorded outcome. At most MAX_HANGING
-hooks may hang at once; past that, failures are logged without calling the hook.
+a function called after every failed attempt with the job's facts and the exception. It is
+code the run imports, so it passes the handlers' allowlist as a handler does. It runs on its
+own thread, bounded by HOOK_SECONDS: one that raises or hangs (left behind) is logged, and
+neither stops the queue nor changes the attempt's recorded outcome. With MAX_HANGING hooks
+hanging, failures are logged without calling the hook.
 """
 
 from __future__ import annotations
@@ -44,31 +42,30 @@ def load_reporters(settings: Settings) -> tuple[FailureReporter, ...]:
 class FailureHook:
     """The resolved hook of one run, and the threads of its calls that have not returned."""
 
-    def __init__(self, path: str, function: Hook, seconds: float = HOOK_SECONDS) -> None:
+    def __init__(self, path: str, function: Hook) -> None:
         self.path = path
         self.function = function
-        self.seconds = seconds
         self.free = threading.BoundedSemaphore(MAX_HANGING)
 
     def call(self, report: Outcome) -> None:
-        """Call the hook for a failed attempt; returns within `seconds` whatever it does."""
+        """Call the hook for a failed attempt; returns within HOOK_SECONDS whatever it does."""
         if not self.free.acquire(blocking=False):
             logger.error(
                 "on_failure hook %s skipped for job %d: too many hang", self.path, report.id
             )
             return
-        done = threading.Event()
         thread = threading.Thread(
-            target=self._run, args=(report, done), name="delayq-on-failure", daemon=True
+            target=self._run, args=(report,), name="delayq-on-failure", daemon=True
         )
         thread.start()
-        if not done.wait(self.seconds):
+        thread.join(HOOK_SECONDS)
+        if thread.is_alive():
             logger.error(
                 "on_failure hook %s still running for job %d after %gs; left behind",
-                *(self.path, report.id, self.seconds),
+                *(self.path, report.id, HOOK_SECONDS),
             )
 
-    def _run(self, report: Outcome, done: threading.Event) -> None:
+    def _run(self, report: Outcome) -> None:
         try:
             self.function(failure_info(report), report.error)
         except BaseException as exc:  # noqa: BLE001 - a hook's error is logged, never the run's
@@ -76,7 +73,6 @@ class FailureHook:
                 "on_failure hook %s raised for job %d: %s", self.path, report.id, describe(exc)
             )
         finally:
-            done.set()
             self.free.release()
 
 

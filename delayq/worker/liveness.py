@@ -1,12 +1,9 @@
 """A runner's sign of progress to its supervisor (`delayq run --processes P`): the child's
-main thread writes, from its loop, how long it may stay silent before the next sign, and the
-parent (processes.py) kills a child that stays silent longer.
-
-Only the main thread beats, and only where it makes progress: between jobs, and as it starts
-each job on the main thread, promising that job's time limit plus the grace. A process frozen
-whole (C code holding the GIL) or a main thread stuck where the time limit cannot reach it
-(signals blocked, a C call that never returns) falls silent, and nothing here can end that
-from inside; the parent's SIGKILL can, and the jobs come back by their leases.
+main thread writes how long it may stay silent, and the parent (processes.py) kills a child
+silent longer. It beats where it makes progress: between jobs, and as it starts each job,
+promising that job's time limit plus the grace. A process frozen whole (C code holding the
+GIL) or a main thread stuck beyond the time limit's reach falls silent; nothing inside can end
+that, the parent's SIGKILL can, and the jobs come back by their leases.
 """
 
 from __future__ import annotations
@@ -23,8 +20,8 @@ BEAT_EVERY = 0.5
 
 
 class Liveness:
-    """The write end of a pipe from a runner to its supervisor, one line per beat: the
-    seconds the runner may stay silent from now on."""
+    """The write end of a pipe to the supervisor, one line per beat: the seconds the runner
+    may stay silent from now on."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
@@ -33,17 +30,16 @@ class Liveness:
         os.set_blocking(fd, False)  # a parent that does not read must not stop the run
 
     def promise(self, silence: float) -> None:
-        """Promise the next beat within `silence` seconds (a shorter promise than the last
-        one is written too, so a stuck job is noticed at its own limit)."""
+        # A shorter promise than the last is written too, so a stuck job is noticed at its
+        # own limit.
         now = time.monotonic()
         if not self.open or abs(now + silence - self.promised_until) < BEAT_EVERY:
             return
         try:
             os.write(self.fd, f"{silence:.3f}\n".encode())
+            self.promised_until = now + silence
         except BlockingIOError:
-            return  # the pipe is full of beats the parent has yet to read
+            pass  # the pipe is full of beats the parent has yet to read
         except OSError as exc:  # the parent is gone: it can no longer act on a beat
             logger.debug("liveness pipe closed (%s); no more beats", exc)
             self.open = False
-            return
-        self.promised_until = now + silence

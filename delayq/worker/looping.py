@@ -1,9 +1,7 @@
-"""A pass of `delayq run` (run_once) and `delayq run --loop`
-(run_loop: passes back to back, sleeping between them until the head of the schedule is due
-or an adder wakes the loop because it added a job due sooner).
-
-No fixed polling step: the wait is computed from the schedule, so a job starts within
-milliseconds of its due time instead of within the seed's loop step.
+"""A pass of `delayq run` (run_once) and `delayq run --loop` (run_loop: passes back to back,
+sleeping between them until the head of the schedule is due or an adder wakes the loop
+because it added a job due sooner). No fixed polling step: the wait is computed from the
+schedule, so a job starts within milliseconds of its due time.
 """
 
 from __future__ import annotations
@@ -55,8 +53,7 @@ def run_once(
     """One pass over the options' queues (default: every queue the index knows); `liveness`:
     beats for a supervising parent; `sweep`: recover leases and re-index orphans first."""
     clock = (lambda: now) if now is not None else index.clock.now
-    run = Run(settings, table, index, options, clock, on_outcome, stop, liveness, sweep)
-    return run.execute()
+    return Run(settings, table, index, options, clock, on_outcome, stop, liveness, sweep).execute()
 
 
 def run_loop(
@@ -71,12 +68,49 @@ def run_loop(
 ) -> RunReport:
     """Run passes until the options' duration has passed (None: until stopped), noting the
     loop for `delayq status` as one run: when it started, when it last beat, its jobs."""
-    if liveness is None:  # a supervising parent asked once for all its children
-        _reach(table, index)  # a server not reachable at all from the start: exit 1, at once
+    # Ask both servers once: one the loop cannot reach at its start is more likely a wrong URL
+    # than a restart, and is said at once (exit 1), as a one-shot run says it. A `--processes`
+    # child skips this: its parent asked before starting any, and a child started again while
+    # Redis restarts must wait it out, not die.
+    if liveness is None:
+        index.client.ping()
+        table.db.execute_sql("SELECT 1")
     total = RunReport()
     record = LoopRecord(index)
     try:
-        _run_passes(settings, table, index, options, total, record, on_outcome, stop, liveness)
+        deadline = None if options.duration is None else time.monotonic() + options.duration
+        last_sweep = float("-inf")
+        asked = options.applied_to(settings)
+        outage = Outage(stop, liveness, asked.lease + asked.grace)
+        while True:
+            remaining = float("inf") if deadline is None else deadline - time.monotonic()
+            if remaining <= 0 or (stop is not None and stop.requested):
+                break
+            sweep = time.monotonic() - last_sweep >= SWEEP_EVERY
+            budget = replace(options, max_seconds=min(asked.max_seconds, remaining))
+            try:
+                report = run_once(
+                    settings,
+                    table,
+                    index,
+                    budget,
+                    on_outcome=on_outcome,
+                    stop=stop,
+                    liveness=liveness,
+                    sweep=sweep,
+                )
+            except Exception as exc:
+                outage.wait_out(exc, remaining)  # re-raises what is not an outage
+                continue
+            outage.end()
+            if sweep:
+                last_sweep = time.monotonic()
+            total.merge(report)
+            record.beat(total)
+            if report.interrupted is not None or report.stuck:
+                break
+            if not report.stopped_early:
+                _sleep_until_due(index, options.queues, remaining)
     except Exception as exc:
         record.write(f"failed: {type(exc).__name__}", total)
         raise
@@ -84,53 +118,6 @@ def run_loop(
         total.interrupted = stop.signum
     record.write(outcome_word(total, loop=True), total)
     return total
-
-
-def _run_passes(
-    settings: Settings,
-    table: Table,
-    index: Index,
-    options: RunOptions,
-    total: RunReport,
-    record: LoopRecord,
-    on_outcome: OutcomeCallback | None,
-    stop: GracefulStop | None,
-    liveness: Liveness | None,
-) -> None:
-    """The passes of a loop, each added to `total`, until its time is up or it is stopped."""
-    deadline = None if options.duration is None else time.monotonic() + options.duration
-    last_sweep = float("-inf")
-    asked = options.applied_to(settings)
-    outage = Outage(stop, liveness, asked.lease + asked.grace)
-    while True:
-        remaining = float("inf") if deadline is None else deadline - time.monotonic()
-        if remaining <= 0 or (stop is not None and stop.requested):
-            break
-        sweep = time.monotonic() - last_sweep >= SWEEP_EVERY
-        budget = replace(options, max_seconds=min(asked.max_seconds, remaining))
-        try:
-            report = run_once(
-                settings,
-                table,
-                index,
-                budget,
-                on_outcome=on_outcome,
-                stop=stop,
-                liveness=liveness,
-                sweep=sweep,
-            )
-        except Exception as exc:
-            outage.wait_out(exc, remaining)  # re-raises what is not an outage
-            continue
-        outage.end()
-        if sweep:
-            last_sweep = time.monotonic()
-        total.merge(report)
-        record.beat(total)
-        if report.interrupted is not None or report.stuck:
-            break
-        if not report.stopped_early:
-            _sleep_until_due(index, options.queues, remaining)
 
 
 class LoopRecord:
@@ -161,15 +148,6 @@ class LoopRecord:
             return self.index.clock.now()
         except Exception:  # noqa: BLE001 - Redis away: its offset is a refinement
             return time.time()
-
-
-def _reach(table: Table, index: Index) -> None:
-    """Ask both servers once. A loop waits out a server that went away, but one it cannot
-    reach when it starts is more likely a wrong URL than a restart, and is said at once, as
-    a one-shot run says it. A child of `--processes` skips this: its parent asked before
-    starting any, and a child started again while Redis restarts must wait, not die."""
-    index.client.ping()
-    table.db.execute_sql("SELECT 1")
 
 
 class Outage:
@@ -210,24 +188,20 @@ class Outage:
 
 def _sleep_until_due(index: Index, queues: Sequence[str] | None, remaining: float) -> None:
     try:
-        _wait_for_head(index, queues, remaining)
+        names = list(queues) if queues else index.registry.known_queues()
+        heads = index.schedule.heads(names)
+        head = min(heads.values()) if heads else None
+        due_in = head - index.clock.now() if head is not None else MAX_WAIT
+        wait = min(due_in, remaining, MAX_WAIT)
+        if wait <= 0:
+            return
+        # Redis checks blocked clients' timeouts on its own clock tick (hz 10: every 100 ms),
+        # so BLPOP may return up to that late. Block until just before the head is due (an add
+        # of a sooner job still wakes us), then sleep the last stretch here, to the millisecond.
+        if wait > WAKE_SLACK and index.schedule.wait_for_wake(names, wait - WAKE_SLACK):
+            return
+        if head is not None and due_in <= wait:
+            time.sleep(max(0.0, head - index.clock.now()))
     except Exception as exc:
         if not is_outage(exc):
             raise  # an outage is met by the next pass
-
-
-def _wait_for_head(index: Index, queues: Sequence[str] | None, remaining: float) -> None:
-    names = list(queues) if queues else index.registry.known_queues()
-    heads = index.schedule.heads(names)
-    head = min(heads.values()) if heads else None
-    due_in = head - index.clock.now() if head is not None else MAX_WAIT
-    wait = min(due_in, remaining, MAX_WAIT)
-    if wait <= 0:
-        return
-    # Redis checks blocked clients' timeouts on its own clock tick (hz 10: every 100 ms), so
-    # BLPOP may return up to that late. Block until just before the head is due (an add of a
-    # sooner job still wakes us), then sleep the last stretch here, to the millisecond.
-    if wait > WAKE_SLACK and index.schedule.wait_for_wake(names, wait - WAKE_SLACK):
-        return
-    if head is not None and due_in <= wait:
-        time.sleep(max(0.0, head - index.clock.now()))

@@ -4,6 +4,7 @@ pass; a `--processes` child gets it back from the flags `argv` writes."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal
@@ -52,17 +53,15 @@ class RunOptions:
         }
         if duration is not None and not loop:
             raise BadInput("--for needs --loop")
-        if limit is not None and (_not_whole(limit) or limit < 1):
+        if limit is not None and not _whole_between(limit, 1):
             raise BadInput("--limit must be at least 1")
         weights = dict(weights or {})
         for name in [*(queues or ()), *weights]:
             validate_queue_name(name)
         for name, weight in weights.items():
-            if _not_whole(weight) or not 1 <= weight <= MAX_WEIGHT:
+            if not _whole_between(weight, 1, MAX_WEIGHT):
                 raise BadInput(f"queue {name}: a weight is a whole number from 1 to {MAX_WEIGHT}")
-        if concurrency is not None and (
-            _not_whole(concurrency) or not 1 <= concurrency <= MAX_CONCURRENCY
-        ):
+        if concurrency is not None and not _whole_between(concurrency, 1, MAX_CONCURRENCY):
             raise BadInput(f"--concurrency must be between 1 and {MAX_CONCURRENCY}")
         # A queue named twice is served once (and so a child reads back the same queues).
         unique = tuple(dict.fromkeys(queues or ()))
@@ -106,5 +105,5 @@ def _text(value: float) -> str:
     return str(value) if isinstance(value, int) else f"{Decimal(repr(value)):f}"
 
 
-def _not_whole(value: object) -> bool:
-    return isinstance(value, bool) or not isinstance(value, int)
+def _whole_between(value: object, low: int, high: float = math.inf) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high

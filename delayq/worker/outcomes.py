@@ -1,17 +1,14 @@
 """Recording what handlers did: each outcome is journaled in Redis the moment the handler
-returns (one round trip), and the journal is written to the table in group commits — every
-few hundred jobs or few hundred milliseconds, whichever comes first.
-
-Why a journal: batching the table writes must not widen the duplicate window. If the run
-dies with outcomes not yet in the table, the next run's lease recovery finds them in the
-journal and records them instead of running those jobs again; only the job whose handler was
-running can run twice.
+returns (one round trip), and the journal is written to the table in group commits, every few
+hundred jobs or milliseconds. The journal keeps the batching from widening the duplicate
+window: if the run dies before its outcomes reach the table, the next run's lease recovery
+records them from the journal instead of running those jobs again; only the job whose handler
+was running can run twice.
 """
 
 from __future__ import annotations
 
 import time
-from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -27,18 +24,10 @@ FLUSH_INTERVAL = 0.2
 
 class OutcomeBuffer:
     """Outcomes of one queue's jobs held under one lease token, waiting for a group commit.
+    With a bookkeeper the commits are written on its thread while handlers go on running; at
+    most one waits behind the one being written, which bounds the outcomes held."""
 
-    With a bookkeeper the commits are written on its thread while handlers go on running;
-    at most one waits behind the one being written, which bounds the outcomes held.
-    """
-
-    def __init__(
-        self,
-        table: Table,
-        index: Index,
-        queue: str,
-        token: str | None,
-    ) -> None:
+    def __init__(self, table: Table, index: Index, queue: str, token: str | None) -> None:
         self.table = table
         self.index = index
         self.queue = queue
@@ -47,10 +36,9 @@ class OutcomeBuffer:
         self.notes_starts = False  # the run notes each start: forget them with the outcome
         self.waiting: list[Outcome] = []
         self.journaled: list[int] = []
-        self.in_flight: deque[Future[Written]] = deque()
-        # Each commit in flight: its outcomes are written straight to the table by `salvage`
-        # if it fails before its table write.
-        self.commits: dict[Future[Written], GroupCommit] = {}
+        # The commits in flight, oldest first: `salvage` writes straight to the table the
+        # outcomes of one that fails before its table write.
+        self.in_flight: dict[Future[Written], GroupCommit] = {}
         self.window_started = time.monotonic()
 
     def write_on(self, bookkeeper: Bookkeeper, notes_starts: bool = False) -> None:
@@ -61,13 +49,9 @@ class OutcomeBuffer:
 
     def add_many(self, outcomes: list[Outcome], more_coming: bool) -> Written | None:
         """Keep the outcomes of calls that finished; returns what commits finished meanwhile
-        wrote, if any.
-
-        Written synchronously, an outcome that will be flushed right away is not journaled:
-        the table write itself closes the window. Written on the bookkeeper's thread, every
-        outcome is journaled first (all in one write), since the run may die before that
-        commit lands.
-        """
+        wrote, if any. Written synchronously, outcomes flushed at once are not journaled: the
+        table write itself closes the window. Written on the bookkeeper's thread, all are
+        journaled first (in one write), since the run may die before that commit lands."""
         self.waiting += outcomes
         full = len(self.waiting) >= FLUSH_MAX
         stale = time.monotonic() - self.window_started >= FLUSH_INTERVAL
@@ -107,11 +91,9 @@ class OutcomeBuffer:
             self.window_started = time.monotonic()
             return
         if len(self.in_flight) >= 2:
-            self.in_flight[0].result()  # back-pressure: the oldest must land first
+            next(iter(self.in_flight)).result()  # back-pressure: the oldest must land first
         commit = self._take_waiting()
-        future = self.bookkeeper.submit(self._commit, commit)
-        self.in_flight.append(future)
-        self.commits[future] = commit
+        self.in_flight[self.bookkeeper.submit(self._commit, commit)] = commit
 
     def _commit(self, commit: GroupCommit) -> Written:
         """The group commit itself: the table, then in one Redis write the schedule of its
@@ -129,25 +111,24 @@ class OutcomeBuffer:
         """Merge what finished commits wrote; with `block`, wait for every one. A commit that
         failed raises here, in the main thread."""
         merged: Written | None = None
-        while self.in_flight and (block or self.in_flight[0].done()):
-            written = self.in_flight[0].result()
-            self.commits.pop(self.in_flight.popleft())
-            merged = (merged or Written()).merge(written)
+        for future in list(self.in_flight):
+            if not (block or future.done()):
+                break
+            merged = (merged or Written()).merge(future.result())
+            del self.in_flight[future]
         return merged
 
     def salvage(self) -> Written:
         """The run is failing (a server went away): write straight to the table, in one
-        transaction and without Redis, every outcome not known to be there — those not yet
-        handed over, and those of commits that failed before their table write. Redis may be
-        what is away, and its journal with it: left to lease recovery, these jobs would run
-        a second time. Their retries are put on the schedule by the orphan sweep."""
+        transaction and without Redis, the outcomes not known to be there (not handed over, or
+        of commits that failed before their table write). Left to lease recovery, with Redis
+        and its journal maybe away, they would run again; the orphan sweep schedules retries."""
         pending = list(self.waiting)
-        for future, commit in self.commits.items():
+        for future, commit in self.in_flight.items():
             if future.exception() is not None and not commit.table_written:
                 pending += commit.outcomes
         self.waiting, self.journaled = [], []
         self.in_flight.clear()
-        self.commits.clear()
         return write_outcomes(self.table, pending, self.token)
 
 

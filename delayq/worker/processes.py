@@ -1,14 +1,11 @@
 """`delayq run --processes P`: P runner processes under one parent, for handlers that burn CPU
-and to use every core. Each child is a plain `delayq run` with the same options; claims
-stay exclusive between them as between any overlapping runs.
-
-The parent only supervises: it forwards SIGTERM and SIGINT, starts a fresh child in place of
-one that died (killed, crashed, stuck), and gives up with a non-zero exit when children keep
-dying. It holds no job and no connection, so killing it loses nothing its children hold.
-
-Each child beats on a pipe of its own (liveness.py), saying how long it may stay silent; one
-silent longer (a job stuck where its time limit cannot reach, a process frozen in C code) is
-killed with SIGKILL and replaced, and its jobs come back by their leases as after any kill -9.
+and to use every core; each child is a plain `delayq run` with the same options, and claims
+stay exclusive between them as between any overlapping runs. The parent only supervises: it
+forwards SIGTERM and SIGINT, replaces a child that died (killed, crashed, stuck), and gives up
+with a non-zero exit when children keep dying. It holds no job and no connection, so killing
+it loses nothing. Each child beats on a pipe of its own (liveness.py); one silent longer than
+it promised (a job stuck beyond its time limit's reach, a process frozen in C code) is killed
+with SIGKILL and replaced, and its jobs come back by their leases as after any kill -9.
 """
 
 from __future__ import annotations
@@ -18,7 +15,6 @@ import os
 import signal
 import subprocess
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from types import FrameType
 
@@ -71,9 +67,6 @@ class Child:
             except ValueError:
                 logger.warning("runner process %d beat %r; ignored", self.pid, lines[-1])
 
-    def is_silent(self) -> bool:
-        return not self.killed and time.monotonic() > self.silent_until
-
     def close(self) -> None:
         os.close(self.beats)
 
@@ -86,11 +79,11 @@ class Supervisor:
         self.command = command
         self.count = count
         self.children: list[Child] = []
-        self.deaths: deque[float] = deque()
+        self.deaths: list[float] = []  # when children died, within the last DEATH_WINDOW
         self.signum: int | None = None
 
     def run(self) -> int:
-        """Run the children to the end; the exit code for the parent."""
+        """The exit code for the parent, once the children ended."""
         previous = {
             sig: signal.signal(sig, self._forward) for sig in (signal.SIGTERM, signal.SIGINT)
         }
@@ -113,7 +106,9 @@ class Supervisor:
                 child.close()
                 code = child.process.returncode
                 if self.signum is None and _died(code):
-                    if self._too_many_deaths():
+                    now = time.monotonic()
+                    self.deaths = [at for at in self.deaths if at >= now - DEATH_WINDOW] + [now]
+                    if len(self.deaths) > MAX_DEATHS:
                         logger.error("runner processes keep dying (exit %s); giving up", code)
                         self._stop_all(signal.SIGTERM)
                         return 1
@@ -123,7 +118,7 @@ class Supervisor:
                         )
                     self.children.append(self._spawn())
                     continue
-                worst = max(worst, _exit_code(code))
+                worst = max(worst, 128 - code if code < 0 else code)  # killed by signal N: 128 + N
         return 128 + self.signum if self.signum is not None else worst
 
     def _kill_the_silent(self) -> None:
@@ -132,7 +127,8 @@ class Supervisor:
         wait for it forever."""
         for child in self.children:
             child.read_beats()
-            if child.is_silent() and child.process.poll() is None:
+            silent = not child.killed and time.monotonic() > child.silent_until
+            if silent and child.process.poll() is None:
                 silence = time.monotonic() - child.last_beat
                 action = "killed it" if self.signum is not None else "killed it; starting another"
                 logger.error(
@@ -162,13 +158,6 @@ class Supervisor:
             os.close(beat_end)  # the child's alone, so its death reads as the end of the pipe
         return Child(process, beats)
 
-    def _too_many_deaths(self) -> bool:
-        now = time.monotonic()
-        self.deaths.append(now)
-        while self.deaths and self.deaths[0] < now - DEATH_WINDOW:
-            self.deaths.popleft()
-        return len(self.deaths) > MAX_DEATHS
-
     def _forward(self, signum: int, frame: FrameType | None) -> None:
         self.signum = signum
         self._stop_all(signum)
@@ -190,7 +179,3 @@ def _died(code: int) -> bool:
     """Killed by a signal, or ended by an error (exit 1: a server it lost, threads stuck).
     A usage error (2) would only repeat itself, so it is not restarted."""
     return code < 0 or code not in CLEAN_EXITS | {2}
-
-
-def _exit_code(code: int) -> int:
-    return 128 - code if code < 0 else code

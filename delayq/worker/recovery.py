@@ -1,8 +1,6 @@
 """Keeping the index honest with the table: rebuild it after Redis lost it, put back jobs
-whose run died (their lease lapsed), re-index pending rows the index lost, and the full
-`delayq reconcile` pass that compares the two both ways.
-
-Nothing here runs a handler; it only decides what goes back on the schedule.
+whose run died (their lease lapsed), re-index pending rows it lost, and `delayq reconcile`,
+which compares the two both ways. Nothing here runs a handler.
 """
 
 from __future__ import annotations
@@ -39,20 +37,16 @@ class Recovered:
     requeued: int = 0  # lapsed leases put back on the schedule
     journaled: int = 0  # outcomes found in a dead run's journal and written
     poisoned: int = 0  # jobs failed after MAX_LOST_LEASES deaths
-    reindexed: int = 0  # pending rows put back into the index
 
 
-def ensure_index(table: Table, index: Index, on_batch: Callable[[], None] | None = None) -> int:
+def ensure_index(table: Table, index: Index, on_batch: Callable[[], None]) -> int:
     """Rebuild the index from the table if Redis lost it; returns the entries added.
     `on_batch` is called before each batch of rows: a rebuild of a large table is progress
     that a supervising parent must not take for a stuck run."""
     if index.registry.is_complete():
         return 0
     index.registry.register(queries.pending_queues(table))
-    batches = queries.iter_pending(table)
-    if on_batch is not None:
-        batches = _calling_before_each(batches, on_batch)
-    count = index.rebuild_from(batches)
+    count = index.rebuild_from(_calling_before_each(queries.iter_pending(table), on_batch))
     logger.warning("Redis had no schedule index; rebuilt %d entries from the table", count)
     return count
 
@@ -71,13 +65,15 @@ def recover_leases(table: Table, index: Index, queue: str, now: float) -> Recove
     journal = index.journal.journaled(queue, [item.job.id for item in lapsed])
     outcomes: dict[str | None, list[Outcome]] = {}
     unsettled: list[leases.Lapsed] = []
+    unsettled_by_token: dict[str | None, set[int]] = {}
     for item in lapsed:
         record = journal.get(item.job.id)
         if record is None:
             unsettled.append(item)
+            unsettled_by_token.setdefault(item.token, set()).add(item.job.id)
         else:
             outcomes.setdefault(item.token, []).append(journaled_outcome(item.job, record))
-    running = _were_running(index, queue, unsettled)
+    running = _were_running(index, queue, unsettled_by_token)
     for item in unsettled:
         was_running = item.job.id in running
         if was_running and item.lost_leases + 1 >= MAX_LOST_LEASES:
@@ -86,7 +82,7 @@ def recover_leases(table: Table, index: Index, queue: str, now: float) -> Recove
             index.schedule.add(queue, item.job.id, now)
             result.requeued += 1
             logger.warning("job %d: its run died (lease lapsed); scheduled again", item.job.id)
-    for token, items in _by_token(unsettled).items():
+    for token, items in unsettled_by_token.items():
         if token is not None:
             index.journal.forget(queue, [], (token, sorted(items)))  # their start notes
     dead_runs = {item.token for item in lapsed if item.token is not None}
@@ -111,32 +107,22 @@ def journaled_outcome(job: ClaimedJob, record: str) -> Outcome:
     return Outcome.from_record(job, record, retry_in)
 
 
-def _were_running(index: Index, queue: str, unsettled: list[leases.Lapsed]) -> set[int]:
-    """Ids of the jobs whose handler was running when their run died. A run with many jobs
-    in flight noted each start: those of its unsettled jobs. A run calling one at a time
-    noted its batch order: the first unsettled job in it. With neither, every job counts."""
-    ids_by_token = _by_token(unsettled)
-    tokens = sorted(token for token in ids_by_token if token)
-    orders = index.journal.orders(queue, tokens)
+def _were_running(index: Index, queue: str, ids_by_token: dict[str | None, set[int]]) -> set[int]:
+    """Ids of the unsettled jobs whose handler was running when their run died. A run with
+    many jobs in flight noted each start: those. A run calling one at a time noted its batch
+    order: the first unsettled job in it. With neither, every job counts."""
+    orders = index.journal.orders(queue, sorted(token for token in ids_by_token if token))
     running: set[int] = set()
     for token, ids in ids_by_token.items():
         started = index.journal.started(queue, token, sorted(ids)) if token else None
+        order = orders.get(token) if token else None
         if started is not None:
             running |= started
-            continue
-        order = orders.get(token) if token else None
-        if order is None:
+        elif order is None:
             running |= ids
-            continue
-        running |= {next((job_id for job_id in order if job_id in ids), min(ids))}
+        else:
+            running.add(next((job_id for job_id in order if job_id in ids), min(ids)))
     return running
-
-
-def _by_token(items: list[leases.Lapsed]) -> dict[str | None, set[int]]:
-    ids_by_token: dict[str | None, set[int]] = {}
-    for item in items:
-        ids_by_token.setdefault(item.token, set()).add(item.job.id)
-    return ids_by_token
 
 
 def _fail_poison(table: Table, index: Index, item: leases.Lapsed, now: float) -> int:
@@ -162,18 +148,13 @@ def _fail_poison(table: Table, index: Index, item: leases.Lapsed, now: float) ->
     return 1
 
 
-def adopt_due_times(table: Table, index: Index, queue: str) -> int:
-    """Pending rows another producer wrote without run_at take their score on the schedule
-    as run_at (the seed's PHP producers write none), so that status and the orphan sweep
-    see when they are due rather than when they were created."""
-    ids = queries.pending_without_run_at(table, queue, SWEEP_LIMIT)
-    return queries.adopt_run_at(table, index.schedule.scores(queue, ids))
-
-
 def reindex_orphans(table: Table, index: Index, queue: str, now: float) -> int:
     """Put back pending rows that have been due a while but are neither on the schedule nor
     claimed by a live run: Redis lost them, or a run died between claiming and leasing."""
-    adopt_due_times(table, index, queue)
+    # Pending rows another producer wrote without run_at (the seed's PHP producers) take their
+    # schedule score as run_at, so status and this sweep see when they are due, not created.
+    ids = queries.pending_without_run_at(table, queue, SWEEP_LIMIT)
+    queries.adopt_run_at(table, index.schedule.scores(queue, ids))
     overdue = dict(queries.overdue_pending(table, queue, now - ORPHAN_GRACE, SWEEP_LIMIT))
     missing = index.schedule.lost(queue, list(overdue), claimed_before=now - ORPHAN_GRACE)
     # A run may have claimed and leased a job between our read of the table and our look at
@@ -197,11 +178,10 @@ def reconcile(table: Table, index: Index) -> Reconciled:
     """Compare the whole index with the table both ways and fix both kinds of difference."""
     result = Reconciled(Counter(), Counter())
     for batch in queries.iter_pending(table):
-        by_queue: dict[str, list[tuple[int, float]]] = {}
+        by_queue: dict[str, dict[int, float]] = {}
         for queue, job_id, due in batch:
-            by_queue.setdefault(queue, []).append((job_id, due))
-        for queue, entries in by_queue.items():
-            due_by_id = dict(entries)
+            by_queue.setdefault(queue, {})[job_id] = due
+        for queue, due_by_id in by_queue.items():
             missing = index.schedule.missing(queue, list(due_by_id))
             index.schedule.add_many(queue, [(job_id, due_by_id[job_id]) for job_id in missing])
             result.reindexed[queue] += len(missing)

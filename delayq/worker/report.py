@@ -5,27 +5,24 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from ..store.outcomes import Outcome
-from ..store.tallies import LATENESS_BOUNDS
-
-# The lateness histogram's upper bounds, shared with the tallies in Redis.
-LATENESS_BUCKETS = LATENESS_BOUNDS
+from ..store.tallies import LATENESS_BOUNDS  # shared with the tallies in Redis
 
 
 @dataclass
 class Lateness:
     """A fixed-bucket histogram, so memory stays flat however many jobs a run starts."""
 
-    counts: list[int] = field(default_factory=lambda: [0] * len(LATENESS_BUCKETS))
+    counts: list[int] = field(default_factory=lambda: [0] * len(LATENESS_BOUNDS))
     total: float = 0.0
     count: int = 0
     worst: float = 0.0
 
     def observe(self, seconds: float) -> None:
         seconds = max(seconds, 0.0)
-        self.counts[bisect.bisect_left(LATENESS_BUCKETS, seconds)] += 1
+        self.counts[bisect.bisect_left(LATENESS_BOUNDS, seconds)] += 1
         self.total += seconds
         self.count += 1
         self.worst = max(self.worst, seconds)
@@ -61,19 +58,9 @@ class RunReport:
         return self.succeeded + self.failed
 
     def merge(self, other: RunReport) -> None:
-        for name in (
-            "claimed",
-            "succeeded",
-            "failed",
-            "retried",
-            "deferred",
-            "missed",
-            "dropped",
-            "recovered",
-            "reindexed",
-            "elapsed",
-        ):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for name in [counter.name for counter in fields(self)]:  # the counts add up
+            if name not in ("stopped_early", "interrupted", "stuck", "lateness"):
+                setattr(self, name, getattr(self, name) + getattr(other, name))
         self.stopped_early = other.stopped_early
         self.stuck = max(self.stuck, other.stuck)
         self.interrupted = other.interrupted or self.interrupted

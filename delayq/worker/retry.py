@@ -1,8 +1,6 @@
-"""Retry policies: the default 15-step ladder, a job's own (stored in its `retry_policy`
-column) and a handler's (declared with `@delayq.retry_policy`), and how long the k-th
-automatic retry waits after a failure.
-
-Only the runner consults them; a retry is always a new row, so a policy never edits history.
+"""Retry policies: the default 15-step ladder, a job's own (its `retry_policy` column) and a
+handler's (`@delayq.retry_policy`), and how long the k-th automatic retry waits. Only the
+runner consults them; a retry is always a new row, so a policy never edits history.
 """
 
 from __future__ import annotations
@@ -13,24 +11,10 @@ from typing import Any, TypeVar
 from ..durations import Duration
 from ..store.policies import RetryPolicy, check_policy, read_policy
 
-# Step k (1-based) is the wait before retry k: 15s, 15s, 30s, 3m, 10m, 20m, 30m, 30m, 30m,
-# 1h, 3h, 3h, 3h, 6h, 6h.
+# Step k (1-based) is the wait before retry k: 15s, 15s, 30s, 3m, 10m, 20m, 30m three times,
+# 1h, 3h three times, 6h twice.
 LADDER: tuple[float, ...] = (
-    15,
-    15,
-    30,
-    180,
-    600,
-    1200,
-    1800,
-    1800,
-    1800,
-    3600,
-    10800,
-    10800,
-    10800,
-    21600,
-    21600,
+    (15, 15, 30, 180, 600, 1200) + (1800,) * 3 + (3600,) + (10800,) * 3 + (21600,) * 2
 )
 MAX_RETRIES = len(LADDER)
 DEFAULT_POLICY = RetryPolicy(MAX_RETRIES, LADDER)

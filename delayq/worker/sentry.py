@@ -1,9 +1,7 @@
-"""Reporting failed attempts to Sentry (DELAYQ_SENTRY_DSN, the `sentry` extra): each failure
-is sent as its exception, tagged with the job's id, class, method, queue and ext.
-
-A job's data is never sent: frames go without their local variables, which would hold it.
-A process that set up sentry_sdk itself (an application running delayq's API) keeps its own
-client and its own choices; delayq only initialises one where none is active.
+"""Reporting failed attempts to Sentry (DELAYQ_SENTRY_DSN, the `sentry` extra): each as its
+exception, tagged with the job's id, class, method, queue and ext, never with its data (frames
+go without their local variables, which would hold it). A process that set up sentry_sdk
+itself keeps its own client and choices; delayq only initialises one where none is active.
 """
 
 from __future__ import annotations
@@ -25,8 +23,6 @@ MISSING = (
 
 
 class SentryReporter:
-    """Sends each failed attempt to the active Sentry client."""
-
     def __init__(self, sdk: Any) -> None:
         self.sdk = sdk
 

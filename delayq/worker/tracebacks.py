@@ -1,9 +1,8 @@
-"""What a failed attempt's row says: the head line `ExcType: message` first, on one line so
-that readers and greps of the message column keep working, then the traceback.
-
-The traceback is cut to fit the column: every line to LINE_MAX characters (an exception's
-text may be megabytes), the whole to TRACEBACK_MAX, keeping the innermost frames, which say
-where the handler failed. The runner's own frames above the handler are left out.
+"""What a failed attempt's row says: the head line `ExcType: message`, on one line so that
+readers and greps of the message column keep working, then the traceback cut to fit the
+column: each line to LINE_MAX characters (an exception's text may be megabytes), the whole to
+TRACEBACK_MAX, keeping the innermost frames, which say where the handler failed, and leaving
+out the runner's own frames above the handler.
 """
 
 from __future__ import annotations
@@ -37,7 +36,12 @@ def describe_with_traceback(exc: BaseException) -> str:
     traceback cannot be formatted."""
     head = describe(exc)
     try:
-        lines = _traceback_lines(exc)
+        shown = traceback.TracebackException(type(exc), exc, _handler_frames(exc.__traceback__))
+        lines = [
+            storable(line if len(line) <= LINE_MAX else line[:LINE_MAX] + "…")
+            for chunk in shown.format()
+            for line in chunk.rstrip("\n").split("\n")
+        ]
     except RUN_STOPS:
         raise
     except BaseException:  # noqa: BLE001 - the head line says what is known
@@ -45,24 +49,13 @@ def describe_with_traceback(exc: BaseException) -> str:
     return f"{head}\n{_innermost(lines)}"
 
 
-def _traceback_lines(exc: BaseException) -> list[str]:
-    shown = traceback.TracebackException(type(exc), exc, _handler_frames(exc.__traceback__))
-    lines: list[str] = []
-    for chunk in shown.format():
-        for line in chunk.rstrip("\n").split("\n"):
-            lines.append(storable(line if len(line) <= LINE_MAX else line[:LINE_MAX] + "…"))
-    return lines
-
-
 def _handler_frames(tb: TracebackType | None) -> TracebackType | None:
     """`tb` without the runner's frames that called the handler."""
-    while tb is not None and tb.tb_next is not None and _is_worker_frame(tb):
+    while tb is not None and tb.tb_next is not None:
+        if not tb.tb_frame.f_code.co_filename.startswith(_WORKER_DIR):
+            break
         tb = tb.tb_next
     return tb
-
-
-def _is_worker_frame(tb: TracebackType) -> bool:
-    return tb.tb_frame.f_code.co_filename.startswith(_WORKER_DIR)
 
 
 def _innermost(lines: list[str]) -> str:
