@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from typing import cast
 
 import redis
 from redis.client import Pipeline
-from redis.connection import Connection
+from redis.cluster import RedisCluster
+from redis.connection import Connection, ConnectionPool
 
+from .clusters import is_cluster
 from .keys import JOURNAL_TTL, queue_key, text
 
 
@@ -21,9 +24,13 @@ class Journal:
 
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
-        self._connection: Connection | None = None
+        # The journal's connection on each server it writes to: one, or on a Cluster one on
+        # each master holding a queue's slot; by id() of the connection pool.
+        self._connections: dict[int, tuple[ConnectionPool, Connection]] = {}
+        self._pools: dict[str, ConnectionPool] = {}  # the pool each queue's last write took
         self._keys: dict[str, bytes] = {}
         self._lock = threading.Lock()
+        self._cluster = is_cluster(client)
 
     def write(self, queue: str, job_id: int, record: str) -> None:
         """Write down one job's outcome before the table has it, without waiting for Redis."""
@@ -43,14 +50,14 @@ class Journal:
         """
         fields = [part for job_id, record in records for part in (b"%d" % job_id, record.encode())]
         if fields:
-            self._send(pack(b"HSET", self._key(queue), *fields))
+            self._send(queue, pack(b"HSET", self._key(queue), *fields))
 
     def note_starts(self, queue: str, token: str, job_ids: Sequence[int]) -> None:
         """Write down, without waiting for Redis, that run `token` starts these jobs' handlers:
         with many jobs in flight no order tells which had started when the run died."""
         fields = [part for job_id in job_ids for part in (start_field(token, job_id), b"1")]
         if fields:
-            self._send(pack(b"HSET", self._key(queue), *fields))
+            self._send(queue, pack(b"HSET", self._key(queue), *fields))
 
     def note_order(
         self, pipe: Pipeline, queue: str, token: str, order: Sequence[int], notes_starts: bool
@@ -73,55 +80,71 @@ class Journal:
         return key
 
     def close(self) -> None:
-        """Turn replies back on and give the journal's connection back to the pool (at the
-        end of a drain). Its one reply also proves that Redis has applied every journal
+        """Turn replies back on and give the journal's connections back to their pools (at
+        the end of a drain). Each one reply also proves that Redis has applied every journal
         write before it: commands on one connection run in order."""
         with self._lock:
-            connection, self._connection = self._connection, None
-        if connection is None:
-            return
-        try:
-            connection.send_packed_command([pack(b"CLIENT", b"REPLY", b"ON")])
-            connection.read_response()
-        except Exception:
-            connection.disconnect()
-            raise
-        finally:
-            self.client.connection_pool.release(connection)
+            held, self._connections = list(self._connections.values()), {}
+            self._pools.clear()
+        failed: Exception | None = None
+        for pool, connection in held:
+            try:
+                connection.send_packed_command([pack(b"CLIENT", b"REPLY", b"ON")])
+                connection.read_response()
+            except Exception as exc:  # noqa: BLE001 - raised once every connection is back
+                connection.disconnect()
+                failed = failed or exc
+            finally:
+                pool.release(connection)
+        if failed is not None:
+            raise failed
 
-    def _send(self, packed: bytes) -> None:
+    def _send(self, queue: str, packed: bytes) -> None:
         # The main thread journals while the bookkeeping thread commits: sends take turns.
         with self._lock:
-            if self._connection is not None and not self._talks_to_primary(self._connection):
-                self._give_up()
-            if self._connection is None:
-                self._connection = self.client.connection_pool.get_connection()
-                self._checked(pack(b"CLIENT", b"REPLY", b"OFF"))
-            self._checked(packed)
+            pool = self._pool_for(queue)
+            before = self._pools.get(queue)
+            if before is not None and before is not pool:
+                self._give_up(before)  # the queue's slot moved to another master
+            self._pools[queue] = pool
+            held = self._connections.get(id(pool))
+            if held is not None and not pool.owns_connection(held[1]):
+                # A Sentinel pool that found a new primary after a failover does not count a
+                # connection still on the old server (which takes no writes, and answers none
+                # on this connection) as its own.
+                self._give_up(pool)
+                held = None
+            if held is None:
+                held = pool, pool.get_connection()
+                self._connections[id(pool)] = held
+                self._checked(pool, pack(b"CLIENT", b"REPLY", b"OFF"))
+            self._checked(pool, packed)
 
-    def _talks_to_primary(self, connection: Connection) -> bool:
-        """Whether the pool still counts the journal's connection as its own: a Sentinel
-        pool that has found a new primary after a failover does not count one still on the
-        old server (which no longer takes writes, and answers none on this connection)."""
-        return bool(self.client.connection_pool.owns_connection(connection))
+    def _pool_for(self, queue: str) -> ConnectionPool:
+        """The pool of the server that holds `queue`'s journal now."""
+        if not self._cluster:
+            return self.client.connection_pool
+        cluster = cast(RedisCluster, self.client)
+        node = cluster.get_node_from_key(queue_key(queue, "journal"))
+        return cast(ConnectionPool, cluster.get_redis_connection(node).connection_pool)
 
-    def _checked(self, packed: bytes) -> None:
-        """Send on the journal's connection; if that fails, give the connection up. redis-py
-        would reconnect it on the next send with replies on again, and the replies no one
-        reads would then answer the commands of whoever takes it from the pool next (Redis
-        restarted under a run: its next claim read a journal write's reply and crashed)."""
-        assert self._connection is not None
+    def _checked(self, pool: ConnectionPool, packed: bytes) -> None:
+        """Send on the journal's connection to `pool`'s server; if that fails, give the
+        connection up. redis-py would reconnect it on the next send with replies on again,
+        and the replies no one reads would then answer the commands of whoever takes it from
+        the pool next (Redis restarted under a run: its next claim read a journal write's
+        reply and crashed)."""
         try:
-            self._connection.send_packed_command([packed], check_health=False)
+            self._connections[id(pool)][1].send_packed_command([packed], check_health=False)
         except Exception:
-            self._give_up()
+            self._give_up(pool)
             raise
 
-    def _give_up(self) -> None:
-        assert self._connection is not None
-        connection, self._connection = self._connection, None
-        connection.disconnect()
-        self.client.connection_pool.release(connection)
+    def _give_up(self, pool: ConnectionPool) -> None:
+        held = self._connections.pop(id(pool), None)
+        if held is not None:
+            held[1].disconnect()
+            pool.release(held[1])
 
     def forget(
         self,
@@ -141,7 +164,7 @@ class Journal:
         if fields:
             packed.insert(0, pack(b"HDEL", queue_key(queue, "journal").encode(), *fields))
         if packed:
-            self._send(b"".join(packed))
+            self._send(queue, b"".join(packed))
 
     def forget_order(self, queue: str, token: str) -> None:
         self.client.hdel(queue_key(queue, "journal"), f"order:{token}", f"starts:{token}")

@@ -31,8 +31,9 @@ SENTINEL_TIMEOUT = 2.0
 _HOST = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[^:\[\]]+)(?::([^:]*))?$")
 
 
-class BadSentinelUrl(ValueError):
-    """What is wrong with a redis+sentinel:// URL, in words for its usage error."""
+class BadUrl(ValueError):
+    """What is wrong with a redis+sentinel:// or redis+cluster:// URL, in words for its usage
+    error."""
 
 
 @dataclass(frozen=True)
@@ -49,13 +50,13 @@ class SentinelUrl:
 
 
 def parse(netloc: str, path: str, query: str) -> SentinelUrl:
-    """Read the parts urlsplit gave; BadSentinelUrl says what is wrong."""
+    """Read the parts urlsplit gave; BadUrl says what is wrong."""
     userinfo, _, hosts = netloc.rpartition("@")
     user, colon, password = userinfo.partition(":")
     service, db = _service_and_db(path)
     parameters = _parameters(query)
     return SentinelUrl(
-        sentinels=tuple(_address(host) for host in hosts.split(",")),
+        sentinels=tuple(address(host, SENTINEL_PORT, "sentinels") for host in hosts.split(",")),
         service=service,
         db=db,
         username=unquote(user) or None,
@@ -68,21 +69,22 @@ def parse(netloc: str, path: str, query: str) -> SentinelUrl:
 def _service_and_db(path: str) -> tuple[str, int]:
     service, _, db = path.strip("/").partition("/")
     if not service:
-        raise BadSentinelUrl("name the service after the hosts, e.g. /mymaster or /mymaster/0")
+        raise BadUrl("name the service after the hosts, e.g. /mymaster or /mymaster/0")
     if db and not (db.isascii() and db.isdigit()):
-        raise BadSentinelUrl("the path after the service must be a database number, e.g. /0")
+        raise BadUrl("the path after the service must be a database number, e.g. /0")
     return unquote(service), int(db or 0)
 
 
-def _address(host: str) -> tuple[str, int]:
+def address(host: str, default_port: int, what: str) -> tuple[str, int]:
+    """(host, port) of one of a URL's comma-separated `what` (sentinels, nodes)."""
     found = _HOST.match(host)
     if not host or not found:
-        raise BadSentinelUrl("give the sentinels as host:port[,host:port...]")
+        raise BadUrl(f"give the {what} as host:port[,host:port...]")
     port = found.group(2)
     if port is None:
-        return found.group(1).strip("[]"), SENTINEL_PORT
+        return found.group(1).strip("[]"), default_port
     if not (port.isascii() and port.isdigit()) or not 1 <= int(port) <= 65535:
-        raise BadSentinelUrl(f"the port of {host!r} must be a number from 1 to 65535")
+        raise BadUrl(f"the port of {host!r} must be a number from 1 to 65535")
     return found.group(1).strip("[]"), int(port)
 
 
@@ -90,11 +92,11 @@ def _parameters(query: str) -> dict[str, str]:
     pairs = parse_qsl(query, keep_blank_values=True)
     unknown = sorted({name for name, _ in pairs} - set(QUERY_PARAMETERS))
     if unknown:
-        raise BadSentinelUrl(
+        raise BadUrl(
             f"{SCHEME}:// knows no {unknown[0]!r}; it takes {' and '.join(QUERY_PARAMETERS)}"
         )
     if len(pairs) > len(dict(pairs)):
-        raise BadSentinelUrl("give each query parameter once")
+        raise BadUrl("give each query parameter once")
     return dict(pairs)
 
 
