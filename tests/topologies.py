@@ -1,0 +1,137 @@
+"""What the tests of delayq on a Redis of several servers (a Sentinel group, a Cluster) share:
+a queue and a `delayq` environment on the servers' URL, jobs that log their name, and a
+looping run carried through a failover."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+import delayq
+from delayq.config import Settings
+from tests.conftest import DELAYQ, HANDLERS, IN_CI, ROOT, _drop_table
+from tests.sample_handlers.jobs import read_log
+from tests.test_processes import start
+from tests.waiting import wait_for
+
+H = "tests.sample_handlers.jobs"
+
+
+def need_servers(*programs: str) -> None:
+    """Skip the test where a program that starts the servers is missing; fail it in CI."""
+    missing = [program for program in programs if shutil.which(program) is None]
+    if missing:
+        message = f"{' and '.join(missing)} not installed; bin/test installs them"
+        pytest.fail(message) if IN_CI else pytest.skip(message)
+
+
+@pytest.fixture
+def database_url(mariadb_url: str) -> Iterator[str]:
+    _drop_table(mariadb_url)
+    yield mariadb_url
+    _drop_table(mariadb_url)
+
+
+def process_env(redis_url: str, database_url: str, tmp_path: Path) -> dict[str, str]:
+    """The environment of a `delayq` process on `redis_url` and the test database."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("DELAYQ_")}
+    env.update(
+        DELAYQ_DATABASE_URL=database_url,
+        DELAYQ_REDIS_URL=redis_url,
+        DELAYQ_HANDLERS=",".join(HANDLERS),
+        DELAYQ_HOME=str(tmp_path / "home"),
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
+    )
+    return env
+
+
+def open_queue(redis_url: str, database_url: str, tmp_path: Path) -> delayq.Queue:
+    settings = Settings(
+        database_url=database_url,
+        redis_url=redis_url,
+        handlers=HANDLERS,
+        home=tmp_path / "home",
+    )
+    queue = delayq.connect(settings)
+    queue.init()
+    return queue
+
+
+def add(
+    queue: delayq.Queue, log: str, *names: str, on: str = "default", delay: str | None = None
+) -> list[int]:
+    """Jobs that write their name to `log`, one a name, on queue `on`."""
+    return [
+        queue.add(H, "record", {"log": log, "n": name}, delay=delay, queue=on) for name in names
+    ]
+
+
+def run_once(env: dict[str, str], *args: str) -> None:
+    done = subprocess.run([*DELAYQ, "run", *args], env=env, capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stderr == b""
+
+
+def stop(loop: subprocess.Popen[bytes]) -> None:
+    """SIGTERM a looping run; it must end as told, without a traceback."""
+    loop.send_signal(signal.SIGTERM)
+    _, stderr = loop.communicate(timeout=60)
+    assert loop.returncode == 128 + signal.SIGTERM, stderr.decode()
+    assert b"Traceback" not in stderr
+
+
+def assert_each_ran_once(queue: delayq.Queue, log: str, names: dict[int, str]) -> None:
+    assert Counter(read_log(log)) == Counter(names.values())
+    assert {queue.show(job_id)["status"] for job_id in names} == {"success"}
+
+
+def run_through_a_failover(
+    queue: delayq.Queue,
+    env: dict[str, str],
+    log: str,
+    concurrency: str,
+    replicated: Callable[[], int],
+    fail_over: Callable[[], object],
+) -> None:
+    """A looping run that was up before the failover, and one started after it, run every
+    job once: those added before, one due during it, and those added after."""
+    before = add(queue, log, "before")
+    due_later = add(queue, log, "due-later-1", "due-later-2", delay="2s")
+    loop = start(env, "run", "--loop", "--concurrency", concurrency, "--log-level", "warning")
+    wait_for(lambda: "before" in read_log(log), 60, "the job added before the failover")
+    # Nothing a failover may roll back: the replica has every write so far.
+    assert replicated() == 1
+
+    fail_over()
+    after = add(queue, log, "after-1", "after-2")
+    expected = ["before", "due-later-1", "due-later-2", "after-1", "after-2"]
+    wait_for(lambda: sorted(read_log(log)) == sorted(expected), 60, "the loop to run them all")
+    stop(loop)
+    later = add(queue, log, "started-after")
+    run_once(env)
+
+    names = dict(zip(before + due_later + after + later, [*expected, "started-after"], strict=True))
+    assert_each_ran_once(queue, log, names)
+
+
+def status_and_doctor_read_the_url_from_the_config_file(
+    env: dict[str, str], tmp_path: Path, scheme: str
+) -> None:
+    config = tmp_path / "delayq.toml"
+    config.write_text(f'redis_url = "{env["DELAYQ_REDIS_URL"]}"\n')
+    env = {key: value for key, value in env.items() if key != "DELAYQ_REDIS_URL"}
+    env["DELAYQ_CONFIG"] = str(config)
+
+    status = subprocess.run([*DELAYQ, "status"], env=env, capture_output=True, timeout=60)
+    doctor = subprocess.run([*DELAYQ, "doctor"], env=env, capture_output=True, timeout=60)
+
+    assert status.returncode == 0, status.stderr.decode()
+    assert doctor.returncode == 0, doctor.stdout.decode() + doctor.stderr.decode()
+    assert f"{scheme}://127.0.0.1:" in doctor.stdout.decode()
