@@ -115,13 +115,26 @@ class Cluster:
 
     def kill_master_of(self, key: str) -> int:
         """kill -9 the master holding `key`; returns its replica's port once it took over."""
+        return self.wait_for_new_master(key, self.kill_master_now(key))
+
+    def kill_master_now(self, key: str) -> int:
+        """kill -9 the master holding `key` and return its port, without waiting."""
         old = self.master_of(key)
-        new = self.replica_of(old)
         process = self.processes.pop(old)
         process.send_signal(signal.SIGKILL)
         process.wait(10)
-        wait_for(lambda: self.master_of(key) == new, 30, f"node {new} to take over {key!r}")
-        return new
+        return old
+
+    def wait_for_new_master(self, key: str, old: int) -> int:
+        """The port of the master holding `key` once it is not `old`."""
+
+        def moved() -> bool:
+            with contextlib.suppress(redis.RedisError, AssertionError):
+                return self.master_of(key) != old
+            return False
+
+        wait_for(moved, 30, f"a replica to take over {key!r} from node {old}")
+        return self.master_of(key)
 
     def stop(self) -> None:
         for process in self.processes.values():

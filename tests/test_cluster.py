@@ -23,6 +23,7 @@ from tests.clusters import Cluster
 from tests.sample_handlers.jobs import read_log
 from tests.test_processes import start
 from tests.topologies import (
+    a_rolled_back_add_is_put_back_at_once,
     add,
     assert_each_ran_once,
     database_url,  # noqa: F401 - a fixture
@@ -160,6 +161,19 @@ def test_scripts_and_the_journal_follow_the_master_through_a_failover(cluster, f
     assert new.hgetall(queue_key("default", "journal")) == {b"1": b"before", b"2": b"after"}
     new.close()
     client.close()
+
+
+def test_jobs_a_failover_rolled_back_are_put_back_by_the_next_run(cluster, queue, env, log):
+    key = schedule_key("default")
+    master = cluster.master_of(key)
+    a_rolled_back_add_is_put_back_at_once(
+        queue,
+        env,
+        log,
+        (master, cluster.replica_of(master)),
+        kill_primary=lambda: cluster.kill_master_now(key),
+        new_primary=lambda old: cluster.wait_for_new_master(key, old),
+    )
 
 
 def test_status_and_doctor_work_on_a_cluster_url_from_the_config_file(

@@ -20,6 +20,7 @@ from delayq.store.keys import queue_key, schedule_key
 from delayq.store.urls import open_redis
 from tests.sentinels import SentinelGroup
 from tests.topologies import (
+    a_rolled_back_add_is_put_back_at_once,
     add,
     assert_each_ran_once,
     database_url,  # noqa: F401 - a fixture
@@ -130,6 +131,19 @@ def test_an_add_while_the_primary_is_down_waits_for_the_new_one(group, queue, en
     primary.close()
     run_once(env)
     assert_each_ran_once(queue, log, {job_id: "during"})
+
+
+def test_jobs_a_failover_rolled_back_are_put_back_by_the_next_run(group, queue, env, log):
+    primary = group.primary_port()
+    replica = next(port for port in group.data_ports if port != primary)
+    a_rolled_back_add_is_put_back_at_once(
+        queue,
+        env,
+        log,
+        (primary, replica),
+        kill_primary=group.kill_primary_now,
+        new_primary=group.wait_for_new_primary,
+    )
 
 
 def test_status_and_doctor_work_on_a_sentinel_url_from_the_config_file(group, queue, env, tmp_path):

@@ -13,9 +13,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import redis
 
 import delayq
 from delayq.config import Settings
+from delayq.store.keys import schedule_key
 from tests.conftest import DELAYQ, HANDLERS, IN_CI, ROOT, _drop_table
 from tests.sample_handlers.jobs import read_log
 from tests.test_processes import start
@@ -135,3 +137,42 @@ def status_and_doctor_read_the_url_from_the_config_file(
     assert status.returncode == 0, status.stderr.decode()
     assert doctor.returncode == 0, doctor.stdout.decode() + doctor.stderr.decode()
     assert f"{scheme}://127.0.0.1:" in doctor.stdout.decode()
+
+
+def a_rolled_back_add_is_put_back_at_once(
+    queue: delayq.Queue,
+    env: dict[str, str],
+    log: str,
+    ports: tuple[int, int],
+    kill_primary: Callable[[], int],
+    new_primary: Callable[[int], int],
+) -> None:
+    """Jobs added while the replica (the second of `ports`) cannot sync from the primary
+    (the first) are gone from the schedule the replica takes over with once the primary is
+    killed; the next run puts them back, and runs the due one then, not an orphan sweep's
+    grace later."""
+    run_once(env)  # a run notes which Redis the index is on
+    primary, replica = (redis.Redis(port=port, socket_timeout=5) for port in ports)
+    # A wrong password for the primary, then its replication link cut: the replica cannot
+    # come back, and what the primary takes now it never has.
+    replica.config_set("masterauth", "not-the-primary-password")
+    primary.client_kill_filter(_type="replica")
+    wait_for(lambda: replica.info("replication")["master_link_status"] == "down", 10, "the cut")
+    due = add(queue, log, "rolled-back-due")
+    later = add(queue, log, "rolled-back-later", delay="1h")
+    new = redis.Redis(port=new_primary(kill_primary()), socket_timeout=5)
+    members = [str(job_id) for job_id in due + later]
+    assert new.zmscore(schedule_key("default"), members) == [None, None]  # rolled back
+
+    done = subprocess.run([*DELAYQ, "run"], env=env, capture_output=True, timeout=120)
+
+    assert done.returncode == 0, done.stderr.decode()
+    warnings = done.stderr.decode().splitlines()
+    assert len(warnings) == 2, warnings
+    assert "queue default: Redis is not the server the schedule was last seen on" in warnings[0]
+    assert "queue default: put back 2 jobs a failover took off the schedule" in warnings[1]
+    assert read_log(log) == ["rolled-back-due"]
+    assert new.zscore(schedule_key("default"), str(later[0])) is not None
+    assert_each_ran_once(queue, log, dict(zip(due, ["rolled-back-due"], strict=True)))
+    for client in (primary, replica, new):
+        client.close()
