@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import redis
+
 from .config import Settings, load_settings
+from .errors import BackendUnavailable
 from .queue import Queue
 from .store import embedded
+from .store.backend_errors import one_line
 from .store.database import open_database, sqlite_url
 from .store.index import Index
 from .store.urls import open_redis
@@ -20,7 +24,10 @@ def connect(settings: Settings | None = None, **overrides: Any) -> Queue:
     database_url = settings.database_url or sqlite_url(embedded.database_file(settings.home))
     db = open_database(database_url)
     if settings.redis_url:
-        client = open_redis(settings.redis_url, socket_connect_timeout=5, socket_timeout=30)
+        try:
+            client = open_redis(settings.redis_url, socket_connect_timeout=5, socket_timeout=30)
+        except redis.RedisError as exc:  # a Cluster's client asks its nodes for the slots now
+            raise BackendUnavailable(f"Redis error: {one_line(exc, settings.redis_url)}") from exc
     else:
         client = embedded.open_client(settings.home, settings.embedded_idle)
     return Queue(settings, db, Index(client))

@@ -62,6 +62,7 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 SERIAL_FILES = {
     "test_async.py",
     "test_backlog.py",
+    "test_cluster.py",
     "test_concurrency.py",
     "test_embedded.py",
     "test_embedded_fallback.py",

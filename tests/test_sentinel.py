@@ -9,28 +9,29 @@ not what these tests are about.
 
 from __future__ import annotations
 
-import os
-import shutil
-import signal
-import subprocess
-from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 import delayq
-from delayq.config import Settings
 from delayq.store.index import Index
 from delayq.store.keys import queue_key, schedule_key
 from delayq.store.urls import open_redis
-from tests.conftest import DELAYQ, HANDLERS, IN_CI, ROOT, _drop_table
-from tests.sample_handlers.jobs import read_log
 from tests.sentinels import SentinelGroup
-from tests.test_processes import start
-from tests.waiting import wait_for
+from tests.topologies import (
+    a_rolled_back_add_is_put_back_at_once,
+    add,
+    assert_each_ran_once,
+    database_url,  # noqa: F401 - a fixture
+    need_servers,
+    open_queue,
+    process_env,
+    run_once,
+    run_through_a_failover,
+    status_and_doctor_read_the_url_from_the_config_file,
+)
 
-H = "tests.sample_handlers.jobs"
 FAULTS: dict[str, Callable[[SentinelGroup], int]] = {
     "sentinel-failover": SentinelGroup.fail_over,
     "kill-9-primary": SentinelGroup.kill_primary,
@@ -39,9 +40,7 @@ FAULTS: dict[str, Callable[[SentinelGroup], int]] = {
 
 @pytest.fixture
 def group(tmp_path: Path) -> Iterator[SentinelGroup]:
-    if shutil.which("redis-server") is None:
-        message = "redis-server is not installed; bin/test installs it"
-        pytest.fail(message) if IN_CI else pytest.skip(message)
+    need_servers("redis-server")
     servers = SentinelGroup(tmp_path)
     try:
         servers.start()
@@ -51,53 +50,19 @@ def group(tmp_path: Path) -> Iterator[SentinelGroup]:
 
 
 @pytest.fixture
-def database_url(mariadb_url: str) -> Iterator[str]:
-    _drop_table(mariadb_url)
-    yield mariadb_url
-    _drop_table(mariadb_url)
+def env(group: SentinelGroup, database_url: str, tmp_path: Path) -> dict[str, str]:  # noqa: F811
+    return process_env(group.url, database_url, tmp_path)
 
 
 @pytest.fixture
-def env(group: SentinelGroup, database_url: str, tmp_path: Path) -> dict[str, str]:
-    """The environment of a `delayq` process on the group and the test database."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith("DELAYQ_")}
-    env.update(
-        DELAYQ_DATABASE_URL=database_url,
-        DELAYQ_REDIS_URL=group.url,
-        DELAYQ_HANDLERS=",".join(HANDLERS),
-        DELAYQ_HOME=str(tmp_path / "home"),
-        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
-    )
-    return env
-
-
-@pytest.fixture
-def queue(group: SentinelGroup, database_url: str, tmp_path: Path) -> Iterator[delayq.Queue]:
-    settings = Settings(
-        database_url=database_url,
-        redis_url=group.url,
-        handlers=HANDLERS,
-        home=tmp_path / "home",
-    )
-    queue = delayq.connect(settings)
-    queue.init()
+def queue(
+    group: SentinelGroup,
+    database_url: str,  # noqa: F811
+    tmp_path: Path,
+) -> Iterator[delayq.Queue]:
+    queue = open_queue(group.url, database_url, tmp_path)
     yield queue
     queue.close()
-
-
-def add(queue: delayq.Queue, log: str, *names: str, delay: str | None = None) -> list[int]:
-    return [queue.add(H, "record", {"log": log, "n": name}, delay=delay) for name in names]
-
-
-def run_once(env: dict[str, str]) -> None:
-    done = subprocess.run([*DELAYQ, "run"], env=env, capture_output=True, timeout=120)
-    assert done.returncode == 0, done.stderr.decode()
-    assert done.stderr == b""
-
-
-def assert_each_ran_once(queue: delayq.Queue, log: str, names: dict[int, str]) -> None:
-    assert Counter(read_log(log)) == Counter(names.values())
-    assert {queue.show(job_id)["status"] for job_id in names} == {"success"}
 
 
 def test_a_queue_on_a_sentinel_url_adds_and_runs_jobs(group, queue, env, log):
@@ -117,26 +82,14 @@ def test_a_queue_on_a_sentinel_url_adds_and_runs_jobs(group, queue, env, log):
 def test_runs_go_on_against_the_new_primary_after_a_failover(
     group, queue, env, log, fault, concurrency
 ):
-    before = add(queue, log, "before")
-    due_later = add(queue, log, "due-later-1", "due-later-2", delay="2s")
-    loop = start(env, "run", "--loop", "--concurrency", concurrency, "--log-level", "warning")
-    wait_for(lambda: "before" in read_log(log), 60, "the job added before the failover")
-    # Nothing a failover may roll back: the replica has every write so far.
-    assert queue.index.client.wait(1, 5000) == 1
-
-    fault(group)
-    after = add(queue, log, "after-1", "after-2")
-    expected = ["before", "due-later-1", "due-later-2", "after-1", "after-2"]
-    wait_for(lambda: sorted(read_log(log)) == sorted(expected), 60, "the loop to run them all")
-    loop.send_signal(signal.SIGTERM)
-    _, stderr = loop.communicate(timeout=60)
-    assert loop.returncode == 128 + signal.SIGTERM, stderr.decode()
-    assert b"Traceback" not in stderr
-    later = add(queue, log, "started-after")
-    run_once(env)
-
-    names = dict(zip(before + due_later + after + later, [*expected, "started-after"], strict=True))
-    assert_each_ran_once(queue, log, names)
+    run_through_a_failover(
+        queue,
+        env,
+        log,
+        concurrency,
+        replicated=lambda: queue.index.client.wait(1, 5000),
+        fail_over=lambda: fault(group),
+    )
 
 
 @pytest.mark.parametrize("fault", FAULTS.values(), ids=FAULTS)
@@ -170,7 +123,7 @@ def test_scripts_and_the_journal_follow_the_primary_through_a_failover(group, fa
 def test_an_add_while_the_primary_is_down_waits_for_the_new_one(group, queue, env, log):
     old = group.kill_primary_now()
 
-    job_id = queue.add(H, "record", {"log": log, "n": "during"})  # retried until promoted
+    [job_id] = add(queue, log, "during")  # retried until promoted
 
     new = group.wait_for_new_primary(old)
     primary = group.client(new)
@@ -180,15 +133,18 @@ def test_an_add_while_the_primary_is_down_waits_for_the_new_one(group, queue, en
     assert_each_ran_once(queue, log, {job_id: "during"})
 
 
+def test_jobs_a_failover_rolled_back_are_put_back_by_the_next_run(group, queue, env, log):
+    primary = group.primary_port()
+    replica = next(port for port in group.data_ports if port != primary)
+    a_rolled_back_add_is_put_back_at_once(
+        queue,
+        env,
+        log,
+        (primary, replica),
+        kill_primary=group.kill_primary_now,
+        new_primary=group.wait_for_new_primary,
+    )
+
+
 def test_status_and_doctor_work_on_a_sentinel_url_from_the_config_file(group, queue, env, tmp_path):
-    config = tmp_path / "delayq.toml"
-    config.write_text(f'redis_url = "{group.url}"\n')
-    env = {key: value for key, value in env.items() if key != "DELAYQ_REDIS_URL"}
-    env["DELAYQ_CONFIG"] = str(config)
-
-    status = subprocess.run([*DELAYQ, "status"], env=env, capture_output=True, timeout=60)
-    doctor = subprocess.run([*DELAYQ, "doctor"], env=env, capture_output=True, timeout=60)
-
-    assert status.returncode == 0, status.stderr.decode()
-    assert doctor.returncode == 0, doctor.stdout.decode() + doctor.stderr.decode()
-    assert "redis+sentinel://127.0.0.1:" in doctor.stdout.decode()
+    status_and_doctor_read_the_url_from_the_config_file(env, tmp_path, "redis+sentinel")

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 import peewee
 import redis
+from redis.exceptions import ClusterDownError, ReadOnlyError, RedisClusterException, TryAgainError
 
 from ..config import hide_secrets
 from ..errors import BackendUnavailable
@@ -52,6 +53,16 @@ def mysql_error_number(exc: BaseException) -> int | None:
     return None
 
 
+# A Redis that is failing over: a replica refusing writes, a Cluster with slots that no master
+# serves yet or in migration, a client (not a RedisError) that finds no node for a slot.
+FAILING_OVER = (
+    ReadOnlyError,
+    ClusterDownError,
+    TryAgainError,
+    RedisClusterException,
+)
+
+
 def is_disconnect(exc: BaseException) -> bool:
     """Whether the connection, not the statement, failed: the server went away, the link was
     lost or idled out, or PyMySQL found its socket already closed (error 0)."""
@@ -62,7 +73,11 @@ def is_disconnect(exc: BaseException) -> bool:
 def is_outage(exc: BaseException) -> bool:
     """Whether `exc` says a server is away (down, restarting, unreachable, the link cut)
     rather than that a statement or command was wrong: worth waiting out, not fatal."""
-    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)) or is_disconnect(exc):
+    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError, *FAILING_OVER)):
+        return True
+    if isinstance(exc, redis.ResponseError) and str(exc).startswith("UNBLOCKED"):
+        return True  # a blocked BLPOP's server turned replica
+    if is_disconnect(exc):
         return True
     return mysql_error_number(exc) in (CANNOT_CONNECT_SOCKET, CANNOT_CONNECT)
 
@@ -101,7 +116,7 @@ def backend_errors(method: Callable[Concatenate[Any, P], R]) -> Callable[Concate
             raise BackendUnavailable(f"database error: {_told(exc, queue)}") from exc
         except peewee.InterfaceError as exc:
             raise BackendUnavailable(f"database unreachable: {_told(exc, queue)}") from exc
-        except redis.RedisError as exc:
+        except (redis.RedisError, RedisClusterException) as exc:
             raise BackendUnavailable(f"Redis error: {_told(exc, queue)}") from exc
 
     return wrapper

@@ -10,12 +10,14 @@ import itertools
 import threading
 from collections.abc import Sequence
 from functools import lru_cache
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import redis
 from redis.client import Pipeline
-from redis.connection import Connection
+from redis.cluster import RedisCluster
+from redis.connection import Connection, ConnectionPool
 
+from .clusters import is_cluster
 from .keys import JOURNAL_TTL, queue_key, text
 
 T = TypeVar("T")
@@ -26,8 +28,12 @@ class Journal:
 
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
-        self._connection: Connection | None = None
+        # The journal's connection on each server it writes to: one, or on a Cluster one on
+        # each master holding a queue's slot; by id() of the connection pool.
+        self._connections: dict[int, tuple[ConnectionPool, Connection]] = {}
+        self._pools: dict[str, ConnectionPool] = {}  # the pool each queue's last write took
         self._lock = threading.Lock()
+        self._cluster = is_cluster(client)
 
     def write(self, queue: str, job_id: int, record: str) -> None:
         self.write_many(queue, [(job_id, record)])
@@ -52,7 +58,8 @@ class Journal:
 
     def _hset(self, queue: str, pairs: list[tuple[bytes, bytes]]) -> None:
         if pairs:
-            self._send(pack(b"HSET", journal_key(queue), *itertools.chain.from_iterable(pairs)))
+            packed = pack(b"HSET", journal_key(queue), *itertools.chain.from_iterable(pairs))
+            self._send(queue, packed)
 
     def note_order(
         self, pipe: Pipeline, queue: str, token: str, order: Sequence[int], notes_starts: bool
@@ -69,51 +76,67 @@ class Journal:
             pipe.expire(key, JOURNAL_TTL)  # covers the outcomes journaled for this batch
 
     def close(self) -> None:
-        """Turn replies back on and give the journal's connection back to the pool (at a
-        drain's end); its one reply proves that Redis applied every journal write before."""
+        """Turn replies back on and give the journal's connections back to their pools (at a
+        drain's end); each one reply proves that Redis applied every journal write before."""
         with self._lock:
-            connection, self._connection = self._connection, None
-        if connection is None:
-            return
-        try:
-            connection.send_packed_command([pack(b"CLIENT", b"REPLY", b"ON")])
-            connection.read_response()
-        except Exception:
-            connection.disconnect()
-            raise
-        finally:
-            self.client.connection_pool.release(connection)
+            held, self._connections = list(self._connections.values()), {}
+            self._pools.clear()
+        failed: Exception | None = None
+        for pool, connection in held:
+            try:
+                connection.send_packed_command([pack(b"CLIENT", b"REPLY", b"ON")])
+                connection.read_response()
+            except Exception as exc:  # noqa: BLE001 - raised once every connection is back
+                connection.disconnect()
+                failed = failed or exc
+            finally:
+                pool.release(connection)
+        if failed is not None:
+            raise failed
 
-    def _send(self, packed: bytes) -> None:
+    def _send(self, queue: str, packed: bytes) -> None:
         # The main thread journals while the bookkeeping thread commits: sends take turns.
         with self._lock:
+            pool = self._pool_for(queue)
+            before = self._pools.get(queue)
+            if before is not None and before is not pool:
+                self._give_up(before)  # the queue's slot moved to another master
+            self._pools[queue] = pool
+            held = self._connections.get(id(pool))
             # A Sentinel pool that found a new primary after a failover no longer owns a
             # connection still on the old server (which takes no writes, and answers none).
-            pool = self.client.connection_pool
-            if self._connection is not None and not pool.owns_connection(self._connection):
-                self._give_up()
-            if self._connection is None:
-                self._connection = pool.get_connection()
-                self._checked(pack(b"CLIENT", b"REPLY", b"OFF"))
-            self._checked(packed)
+            if held is not None and not pool.owns_connection(held[1]):
+                self._give_up(pool)
+                held = None
+            if held is None:
+                self._connections[id(pool)] = pool, pool.get_connection()
+                self._checked(pool, pack(b"CLIENT", b"REPLY", b"OFF"))
+            self._checked(pool, packed)
 
-    def _checked(self, packed: bytes) -> None:
-        """Send on the journal's connection, giving it up if that fails: redis-py would
-        reconnect it with replies on, and the replies no one reads would answer whoever takes
-        it from the pool next (Redis restarted under a run: its next claim read a journal
-        write's reply and crashed)."""
-        assert self._connection is not None
+    def _pool_for(self, queue: str) -> ConnectionPool:
+        """The pool of the server that holds `queue`'s journal now."""
+        if not self._cluster:
+            return self.client.connection_pool
+        cluster = cast(RedisCluster, self.client)
+        node = cluster.get_node_from_key(journal_key(queue))
+        return cast(ConnectionPool, cluster.get_redis_connection(node).connection_pool)
+
+    def _checked(self, pool: ConnectionPool, packed: bytes) -> None:
+        """Send on the journal's connection to `pool`'s server, giving it up if that fails:
+        redis-py would reconnect it with replies on, and the replies no one reads would
+        answer whoever takes it from the pool next (Redis restarted under a run: its next
+        claim read a journal write's reply and crashed)."""
         try:
-            self._connection.send_packed_command([packed], check_health=False)
+            self._connections[id(pool)][1].send_packed_command([packed], check_health=False)
         except Exception:
-            self._give_up()
+            self._give_up(pool)
             raise
 
-    def _give_up(self) -> None:
-        assert self._connection is not None
-        connection, self._connection = self._connection, None
-        connection.disconnect()
-        self.client.connection_pool.release(connection)
+    def _give_up(self, pool: ConnectionPool) -> None:
+        held = self._connections.pop(id(pool), None)
+        if held is not None:
+            held[1].disconnect()
+            pool.release(held[1])
 
     def forget(
         self,
@@ -133,7 +156,7 @@ class Journal:
         if fields:
             packed.insert(0, pack(b"HDEL", journal_key(queue), *fields))
         if packed:
-            self._send(b"".join(packed))
+            self._send(queue, b"".join(packed))
 
     def forget_order(self, queue: str, token: str) -> None:
         self.client.hdel(journal_key(queue), f"order:{token}", f"starts:{token}")

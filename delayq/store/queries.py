@@ -150,6 +150,19 @@ def still_pending(table: Table, ids: Sequence[int]) -> list[int]:
     return [job_id for job_id in ids if job_id in pending]
 
 
+def pending_changed_since(
+    table: Table, queue: str, since: float, batch: int
+) -> Iterator[list[tuple[int, float]]]:
+    """(id, due) of `queue`'s PENDING rows added or changed since epoch second `since`, in
+    batches by id."""
+    Job = table.model
+    query = Job.select(Job.id, due_column(table)).where(
+        Job.status == Status.PENDING, Job.queue == queue, Job.modified >= utc_stamp(since)
+    )
+    for rows in id_batches(query.tuples(), batch):
+        yield [(job_id, float(due)) for job_id, due in rows]
+
+
 def iter_pending(table: Table, batch: int = 5000) -> Iterator[list[tuple[str, int, float]]]:
     """Every PENDING row as (queue, id, due), in batches by id, for rebuilding the index."""
     Job = table.model

@@ -1,16 +1,31 @@
 """The registry: what delayq notes about itself in Redis — the names of every queue ever
 indexed (so that a plain `run` visits them), the record of the last run (for `delayq
-status`), and the marker that says the schedule holds every pending row of the table.
+status`), the marker that says the schedule holds every pending row of the table, and which
+server each queue's keys were last seen on.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import cast
 
 import redis
+from redis.cluster import RedisCluster
 
 from ..config import DEFAULT_QUEUE
-from .keys import INDEXED_KEY, LAST_RUN_KEY, QUEUES_KEY, text
+from .clusters import is_cluster
+from .keys import INDEXED_KEY, LAST_RUN_KEY, QUEUES_KEY, queue_key, text
+
+
+@dataclass(frozen=True)
+class ServerNote:
+    """The server a queue's keys were last seen on, by its replication id, and when; and
+    when a run last found them on a new one (None: never)."""
+
+    replication_id: str
+    seen: float
+    moved: float | None
 
 
 class Registry:
@@ -61,3 +76,41 @@ class Registry:
     def mark_complete(self) -> None:
         """Record that every pending row of the table is on the schedule."""
         self.client.set(INDEXED_KEY, "1")
+
+    def replication_id(self, queue: str) -> str | None:
+        """The replication id of the server that holds `queue`'s keys, or None where INFO is
+        refused. A replica promoted to primary starts a history of its own under a new id."""
+        try:
+            if is_cluster(self.client):
+                cluster = cast(RedisCluster, self.client)
+                node = cluster.get_node_from_key(queue_key(queue, "server"))
+                info = cluster.info("replication", target_nodes=node)
+            else:
+                info = self.client.info("replication")
+        except redis.ResponseError:  # a managed Redis that renames or refuses INFO
+            return None
+        found = info.get("master_replid")
+        return str(found) if found else None
+
+    def server_note(self, queue: str) -> ServerNote | None:
+        fields = {
+            text(key): text(value)
+            for key, value in self.client.hgetall(queue_key(queue, "server")).items()
+        }
+        try:
+            moved = fields.get("moved")
+            return ServerNote(
+                fields["replication_id"], float(fields["seen"]), float(moved) if moved else None
+            )
+        except (KeyError, ValueError):  # none yet (or not one delayq wrote)
+            return None
+
+    def note_server(self, queue: str, note: ServerNote) -> None:
+        self.client.hset(
+            queue_key(queue, "server"),
+            mapping={
+                "replication_id": note.replication_id,
+                "seen": repr(note.seen),
+                "moved": "" if note.moved is None else repr(note.moved),
+            },
+        )

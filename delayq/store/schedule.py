@@ -17,6 +17,7 @@ import redis
 from redis.client import Pipeline
 from redis.commands.core import Script
 
+from .clusters import SlotWaits, is_cluster
 from .keys import QUEUES_KEY, queue_key, schedule_key, text
 
 ADD_CHUNK = 2000
@@ -35,6 +36,9 @@ class Schedule:
         self._claim_due = load_script(client, "claim_due")
         self._add_jobs = load_script(client, "add_jobs")
         self._registered: set[str] = set()  # queues this client has registered already
+        # A Cluster runs no script inside a pipeline, and blocks on one slot's keys at once.
+        self._cluster = is_cluster(client)
+        self._wake_waits = SlotWaits(client) if self._cluster else None
 
     def add(self, queue: str, job_id: int, run_at: float) -> None:
         self.add_many(queue, [(job_id, run_at)])
@@ -47,8 +51,12 @@ class Schedule:
             return
         keys = [schedule_key(queue), queue_key(queue, "wake")]
         chunks = [entries[start : start + ADD_CHUNK] for start in range(0, len(entries), ADD_CHUNK)]
-        if len(chunks) == 1 and queue in self._registered:
-            self._add_jobs(keys=keys, args=_score_args(chunks[0]))
+        if self._cluster or (len(chunks) == 1 and queue in self._registered):
+            for chunk in chunks:
+                self._add_jobs(keys=keys, args=_score_args(chunk))
+            if queue not in self._registered:
+                self.client.sadd(QUEUES_KEY, queue)
+                self._registered.add(queue)
             return
         pipe = self.client.pipeline(transaction=False)
         for chunk in chunks:
@@ -149,6 +157,8 @@ class Schedule:
     def wait_for_wake(self, queues: Sequence[str], timeout: float) -> bool:
         """Block until a job due sooner is added to one of `queues`, or `timeout` passes."""
         keys = [queue_key(queue, "wake") for queue in queues]
+        if self._wake_waits is not None:
+            return self._wake_waits.wait(keys, max(timeout, 0.001))
         return self.client.blpop(keys, timeout=max(timeout, 0.001)) is not None
 
     def members(self, queue: str, batch: int = 5000) -> Iterable[list[tuple[str, float]]]:

@@ -30,26 +30,28 @@ SENTINEL_TIMEOUT = 2.0
 _HOST = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[^:\[\]]+)(?::([^:]*))?$")
 
 
-class BadSentinelUrl(ValueError):
-    """What is wrong with a redis+sentinel:// URL, in words for its usage error."""
+class BadUrl(ValueError):
+    """What is wrong with a redis+sentinel:// or redis+cluster:// URL, in words for its usage
+    error."""
 
 
 def _service_and_db(path: str) -> tuple[str, int]:
     service, _, db = path.strip("/").partition("/")
     if not service:
-        raise BadSentinelUrl("name the service after the hosts, e.g. /mymaster or /mymaster/0")
+        raise BadUrl("name the service after the hosts, e.g. /mymaster or /mymaster/0")
     if db and not (db.isascii() and db.isdigit()):
-        raise BadSentinelUrl("the path after the service must be a database number, e.g. /0")
+        raise BadUrl("the path after the service must be a database number, e.g. /0")
     return unquote(service), int(db or 0)
 
 
-def _address(host: str) -> tuple[str, int]:
+def address(host: str, default_port: int, what: str) -> tuple[str, int]:
+    """(host, port) of one of a URL's comma-separated `what` (sentinels, nodes)."""
     found = _HOST.match(host)
     if not found:
-        raise BadSentinelUrl("give the sentinels as host:port[,host:port...]")
-    name, port = found.groups(str(SENTINEL_PORT))
+        raise BadUrl(f"give the {what} as host:port[,host:port...]")
+    name, port = found.groups(str(default_port))
     if not (port.isascii() and port.isdigit()) or not 1 <= int(port) <= 65535:
-        raise BadSentinelUrl(f"the port of {host!r} must be a number from 1 to 65535")
+        raise BadUrl(f"the port of {host!r} must be a number from 1 to 65535")
     return name.strip("[]"), int(port)
 
 
@@ -57,18 +59,18 @@ def _parameters(query: str) -> dict[str, str]:
     pairs = parse_qsl(query, keep_blank_values=True)
     unknown = sorted({name for name, _ in pairs} - set(QUERY_PARAMETERS))
     if unknown:
-        raise BadSentinelUrl(
+        raise BadUrl(
             f"{SCHEME}:// knows no {unknown[0]!r}; it takes {' and '.join(QUERY_PARAMETERS)}"
         )
     if len(pairs) > len(dict(pairs)):
-        raise BadSentinelUrl("give each query parameter once")
+        raise BadUrl("give each query parameter once")
     return dict(pairs)
 
 
 def open_sentinel(netloc: str, path: str, query: str, **options: Any) -> redis.Redis:
     """A client on the current primary of the service that the parts urlsplit gave of
     redis+sentinel://[[user]:password@]host:port[,host:port...]/SERVICE[/DB] name; connects
-    lazily. BadSentinelUrl says what is wrong with the URL.
+    lazily. BadUrl says what is wrong with the URL.
 
     redis-py's Sentinel pool asks the sentinels for the primary on every new connection and
     turns a READONLY reply (a demoted server) into a ConnectionError; the retry policy makes
@@ -79,7 +81,7 @@ def open_sentinel(netloc: str, path: str, query: str, **options: Any) -> redis.R
     user, colon, password = userinfo.partition(":")
     service, db = _service_and_db(path)
     parameters = _parameters(query)
-    addresses = [_address(host) for host in hosts.split(",")]
+    addresses = [address(host, SENTINEL_PORT, "sentinels") for host in hosts.split(",")]
     timeouts = {
         name: min(float(options[name]), SENTINEL_TIMEOUT)
         for name in ("socket_connect_timeout", "socket_timeout")

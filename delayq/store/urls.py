@@ -3,7 +3,7 @@ connects, so a malformed one is one usage error naming the variable, never a tra
 from deep inside a driver, and never an error that repeats a piece of the password.
 
 database.py opens the database; `open_redis` here builds every Redis client delayq makes
-for a URL (sentinels.py those of redis+sentinel:// URLs).
+for a URL (sentinels.py and clusters.py those of redis+sentinel:// and redis+cluster://).
 """
 
 from __future__ import annotations
@@ -16,12 +16,13 @@ import redis
 
 from ..config import hide_secrets, redact_url
 from ..errors import ConfigError
-from . import sentinels
+from . import clusters, sentinels
 
-REDIS_SCHEMES = ("redis", "rediss", "unix", sentinels.SCHEME)
+REDIS_SCHEMES = ("redis", "rediss", "unix", sentinels.SCHEME, clusters.SCHEME)
 REDIS_FORMS = (
-    "use redis://[:password@]host:6379/0, rediss://, unix:// or "
-    "redis+sentinel://[:password@]host:26379[,host:26379...]/SERVICE[/DB]"
+    "use redis://[:password@]host:6379/0, rediss://, unix://, "
+    "redis+sentinel://[:password@]host:26379[,host:26379...]/SERVICE[/DB] or "
+    "redis+cluster://[:password@]host:6379[,host:6379...]"
 )
 SERVER_SCHEMES = ("mysql", "redis", "rediss")
 PERCENT_ENCODE = (
@@ -82,12 +83,13 @@ def open_redis(url: str, **options: Any) -> redis.Redis:
     scheme = parts.scheme
     if scheme not in REDIS_SCHEMES:
         raise refuse("DELAYQ_REDIS_URL", url, REDIS_FORMS)
-    if scheme == sentinels.SCHEME:
+    if scheme in (sentinels.SCHEME, clusters.SCHEME):  # several servers
         if _password_cut_short(url.partition("://")[2], parts.netloc):
             raise refuse("DELAYQ_REDIS_URL", url, PERCENT_ENCODE)
+        opener = clusters.open_cluster if scheme == clusters.SCHEME else sentinels.open_sentinel
         try:
-            return sentinels.open_sentinel(parts.netloc, parts.path, parts.query, **options)
-        except sentinels.BadSentinelUrl as exc:
+            return opener(parts.netloc, parts.path, parts.query, **options)
+        except sentinels.BadUrl as exc:
             raise refuse("DELAYQ_REDIS_URL", url, str(exc)) from None
     check_netloc("DELAYQ_REDIS_URL", url)
     if scheme != "unix" and not _DB_PATH.match(parts.path):

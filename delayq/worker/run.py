@@ -25,6 +25,7 @@ from .calls import Caller
 from .claims import Batch, Claimer
 from .concurrent import ConcurrentDrain
 from .drains import SequentialDrain
+from .failovers import reindex_after_failover
 from .heartbeat import Heartbeat, LeaseDeadline
 from .hooks import load_reporters
 from .interrupts import Abandoned, GracefulStop, grace_on_alarm
@@ -112,6 +113,7 @@ class Run:
             recovered = recovery.recover_leases(self.table, self.index, queue, now)
             self.report.recovered += recovered.requeued + recovered.journaled
             self.report.failed += recovered.poisoned
+            self.report.reindexed += reindex_after_failover(self.table, self.index, queue, now)
             self.report.reindexed += recovery.reindex_orphans(self.table, self.index, queue, now)
         active = names
         while active and not self.should_stop():
