@@ -13,7 +13,7 @@ from ..store.index import Index
 from ..store.queries import overdue_pending
 from ..store.table import Status, Table, tuples
 from ..worker.recovery import ORPHAN_GRACE, SWEEP_LIMIT
-from .doctor import FAIL, OK, WARN, Check
+from .doctor import FAIL, Check, verdict
 
 
 def consistency_checks(table: Table, index: Index) -> list[Check]:
@@ -26,7 +26,23 @@ def consistency_checks(table: Table, index: Index) -> list[Check]:
     except (peewee.PeeweeException, redis.RedisError) as exc:
         detail = f"could not compare table and schedule: {one_line(exc)}"
         return [Check(FAIL, "consistency", detail)]
-    return [_unscheduled_check(unscheduled), _journal_check(stale)]
+    more = "+" if unscheduled >= SWEEP_LIMIT else ""
+    return [
+        verdict(
+            not unscheduled,
+            "orphans",
+            "every overdue pending row is on the schedule",
+            f"{unscheduled}{more} pending rows overdue by {ORPHAN_GRACE:g}s are not on the "
+            "schedule; the next run's sweep puts them back",
+        ),
+        verdict(
+            not stale,
+            "journal",
+            "no journal fields left by runs that are gone",
+            f"{stale} journal fields belong to no running job; recovery of the runs that left "
+            "them clears them, or they expire with the journal",
+        ),
+    ]
 
 
 def _unscheduled(table: Table, index: Index, queue: str, now: float) -> int:
@@ -57,26 +73,3 @@ def _is_live(field: str, running_ids: set[str], running_tokens: set[str]) -> boo
     if kind == "start":
         return rest.rpartition(":")[0] in running_tokens
     return True  # not ours to judge
-
-
-def _unscheduled_check(count: int) -> Check:
-    if not count:
-        return Check(OK, "orphans", "every overdue pending row is on the schedule")
-    more = "+" if count >= SWEEP_LIMIT else ""
-    return Check(
-        WARN,
-        "orphans",
-        f"{count}{more} pending rows overdue by {ORPHAN_GRACE:g}s are not on the schedule; "
-        "the next run's sweep puts them back",
-    )
-
-
-def _journal_check(count: int) -> Check:
-    if not count:
-        return Check(OK, "journal", "no journal fields left by runs that are gone")
-    return Check(
-        WARN,
-        "journal",
-        f"{count} journal fields belong to no running job; recovery of the runs that left "
-        "them clears them, or they expire with the journal",
-    )

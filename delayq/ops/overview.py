@@ -72,9 +72,7 @@ class LastRun:
     @property
     def finished_at(self) -> float | None:
         """When the run last said it was alive: a pass's end, a loop's last beat."""
-        if self.started_at is None:
-            return None
-        return self.started_at + (self.duration or 0.0)
+        return None if self.started_at is None else self.started_at + (self.duration or 0.0)
 
 
 @dataclass(frozen=True)
@@ -291,11 +289,9 @@ class Upcoming:
 
 
 def next_scheduled(table: Table, index: Index, queues: Sequence[str], count: int) -> list[Upcoming]:
-    """The first `count` entries across the queues' schedules, soonest first, with their rows.
-
-    Reads the sorted sets with ZRANGE: nothing is claimed. Members that are not ids are left
-    out (a run drops them).
-    """
+    """The first `count` entries across the queues' schedules (read with ZRANGE: nothing is
+    claimed), soonest first, with their rows; members that are not ids (a run drops them) are
+    left out."""
     entries: list[tuple[float, int, str]] = []
     for queue in queues:
         for member, score in index.schedule.earliest(queue, count):
