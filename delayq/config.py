@@ -1,6 +1,5 @@
-"""Settings: the one frozen bundle of configuration, and the only reader of DELAYQ_* and the file.
-Precedence: explicit arguments, the environment, the config file, the defaults on Settings.
-"""
+"""Settings: the one frozen bundle of configuration, and the only reader of DELAYQ_* and the
+file. Precedence: explicit arguments, the environment, the config file, Settings' defaults."""
 
 from __future__ import annotations
 
@@ -141,11 +140,9 @@ _SECRET_PARAMETER = re.compile(rf"([?&](?:{'|'.join(SECRET_PARAMETERS)})=)[^&]*"
 
 def redact_url(url: str | None) -> str:
     """The URL with its password, and any password given as a query parameter, shown as ***.
-
-    Not parsed as a URL: a raw # ? / or @ in a password would end the user:password part
-    early. So a password parameter's value runs to the next &, all up to the last @ left
-    after that is user and password, and only the user name is kept.
-    """
+    Not parsed as a URL, where a raw # ? / or @ in a password ends the user:password part
+    early: a password parameter's value runs to the next &, all up to the last @ left after
+    that is user and password, and only the user name is kept."""
     if not url:
         return "(embedded)"
     scheme, separator, rest = url.partition("://")

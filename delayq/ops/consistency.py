@@ -1,7 +1,6 @@
-"""Doctor's look at how the table and the index agree: pending rows the schedule lost (an
-index write that failed after its INSERT, a Redis that lost data) and journal fields no run
-will read again. Both are repaired by runs; doctor only counts them, reading, never writing.
-"""
+"""Doctor's look at how table and index agree: pending rows the schedule lost (an index write
+that failed after its INSERT, a Redis that lost data) and journal fields no run will read
+again. Runs repair both; doctor only counts them, reading, never writing."""
 
 from __future__ import annotations
 

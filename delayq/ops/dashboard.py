@@ -1,10 +1,6 @@
-"""What the web page's overview asks of every queue, each as a range of an index so that
-it answers in milliseconds at millions of rows: pending (due and later), running, failed
-(in all and in the last hour), the oldest due job and the next due time.
-
-`status` (overview.py) also counts the finished rows of every status, which is a walk over
-the whole table; the page leaves those to the CLI and the search.
-"""
+"""What the web page's overview asks of every queue, each a range of an index so that it
+answers in milliseconds at millions of rows: unlike `status`, it leaves the count of finished
+rows (a walk over the whole table) to the CLI and the search."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
 """`delayq doctor`: the checks an operator would otherwise make by hand — settings, database
 and Redis reachability and versions, the table against the model, the handler allowlist,
 Redis's eviction policy, the index marker — each an ok / warn / FAIL line saying what to fix.
-
-It only reads; cli/ops.py connects, prints the lines and turns a FAIL into exit 1.
-"""
+It only reads; cli/setup.py connects, prints the lines and turns a FAIL into exit 1."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """Where delayq's log records go and in what shape: text or one JSON object per line, on
 stderr or appended to a file. cli/ calls setup_logging; library modules only log through
-logging.getLogger(__name__) and never choose a destination.
-"""
+logging.getLogger(__name__) and never choose a destination."""
 
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
 """The bulk writes an operator asks for: purging old finished rows and requeueing failed ones.
-
 Both walk the table in primary-key batches so no statement holds locks for long, and both
-respect retry chains: purge never leaves a chain whose surviving rows end in an earlier
-attempt, and requeue only repeats a chain's latest finished attempt, or moves the pending
-attempt that follows it to now, so running either twice is safe.
-"""
+respect retry chains (purge never leaves a chain whose surviving rows end in an earlier
+attempt; requeue only repeats a chain's latest finished attempt, or moves the pending attempt
+that follows it to now), so running either twice is safe."""
 
 from __future__ import annotations
 
@@ -35,12 +33,9 @@ PAUSE = 0.05
 def purgeable_ids(
     table: Table, statuses: Sequence[Status], before: float, batch: int = BATCH
 ) -> Iterator[list[int]]:
-    """Ids of finished rows last changed before `before` (epoch), in ascending batches.
-
-    A row qualifies only if no earlier attempt of its chain is kept: deleting a later attempt
-    while an earlier failed one stays would make that one look like the chain's last word
-    (and `requeue` would run a job that has since succeeded).
-    """
+    """Ids of finished rows last changed before `before` (epoch), in ascending batches, of which
+    no earlier attempt is kept: deleting a later attempt while an earlier failed one stays would
+    make that one the chain's last word (and `requeue` would run a job that has succeeded)."""
     if not statuses:
         raise BadInput("purge needs at least one status")
     for status in statuses:

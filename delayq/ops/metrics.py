@@ -1,10 +1,8 @@
-"""Prometheus text exposition: counters and histograms that every run adds to in Redis
-(store/tallies.py), the queues' gauges, and the last run's own figures when there is one.
-
-This module owns the metric names. It reads only what stays cheap at any table size: the
-tallies' hashes, ZCARD/ZCOUNT/the head of each schedule, and the running rows through the
-status index — never a GROUP BY over the whole table. Writing the file is textfile.py's.
-"""
+"""Prometheus text exposition, and the metric names: counters and histograms that every run
+adds to in Redis (store/tallies.py), the queues' gauges, and the last run's own figures. It
+reads only what stays cheap at any table size: the tallies' hashes, ZCARD/ZCOUNT/the head of
+each schedule, and the running rows through the status index — never a GROUP BY over the
+whole table. Writing the file is textfile.py's."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
 """Per-minute aggregates for a dashboard: what each queue's jobs did in each of the last minutes
 (outcome counts, a lateness histogram, lateness and duration sums), read from the hashes that
-runs add to in Redis (store/tallies.py) and kept there for a day.
-
-Aggregates are best-effort: the table is the truth, and a flushed Redis starts them from zero.
-"""
+runs add to in Redis (store/tallies.py) and kept there for a day. Best-effort: the table is
+the truth, and a flushed Redis starts them from zero."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """The read-only questions an operator asks of the table and the schedule: how each queue
 stands (`status`), which rows match a filter (`list`), what runs next (`peek`), and what the
-last run recorded. Nothing here writes (maintenance.py does); cli/ops.py renders the answers.
-"""
+last run recorded. Nothing here writes (maintenance.py does); cli/ops.py renders it all."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """The metrics file (metrics.py's text) for node_exporter's textfile collector: written
 atomically, a temporary file beside it then os.replace, so the collector never reads half a
-file; for a looping run, rewritten every few seconds by a thread of its own.
-"""
+file; for a looping run, rewritten every few seconds by a thread of its own."""
 
 from __future__ import annotations
 
