@@ -3,6 +3,7 @@ file. Precedence: explicit arguments, the environment, the config file, Settings
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import sys
@@ -219,13 +220,7 @@ def _beside(config_file: Path, item: Any) -> Any:
 def _toml_module() -> Any:
     """tomllib, or its backport tomli before Python 3.11; imported only when there is a file
     to read, so a run without one does not pay for it."""
-    if sys.version_info >= (3, 11):
-        import tomllib  # novermin: imported on 3.11 and newer only
-
-        return tomllib
-    import tomli
-
-    return tomli
+    return importlib.import_module("tomllib" if sys.version_info >= (3, 11) else "tomli")
 
 
 def _coerce(values: dict[str, Any]) -> dict[str, Any]:
@@ -240,7 +235,10 @@ def _coerce(values: dict[str, Any]) -> dict[str, Any]:
         out["path"] = _directories(out["path"])
     for name in ("embedded_idle", "lease", "since", "max_seconds", "timeout", "grace"):
         if name in out:
-            out[name] = _number(name, out[name])
+            try:
+                out[name] = parse_duration(out[name], name)
+            except BadInput as exc:
+                raise ConfigError(f"{ENV_PREFIX}{name.upper()}: {exc}") from None
     for name in ("batch_size", "concurrency"):
         if name in out:
             out[name] = _integer(name, out[name])
@@ -291,10 +289,3 @@ def _php_classes(value: Any) -> tuple[tuple[str, str], ...]:
             )
         checked.append((php.lstrip("\\"), python))
     return tuple(checked)
-
-
-def _number(name: str, value: Any) -> float:
-    try:
-        return parse_duration(value, name)
-    except BadInput as exc:
-        raise ConfigError(f"{ENV_PREFIX}{name.upper()}: {exc}") from None

@@ -24,11 +24,7 @@ class Periodic:
     ends, then `finish` (say, closing the thread's own database connection)."""
 
     def __init__(
-        self,
-        name: str,
-        interval: float,
-        action: Callable[[], None],
-        finish: Callable[[], object] = lambda: None,
+        self, name: str, interval: float, action: Callable[[], None], finish: Callable[[], object]
     ) -> None:
         self.interval = interval
         self.action = action
