@@ -54,10 +54,8 @@ def _stale_journal_fields(table: Table, index: Index, queue: str) -> int:
     already in the table, or the batch order and start notes of a run that is gone."""
     fields = index.journal.fields(queue)
     Job = table.model
-    running = Job.select(Job.id, Job.lease_token).where(
-        Job.status == Status.RUNNING, Job.queue == queue
-    )
-    held = tuples(running)
+    running = Job.status == Status.RUNNING
+    held = tuples(Job.select(Job.id, Job.lease_token).where(running, Job.queue == queue))
     ids = {str(job_id) for job_id, _ in held}
     tokens = {token for _, token in held if token}
     return sum(1 for field in fields if not _is_live(field, ids, tokens))

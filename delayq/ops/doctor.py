@@ -122,10 +122,16 @@ def redis_checks(index: Index, settings: Settings) -> list[Check]:
     except redis.RedisError as exc:
         detail = one_line(exc, settings.redis_url)
         return [Check(FAIL, "redis", f"{where} cannot be used: {detail}")]
+    version = str(server.get("redis_version", "?"))
+    try:
+        too_old = tuple(int(part) for part in version.split(".")[:2]) < MIN_REDIS
+    except ValueError:
+        too_old = False
+    found = f"Redis {version} at {where}"
     policy = str(memory.get("maxmemory_policy", "unknown"))
     counts = ", ".join(f"{queue} {count}" for queue, count in strays.items() if count)
     return [
-        _version_check(str(server.get("redis_version", "?")), where),
+        verdict(not too_old, "redis", found, f"{found}; delayq needs 6.2 or later", FAIL),
         verdict(
             policy == "noeviction",
             "eviction",
@@ -154,12 +160,3 @@ def _stray_members(index: Index, queue: str) -> int:
     """How many members of the queue's schedule are not job ids."""
     chunks = index.schedule.members(queue)
     return sum(job_id_of(member) is None for chunk in chunks for member, _ in chunk)
-
-
-def _version_check(version: str, where: str) -> Check:
-    try:
-        parsed = tuple(int(part) for part in version.split(".")[:2])
-    except ValueError:
-        parsed = MIN_REDIS
-    found = f"Redis {version} at {where}"
-    return verdict(parsed >= MIN_REDIS, "redis", found, f"{found}; delayq needs 6.2 or later", FAIL)

@@ -239,9 +239,8 @@ class JobFilter:
         if self.changed_to is not None:
             query = query.where(Job.modified < utc_stamp(self.changed_to))
         if self.class_path is not None:
-            # params is JSON text (or a PHP producer's serialize() text), and json_extract
-            # differs between SQLite and MariaDB (and fails on rows that are not JSON), so SQL
-            # narrows with LIKE on how either writes the class, and Python checks the exact class.
+            # params is JSON (or a PHP producer's serialize() text), and json_extract differs by
+            # database and fails on other text: LIKE narrows, `matches_class` checks exactly.
             as_json = json.dumps(self.class_path, ensure_ascii=False)
             query = query.where(
                 _like(Job.params, as_json) | _like(Job.params, f'"{self.class_path}";')
