@@ -290,13 +290,12 @@ def next_scheduled(table: Table, index: Index, queues: Sequence[str], count: int
     """The first `count` entries across the queues' schedules (read with ZRANGE: nothing is
     claimed), soonest first, with their rows; members that are not ids (a run drops them) are
     left out."""
-    entries: list[tuple[float, int, str]] = []
-    for queue in queues:
-        for member, score in index.schedule.earliest(queue, count):
-            job_id = job_id_of(member)
-            if job_id is not None:
-                entries.append((float(score), job_id, queue))
-    entries = sorted(entries)[:count]
+    entries = sorted(
+        (float(score), job_id, queue)
+        for queue in queues
+        for member, score in index.schedule.earliest(queue, count)
+        if (job_id := job_id_of(member)) is not None
+    )[:count]
     Job = table.model
     ids = [job_id for _, job_id, _ in entries]
     rows = {row.id: row for row in Job.select().where(Job.id.in_(ids))} if ids else {}
