@@ -73,19 +73,17 @@ def database_checks(db: peewee.Database, url: str | None) -> list[Check]:
     """Reachability and version, then the table's columns and indexes against the model."""
     where = redact_url(url)
     try:
-        reached = Check(OK, "database", f"{_database_version(db)} at {where}")
+        if is_mysql(db):
+            version = str(db.execute_sql("SELECT VERSION()").fetchone()[0])
+            version = version if "mariadb" in version.lower() else f"MySQL {version}"
+        else:
+            version = f"SQLite {db.execute_sql('SELECT sqlite_version()').fetchone()[0]}"
+        reached = Check(OK, "database", f"{version} at {where}")
         if not db.table_exists(Job._meta.table_name):
             return [reached, Check(FAIL, "table", "delay_queue does not exist; run `delayq init`")]
         return [reached, *_table_checks(db)]
     except (peewee.DatabaseError, peewee.InterfaceError) as exc:
         return [Check(FAIL, "database", f"{where} cannot be used: {one_line(exc, url)}")]
-
-
-def _database_version(db: peewee.Database) -> str:
-    if is_mysql(db):
-        version = str(db.execute_sql("SELECT VERSION()").fetchone()[0])
-        return version if "mariadb" in version.lower() else f"MySQL {version}"
-    return f"SQLite {db.execute_sql('SELECT sqlite_version()').fetchone()[0]}"
 
 
 def _table_checks(db: peewee.Database) -> list[Check]:

@@ -65,15 +65,14 @@ def _tallies(counters: Mapping[str, Mapping[str, float]]) -> Iterator[Metric]:
             metric, _, handler = name.partition(SEPARATOR)
             series.setdefault((queue, handler), {})[metric] = value
     ordered = sorted(series.items())
+    for _, values in ordered:
+        values["processed"] = values.get("succeeded", 0.0) + values.get("failed", 0.0)
     for outcome in ("processed", *OUTCOMES):
         family = CounterMetricFamily(
             f"delayq_jobs_{outcome}", _COUNTER_HELP[outcome], labels=LABELS
         )
         for labels, values in ordered:
-            count = values.get(outcome, 0.0)
-            if outcome == "processed":
-                count = values.get("succeeded", 0.0) + values.get("failed", 0.0)
-            family.add_metric(list(labels), count)
+            family.add_metric(list(labels), values.get(outcome, 0.0))
         yield family
     for name, bounds, what in (
         ("lateness", LATENESS_BOUNDS, "from a job's due time to its start"),

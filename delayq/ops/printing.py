@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import unicodedata
 
-# Characters a terminal acts on instead of showing: controls (ESC starts a sequence that
-# can recolour, move the cursor or retitle the window; CR overwrites the line), format
-# characters such as the bidi override U+202E that reorders what follows, line and
-# paragraph separators, and lone surrogates.
+# Characters a terminal acts on instead of showing: controls (ESC starts a sequence that can
+# recolour, move the cursor or retitle the window; CR overwrites the line), format characters
+# such as the bidi override U+202E, line and paragraph separators, and lone surrogates.
 _HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 
 

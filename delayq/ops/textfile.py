@@ -48,15 +48,13 @@ class Rewriter(Periodic):
         render: Callable[[], bytes],
         finish: Callable[[], object],
     ) -> None:
-        self.path = path
-        self.render = render
-        super().__init__("delayq-metrics", interval, self._rewrite, finish)
+        def rewrite() -> None:
+            try:
+                write_file(path, render())
+            except Exception as exc:  # noqa: BLE001 - the run goes on; the next write may work
+                logger.warning("could not rewrite the metrics file: %s", exc)
 
-    def _rewrite(self) -> None:
-        try:
-            write_file(self.path, self.render())
-        except Exception as exc:  # noqa: BLE001 - the run goes on; the next write may work
-            logger.warning("could not rewrite the metrics file: %s", exc)
+        super().__init__("delayq-metrics", interval, rewrite, finish)
 
 
 def check_writable(path: str | Path) -> None:
