@@ -131,15 +131,8 @@ def status_report(
     for status, name, count in counts:
         if status in KNOWN_STATUSES:  # a number delayq never writes counts nowhere
             setattr(stats[name], Status(status).word, count)
-    _fill_live(table, index, stats, now)
-    return StatusReport(now, stats, read_last_run(index.registry))
-
-
-def _fill_live(table: Table, index: Index, stats: dict[str, QueueStats], now: float) -> None:
-    """Each queue's due count, failures in the last hour (and those retried since), due
-    times and schedule size: ranges of the (status, queue, run_at), (status, modified) and
-    chain_id indexes."""
-    Job = table.model
+    # Live figures, each a range of the (status, queue, run_at), (status, modified) or chain_id
+    # index: due counts, recent and retried failures, due times, schedule sizes.
     Later = Job.alias("later")
     later = Later.select(SQL("1")).where(
         (Later.chain_id == fn.COALESCE(Job.chain_id, Job.id)) & (Later.id > Job.id)
@@ -166,6 +159,7 @@ def _fill_live(table: Table, index: Index, stats: dict[str, QueueStats], now: fl
         )
         entry.next_due_at = None if upcoming is None else float(upcoming)
         entry.scheduled = index.schedule.size(name)
+    return StatusReport(now, stats, read_last_run(index.registry))
 
 
 def _oldest_due(table: Table, queue: str, now: float) -> tuple[int, float] | None:
