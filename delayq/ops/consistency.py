@@ -19,9 +19,11 @@ def consistency_checks(table: Table, index: Index) -> list[Check]:
     """An ok or warn line for rows missing from the schedule and for stale journal fields."""
     try:
         now = index.clock.now()
-        queues = index.registry.known_queues()
-        unscheduled = sum(_unscheduled(table, index, queue, now) for queue in queues)
-        stale = sum(_stale_journal_fields(table, index, queue) for queue in queues)
+        unscheduled = stale = 0
+        for queue in index.registry.known_queues():
+            overdue = overdue_pending(table, queue, now - ORPHAN_GRACE, SWEEP_LIMIT)
+            unscheduled += len(index.schedule.missing(queue, [job_id for job_id, _ in overdue]))
+            stale += _stale_journal_fields(table, index, queue)
     except (peewee.PeeweeException, redis.RedisError) as exc:
         detail = f"could not compare table and schedule: {one_line(exc)}"
         return [Check(FAIL, "consistency", detail)]
@@ -42,11 +44,6 @@ def consistency_checks(table: Table, index: Index) -> list[Check]:
             "them clears them, or they expire with the journal",
         ),
     ]
-
-
-def _unscheduled(table: Table, index: Index, queue: str, now: float) -> int:
-    overdue = overdue_pending(table, queue, now - ORPHAN_GRACE, SWEEP_LIMIT)
-    return len(index.schedule.missing(queue, [job_id for job_id, _ in overdue]))
 
 
 def _stale_journal_fields(table: Table, index: Index, queue: str) -> int:
