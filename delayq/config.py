@@ -100,10 +100,9 @@ def load_settings(
     """Settings from the config file overlaid by DELAYQ_* variables."""
     environ = os.environ if environ is None else environ
     values = _read_file(config_path or environ.get(ENV_PREFIX + "CONFIG"))
-    for field in fields(Settings):
-        raw = environ.get(ENV_PREFIX + field.name.upper())
-        if raw is not None and raw != "":
-            values[field.name] = raw
+    for name in DEFAULTS:
+        if raw := environ.get(ENV_PREFIX + name.upper()):  # an empty variable counts as unset
+            values[name] = raw
     return Settings(**_coerce(values)).validate()
 
 
@@ -198,8 +197,7 @@ def _read_file(path: str | Path | None) -> dict[str, Any]:
         data = _toml_module().loads(candidate.read_text())
     except (OSError, ValueError) as exc:  # TOMLDecodeError is a ValueError
         raise ConfigError(f"cannot read config file {str(candidate)!r}: {exc}") from None
-    unknown = sorted(set(data) - set(DEFAULTS))
-    if unknown:
+    if unknown := sorted(set(data) - set(DEFAULTS)):
         raise ConfigError(f"config file {str(candidate)!r} has unknown keys: {', '.join(unknown)}")
     path = data.get("path")
     if isinstance(path, str | list):
