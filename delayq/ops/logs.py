@@ -48,12 +48,11 @@ def setup_logging(
             raise ConfigError(f"--log-file {str(path)!r} is not a path") from None
     handler.setFormatter(JsonLinesFormatter() if json_lines else TextFormatter(TEXT_FORMAT))
     root = logging.getLogger()
-    while _installed:
-        old = _installed.pop()
+    for old in _installed:
         root.removeHandler(old)
         old.close()
     root.addHandler(handler)
-    _installed.append(handler)
+    _installed[:] = [handler]
     root.setLevel(level.upper())
 
 

@@ -112,11 +112,8 @@ def requeue(
     )
     result = RequeueResult()
     for rows in id_batches(filters.query(table, now).where(~fn.EXISTS(has_later)), BATCH):
-        runnable = [
-            row
-            for row in rows
-            if filters.matches_class(row) and _is_allowed(row, allowed, php_classes or {}, result)
-        ]
+        matching = [row for row in rows if filters.matches_class(row)]
+        runnable = [row for row in matching if _is_allowed(row, allowed, php_classes or {}, result)]
         if dry_run:
             result.ids += [row.id for row in runnable]
             continue
