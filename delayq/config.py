@@ -1,15 +1,14 @@
-"""Settings: the one frozen bundle of configuration, and the only reader of DELAYQ_* and the file.
-
-Precedence: explicit arguments, then the environment, then the config file, then the defaults
-written on Settings' fields.
-"""
+"""Settings: the one frozen bundle of configuration, and the only reader of DELAYQ_* and the
+file. Precedence: explicit arguments, the environment, the config file, Settings' defaults."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import sys
 from collections.abc import Mapping
+from contextlib import suppress
 from dataclasses import dataclass, fields, replace
 from dataclasses import field as dataclass_field
 from pathlib import Path
@@ -37,8 +36,7 @@ class Settings:
     handlers: tuple[str, ...] = ()  # module prefixes whose code jobs may call; empty allows nothing
     home: Path = Path(".delayq")
     embedded_idle: float = 600.0  # seconds without a client before the embedded Redis stops
-    # Directories the commands import handlers from, besides the working directory.
-    path: tuple[Path, ...] = ()
+    path: tuple[Path, ...] = ()  # directories handlers are imported from, besides the cwd
     lease: float = 60.0  # seconds a claimed job stays ours without a heartbeat
     batch_size: int = 500  # jobs claimed per Redis call and per guarded UPDATE
     since: float = 86400.0  # how far back `run` looks; older due jobs become `missed`
@@ -46,10 +44,8 @@ class Settings:
     timeout: float = 300.0  # a handler running longer than this fails with JobTimeout
     concurrency: int = 1  # jobs in flight in one run: 1 calls handlers on the main thread
     grace: float = 25.0  # on SIGTERM, how long jobs in flight may take to finish
-    # (PHP class name, Python dotted path) pairs, for PHP producers' jobs.
-    php_classes: tuple[tuple[str, str], ...] = ()
-    # What logs in to `delayq web`'s actions; None: the page is read-only. A secret: never
-    # in a repr.
+    php_classes: tuple[tuple[str, str], ...] = ()  # (PHP class, Python dotted path) pairs
+    # What logs in to `delayq web`'s actions (None: the page is read-only); never in a repr.
     web_token: str | None = dataclass_field(default=None, repr=False)
     on_failure: str | None = None  # dotted path of a function called after each failed attempt
     # Where failed attempts are reported (the `sentry` extra); it holds a key.
@@ -66,7 +62,12 @@ class Settings:
             raise ConfigError("DELAYQ_BATCH_SIZE must be between 1 and 5000")
         if not 1 <= self.concurrency <= MAX_CONCURRENCY:
             raise ConfigError(f"DELAYQ_CONCURRENCY must be between 1 and {MAX_CONCURRENCY}")
-        _check_directories(self.path)
+        for directory in self.path:
+            if not directory.is_dir():
+                raise ConfigError(
+                    f"DELAYQ_PATH entry {str(directory)!r} is not a directory; list the "
+                    "directories that hold your handler modules"
+                )
         self._check_hooks()
         for prefix in self.handlers:
             if not all(part.isidentifier() for part in prefix.split(".")):
@@ -76,7 +77,9 @@ class Settings:
     def _check_hooks(self) -> None:
         if self.web_token is not None and len(self.web_token.strip()) < MIN_WEB_TOKEN:
             raise ConfigError(f"DELAYQ_WEB_TOKEN must be at least {MIN_WEB_TOKEN} characters")
-        if self.on_failure is not None and not _is_dotted(self.on_failure, parts=2):
+        hook = self.on_failure  # a dotted path of at least two identifiers
+        names = hook.split(".") if isinstance(hook, str) and len(hook) <= 255 else []
+        if hook is not None and not (len(names) >= 2 and all(n.isidentifier() for n in names)):
             raise ConfigError(
                 f"DELAYQ_ON_FAILURE {str(self.on_failure)[:100]!r} must be a dotted path to a "
                 "function of at most 255 characters, e.g. billing.alerts.job_failed"
@@ -91,25 +94,15 @@ class Settings:
 DEFAULTS: Mapping[str, Any] = {field.name: field.default for field in fields(Settings)}
 
 
-def _check_directories(path: tuple[Path, ...]) -> None:
-    for directory in path:
-        if not directory.is_dir():
-            raise ConfigError(
-                f"DELAYQ_PATH entry {str(directory)!r} is not a directory; list the "
-                "directories that hold your handler modules"
-            )
-
-
 def load_settings(
     environ: Mapping[str, str] | None = None, config_path: str | Path | None = None
 ) -> Settings:
     """Settings from the config file overlaid by DELAYQ_* variables."""
     environ = os.environ if environ is None else environ
     values = _read_file(config_path or environ.get(ENV_PREFIX + "CONFIG"))
-    for field in fields(Settings):
-        raw = environ.get(ENV_PREFIX + field.name.upper())
-        if raw is not None and raw != "":
-            values[field.name] = raw
+    for name in DEFAULTS:
+        if raw := environ.get(ENV_PREFIX + name.upper()):  # an empty variable counts as unset
+            values[name] = raw
     return Settings(**_coerce(values)).validate()
 
 
@@ -147,13 +140,9 @@ _SECRET_PARAMETER = re.compile(rf"([?&](?:{'|'.join(SECRET_PARAMETERS)})=)[^&]*"
 
 def redact_url(url: str | None) -> str:
     """The URL with its password, and any password given as a query parameter, shown as ***.
-
-    Read without trusting the URL to be well formed: a password holding a raw # ? / or @
-    makes a URL parser end the user:password part early and take the rest for the host,
-    the port or the query. So a password parameter's value runs to the next & whatever it
-    holds, everything up to the last @ left after that is user and password, and only the
-    user name is kept.
-    """
+    Not parsed as a URL, where a raw # ? / or @ in a password ends the user:password part
+    early: a password parameter's value runs to the next &, all up to the last @ left after
+    that is user and password, and only the user name is kept."""
     if not url:
         return "(embedded)"
     scheme, separator, rest = url.partition("://")
@@ -208,9 +197,7 @@ def _read_file(path: str | Path | None) -> dict[str, Any]:
         data = _toml_module().loads(candidate.read_text())
     except (OSError, ValueError) as exc:  # TOMLDecodeError is a ValueError
         raise ConfigError(f"cannot read config file {str(candidate)!r}: {exc}") from None
-    known = {field.name for field in fields(Settings)}
-    unknown = sorted(set(data) - known)
-    if unknown:
+    if unknown := sorted(set(data) - set(DEFAULTS)):
         raise ConfigError(f"config file {str(candidate)!r} has unknown keys: {', '.join(unknown)}")
     path = data.get("path")
     if isinstance(path, str | list):
@@ -231,13 +218,7 @@ def _beside(config_file: Path, item: Any) -> Any:
 def _toml_module() -> Any:
     """tomllib, or its backport tomli before Python 3.11; imported only when there is a file
     to read, so a run without one does not pay for it."""
-    if sys.version_info >= (3, 11):
-        import tomllib  # novermin: imported on 3.11 and newer only
-
-        return tomllib
-    import tomli
-
-    return tomli
+    return importlib.import_module("tomllib" if sys.version_info >= (3, 11) else "tomli")
 
 
 def _coerce(values: dict[str, Any]) -> dict[str, Any]:
@@ -252,7 +233,10 @@ def _coerce(values: dict[str, Any]) -> dict[str, Any]:
         out["path"] = _directories(out["path"])
     for name in ("embedded_idle", "lease", "since", "max_seconds", "timeout", "grace"):
         if name in out:
-            out[name] = _number(name, out[name])
+            try:
+                out[name] = parse_duration(out[name], name)
+            except BadInput as exc:
+                raise ConfigError(f"{ENV_PREFIX}{name.upper()}: {exc}") from None
     for name in ("batch_size", "concurrency"):
         if name in out:
             out[name] = _integer(name, out[name])
@@ -260,12 +244,10 @@ def _coerce(values: dict[str, Any]) -> dict[str, Any]:
 
 
 def _integer(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | str):
-        raise ConfigError(f"{ENV_PREFIX}{name.upper()} must be a whole number")
-    try:
-        return int(value)
-    except ValueError:
-        raise ConfigError(f"{ENV_PREFIX}{name.upper()} must be a whole number") from None
+    if isinstance(value, int | str) and not isinstance(value, bool):
+        with suppress(ValueError):
+            return int(value)
+    raise ConfigError(f"{ENV_PREFIX}{name.upper()} must be a whole number")
 
 
 def _directories(value: Any) -> tuple[Path, ...]:
@@ -305,16 +287,3 @@ def _php_classes(value: Any) -> tuple[tuple[str, str], ...]:
             )
         checked.append((php.lstrip("\\"), python))
     return tuple(checked)
-
-
-def _is_dotted(value: Any, parts: int = 1) -> bool:
-    """Whether `value` is a dotted path of at least `parts` Python identifiers."""
-    names = value.split(".") if isinstance(value, str) and len(value) <= 255 else []
-    return len(names) >= parts and all(name.isidentifier() for name in names)
-
-
-def _number(name: str, value: Any) -> float:
-    try:
-        return parse_duration(value, name)
-    except BadInput as exc:
-        raise ConfigError(f"{ENV_PREFIX}{name.upper()}: {exc}") from None

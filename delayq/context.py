@@ -1,8 +1,5 @@
-"""The job a handler is running, for handlers that want to make themselves idempotent.
-
-`delayq.current_job()` inside a handler returns its JobContext; the handler keeps its one-
-argument signature.
-"""
+"""The job a handler is running, for handlers that want to make themselves idempotent:
+`delayq.current_job()` returns its JobContext, and the handler keeps its one argument."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Durations ("90s", "15m", "2h", "1d", plain seconds) and ISO 8601 instants as seconds.
-
-The only module besides cli/ that knows about datetimes; the core works in epoch seconds.
-"""
+"""Durations ("90s", "15m", "2h", "1d", plain seconds) and ISO 8601 instants as seconds: the
+only module besides cli/ that knows about datetimes; the core works in epoch seconds."""
 
 from __future__ import annotations
 
@@ -28,8 +26,7 @@ _DURATION = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([smhdw]?)\s*$", re.IGNORECASE)
 
 
 def parse_duration(text: Duration, name: str = "duration") -> float:
-    """Seconds in `text`: a non-negative number or timedelta, or a number suffixed s, m, h,
-    d or w, at most MAX_DURATION."""
+    """Seconds in `text`: a number, a timedelta or 90s/15m/2h/1d/1w, 0 to MAX_DURATION."""
     seconds = seconds_of(text, name)
     if seconds < 0:
         raise BadInput(f"{name} must be a non-negative number of seconds, not {shown(text)}")
@@ -107,9 +104,8 @@ def check_due(run_at: float, now: float, name: str = "the due time") -> float:
 
 
 def parse_instant(text: str, name: str = "--at") -> float:
-    """Epoch seconds of an ISO 8601 date-time with its offset (`Z` or `+HH:MM`). Without
-    one it is refused: read as local time it would mean whatever zone `add` ran in, which
-    for a producer on another machine or in a container is a guess."""
+    """Epoch seconds of an ISO 8601 date-time with its offset (`Z` or `+HH:MM`); without one,
+    which zone `add` ran in (another machine, a container) would be a guess."""
     try:
         # Python before 3.11 reads no `Z`; it is UTC.
         moment = datetime.fromisoformat(re.sub(r"[zZ]$", "+00:00", text.strip()))

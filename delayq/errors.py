@@ -1,8 +1,6 @@
-"""The error tree delayq raises, and NoRetry and RetryLater for handler authors.
-
-Every DelayqError carries a one-line message that says what was wrong and how to fix it;
-cli/app.py maps the classes to exit codes.
-"""
+"""The error tree delayq raises, and NoRetry and RetryLater for handler authors. Every
+DelayqError carries a one-line message that says what was wrong and how to fix it;
+cli/app.py maps the classes to exit codes."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Helper threads in a process that uses signals: delayq's own threads (the bookkeeper, the
-heartbeat, the insert helper) block the signals the main thread must receive.
-"""
+heartbeat, the insert helper) block the signals the main thread must receive."""
 
 from __future__ import annotations
 
@@ -13,13 +12,10 @@ MAIN_THREAD_SIGNALS = {signal.SIGALRM, signal.SIGTERM, signal.SIGINT}
 
 
 def keep_signals_off_this_thread() -> None:
-    """Block the run's signals in a helper thread (call it first thing in the thread).
-
-    The kernel delivers a process's signal to any thread that does not block it. Python
-    runs the handler in the main thread either way, but a main thread asleep in a handler
-    (`time.sleep`, a socket read) is only woken if the signal reaches it: delivered to a
-    helper thread, a hung handler's time limit never fired.
-    """
+    """Block the run's signals in a helper thread (call it first thing in the thread). The
+    kernel delivers a signal to any thread not blocking it; Python runs the handler in the
+    main thread either way, but a main thread asleep in a handler (`time.sleep`, a socket
+    read) wakes only if the signal reaches it, so a hung handler's time limit never fired."""
     signal.pthread_sigmask(signal.SIG_BLOCK, MAIN_THREAD_SIGNALS)
 
 
@@ -28,11 +24,7 @@ class Periodic:
     ends, then `finish` (say, closing the thread's own database connection)."""
 
     def __init__(
-        self,
-        name: str,
-        interval: float,
-        action: Callable[[], None],
-        finish: Callable[[], object] = lambda: None,
+        self, name: str, interval: float, action: Callable[[], None], finish: Callable[[], object]
     ) -> None:
         self.interval = interval
         self.action = action

@@ -1,3 +1,2 @@
-"""The operator's view and tools: status, list and peek, purge and requeue, metrics, logs and
-doctor. They read the store and may change finished rows; they never run a handler.
-"""
+"""The operator's tools: status, list, peek, purge, requeue, metrics, logs and doctor. They
+read the store and may change finished rows; they never run a handler."""

@@ -1,7 +1,6 @@
-"""Doctor's look at how the table and the index agree: pending rows the schedule lost (an
-index write that failed after its INSERT, a Redis that lost data) and journal fields no run
-will read again. Both are repaired by runs; doctor only counts them, reading, never writing.
-"""
+"""Doctor's look at how table and index agree: pending rows the schedule lost (an index write
+that failed after its INSERT, a Redis that lost data) and journal fields no run will read
+again. Runs repair both; doctor only counts them, reading, never writing."""
 
 from __future__ import annotations
 
@@ -13,25 +12,38 @@ from ..store.index import Index
 from ..store.queries import overdue_pending
 from ..store.table import Status, Table, tuples
 from ..worker.recovery import ORPHAN_GRACE, SWEEP_LIMIT
-from .doctor import FAIL, OK, WARN, Check
+from .doctor import FAIL, Check, verdict
 
 
 def consistency_checks(table: Table, index: Index) -> list[Check]:
     """An ok or warn line for rows missing from the schedule and for stale journal fields."""
     try:
         now = index.clock.now()
-        queues = index.registry.known_queues()
-        unscheduled = sum(_unscheduled(table, index, queue, now) for queue in queues)
-        stale = sum(_stale_journal_fields(table, index, queue) for queue in queues)
+        unscheduled = stale = 0
+        for queue in index.registry.known_queues():
+            overdue = overdue_pending(table, queue, now - ORPHAN_GRACE, SWEEP_LIMIT)
+            unscheduled += len(index.schedule.missing(queue, [job_id for job_id, _ in overdue]))
+            stale += _stale_journal_fields(table, index, queue)
     except (peewee.PeeweeException, redis.RedisError) as exc:
         detail = f"could not compare table and schedule: {one_line(exc)}"
         return [Check(FAIL, "consistency", detail)]
-    return [_unscheduled_check(unscheduled), _journal_check(stale)]
-
-
-def _unscheduled(table: Table, index: Index, queue: str, now: float) -> int:
-    overdue = overdue_pending(table, queue, now - ORPHAN_GRACE, SWEEP_LIMIT)
-    return len(index.schedule.missing(queue, [job_id for job_id, _ in overdue]))
+    more = "+" if unscheduled >= SWEEP_LIMIT else ""
+    return [
+        verdict(
+            not unscheduled,
+            "orphans",
+            "every overdue pending row is on the schedule",
+            f"{unscheduled}{more} pending rows overdue by {ORPHAN_GRACE:g}s are not on the "
+            "schedule; the next run's sweep puts them back",
+        ),
+        verdict(
+            not stale,
+            "journal",
+            "no journal fields left by runs that are gone",
+            f"{stale} journal fields belong to no running job; recovery of the runs that left "
+            "them clears them, or they expire with the journal",
+        ),
+    ]
 
 
 def _stale_journal_fields(table: Table, index: Index, queue: str) -> int:
@@ -39,10 +51,8 @@ def _stale_journal_fields(table: Table, index: Index, queue: str) -> int:
     already in the table, or the batch order and start notes of a run that is gone."""
     fields = index.journal.fields(queue)
     Job = table.model
-    running = Job.select(Job.id, Job.lease_token).where(
-        Job.status == Status.RUNNING, Job.queue == queue
-    )
-    held = tuples(running)
+    running = Job.status == Status.RUNNING
+    held = tuples(Job.select(Job.id, Job.lease_token).where(running, Job.queue == queue))
     ids = {str(job_id) for job_id, _ in held}
     tokens = {token for _, token in held if token}
     return sum(1 for field in fields if not _is_live(field, ids, tokens))
@@ -57,26 +67,3 @@ def _is_live(field: str, running_ids: set[str], running_tokens: set[str]) -> boo
     if kind == "start":
         return rest.rpartition(":")[0] in running_tokens
     return True  # not ours to judge
-
-
-def _unscheduled_check(count: int) -> Check:
-    if not count:
-        return Check(OK, "orphans", "every overdue pending row is on the schedule")
-    more = "+" if count >= SWEEP_LIMIT else ""
-    return Check(
-        WARN,
-        "orphans",
-        f"{count}{more} pending rows overdue by {ORPHAN_GRACE:g}s are not on the schedule; "
-        "the next run's sweep puts them back",
-    )
-
-
-def _journal_check(count: int) -> Check:
-    if not count:
-        return Check(OK, "journal", "no journal fields left by runs that are gone")
-    return Check(
-        WARN,
-        "journal",
-        f"{count} journal fields belong to no running job; recovery of the runs that left "
-        "them clears them, or they expire with the journal",
-    )

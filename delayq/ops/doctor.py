@@ -1,9 +1,7 @@
 """`delayq doctor`: the checks an operator would otherwise make by hand — settings, database
 and Redis reachability and versions, the table against the model, the handler allowlist,
 Redis's eviction policy, the index marker — each an ok / warn / FAIL line saying what to fix.
-
-It only reads; cli/ops.py connects, prints the lines and turns a FAIL into exit 1.
-"""
+It only reads; cli/setup.py connects, prints the lines and turns a FAIL into exit 1."""
 
 from __future__ import annotations
 
@@ -34,6 +32,11 @@ class Check:
     level: str
     name: str
     detail: str
+
+
+def verdict(passed: bool, name: str, good: str, bad: str, level: str = WARN) -> Check:
+    """An ok line saying `good` if `passed`, else a `level` line saying `bad`."""
+    return Check(OK, name, good) if passed else Check(level, name, bad)
 
 
 def settings_check(settings: Settings) -> Check:
@@ -70,59 +73,39 @@ def database_checks(db: peewee.Database, url: str | None) -> list[Check]:
     """Reachability and version, then the table's columns and indexes against the model."""
     where = redact_url(url)
     try:
-        version = _database_version(db)
+        if is_mysql(db):
+            version = str(db.execute_sql("SELECT VERSION()").fetchone()[0])
+            version = version if "mariadb" in version.lower() else f"MySQL {version}"
+        else:
+            version = f"SQLite {db.execute_sql('SELECT sqlite_version()').fetchone()[0]}"
+        reached = Check(OK, "database", f"{version} at {where}")
         if not db.table_exists(Job._meta.table_name):
-            return [
-                Check(OK, "database", f"{version} at {where}"),
-                Check(FAIL, "table", "delay_queue does not exist; run `delayq init`"),
-            ]
-        return [Check(OK, "database", f"{version} at {where}"), *_table_checks(db)]
+            return [reached, Check(FAIL, "table", "delay_queue does not exist; run `delayq init`")]
+        return [reached, *_table_checks(db)]
     except (peewee.DatabaseError, peewee.InterfaceError) as exc:
         return [Check(FAIL, "database", f"{where} cannot be used: {one_line(exc, url)}")]
 
 
-def _database_version(db: peewee.Database) -> str:
-    if is_mysql(db):
-        version = str(db.execute_sql("SELECT VERSION()").fetchone()[0])
-        return version if "mariadb" in version.lower() else f"MySQL {version}"
-    return f"SQLite {db.execute_sql('SELECT sqlite_version()').fetchone()[0]}"
-
-
 def _table_checks(db: peewee.Database) -> list[Check]:
+    """The table's columns, then each of the model's indexes."""
     table = Job._meta.table_name
     present = {column.name for column in db.get_columns(table)}
     expected = [field.column_name for field in Job._meta.sorted_fields]
     missing = [name for name in expected if name not in present]
-    problems = [] if missing else column_problems(Table(db))
     if missing:
-        columns = Check(
-            FAIL, "columns", f"{table} lacks {', '.join(missing)}; add them as schema.sql defines"
-        )
-    elif problems:
-        columns = Check(FAIL, "columns", f"{table}: {'; '.join(problems)}; run `delayq init`")
+        fix = "add them as schema.sql defines"
+        checks = [Check(FAIL, "columns", f"{table} lacks {', '.join(missing)}; {fix}")]
+    elif problems := column_problems(Table(db)):
+        checks = [Check(FAIL, "columns", f"{table}: {'; '.join(problems)}; run `delayq init`")]
     else:
-        columns = Check(OK, "columns", f"all {len(expected)} columns of the model are present")
-    return [columns, *_index_checks(db)]
-
-
-def _index_checks(db: peewee.Database) -> list[Check]:
-    table = Job._meta.table_name
-    present = [tuple(index.columns) for index in db.get_indexes(table)]
-    checks = []
+        checks = [Check(OK, "columns", f"all {len(expected)} columns of the model are present")]
+    indexes = [tuple(index.columns) for index in db.get_indexes(table)]
     for names, _unique in Job._meta.indexes:
         columns = tuple(Job._meta.fields[name].column_name for name in names)
         listed = ", ".join(columns)
-        if columns in present:
-            checks.append(Check(OK, "index", f"({listed})"))
-        else:
-            checks.append(
-                Check(
-                    WARN,
-                    "index",
-                    f"({listed}) is missing, so queries scan the table; "
-                    f"CREATE INDEX job_{'_'.join(columns)} ON {table} ({listed})",
-                )
-            )
+        create = f"CREATE INDEX job_{'_'.join(columns)} ON {table} ({listed})"
+        missed = f"({listed}) is missing, so queries scan the table; {create}"
+        checks.append(verdict(columns in indexes, "index", f"({listed})", missed))
     return checks
 
 
@@ -133,68 +116,45 @@ def redis_checks(index: Index, settings: Settings) -> list[Check]:
         server = index.client.info("server")
         memory = index.client.info("memory")
         complete = index.registry.is_complete()
-        strays = _stray_members(index)
+        strays = {queue: _stray_members(index, queue) for queue in index.registry.known_queues()}
     except redis.RedisError as exc:
         detail = one_line(exc, settings.redis_url)
         return [Check(FAIL, "redis", f"{where} cannot be used: {detail}")]
     version = str(server.get("redis_version", "?"))
+    try:
+        too_old = tuple(int(part) for part in version.split(".")[:2]) < MIN_REDIS
+    except ValueError:
+        too_old = False
+    found = f"Redis {version} at {where}"
+    policy = str(memory.get("maxmemory_policy", "unknown"))
+    counts = ", ".join(f"{queue} {count}" for queue, count in strays.items() if count)
     return [
-        _version_check(version, where),
-        _policy_check(str(memory.get("maxmemory_policy", "unknown"))),
-        Check(OK, "schedule", f"{INDEXED_KEY} is set: the schedule is complete")
-        if complete
-        else Check(
-            WARN,
+        verdict(not too_old, "redis", found, f"{found}; delayq needs 6.2 or later", FAIL),
+        verdict(
+            policy == "noeviction",
+            "eviction",
+            "maxmemory-policy is noeviction",
+            f"maxmemory-policy is {policy}: an evicting Redis silently drops schedule entries "
+            "(the table keeps the jobs, but they run late); set maxmemory-policy noeviction",
+        ),
+        verdict(
+            complete,
             "schedule",
+            f"{INDEXED_KEY} is set: the schedule is complete",
             f"{INDEXED_KEY} is missing; the next run (or `delayq init`) "
             "rebuilds the schedule from the table",
         ),
-        _strays_check(strays),
+        verdict(
+            not counts,
+            "members",
+            "every schedule member is a job id",
+            f"schedule members that are not job ids ({counts}): another producer wrote them; "
+            "a run drops them when they fall due, `delayq reconcile` at once",
+        ),
     ]
 
 
-def _stray_members(index: Index) -> dict[str, int]:
-    """{queue: members of its schedule that are not job ids}, for queues that have any."""
-    found: dict[str, int] = {}
-    for queue in index.registry.known_queues():
-        count = sum(
-            job_id_of(member) is None
-            for chunk in index.schedule.members(queue)
-            for member, _ in chunk
-        )
-        if count:
-            found[queue] = count
-    return found
-
-
-def _strays_check(strays: dict[str, int]) -> Check:
-    if not strays:
-        return Check(OK, "members", "every schedule member is a job id")
-    counts = ", ".join(f"{queue} {count}" for queue, count in strays.items())
-    return Check(
-        WARN,
-        "members",
-        f"schedule members that are not job ids ({counts}): another producer wrote them; "
-        "a run drops them when they fall due, `delayq reconcile` at once",
-    )
-
-
-def _version_check(version: str, where: str) -> Check:
-    try:
-        parsed = tuple(int(part) for part in version.split(".")[:2])
-    except ValueError:
-        parsed = MIN_REDIS
-    if parsed < MIN_REDIS:
-        return Check(FAIL, "redis", f"Redis {version} at {where}; delayq needs 6.2 or later")
-    return Check(OK, "redis", f"Redis {version} at {where}")
-
-
-def _policy_check(policy: str) -> Check:
-    if policy == "noeviction":
-        return Check(OK, "eviction", "maxmemory-policy is noeviction")
-    return Check(
-        WARN,
-        "eviction",
-        f"maxmemory-policy is {policy}: an evicting Redis silently drops schedule entries "
-        "(the table keeps the jobs, but they run late); set maxmemory-policy noeviction",
-    )
+def _stray_members(index: Index, queue: str) -> int:
+    """How many members of the queue's schedule are not job ids."""
+    chunks = index.schedule.members(queue)
+    return sum(job_id_of(member) is None for chunk in chunks for member, _ in chunk)

@@ -1,7 +1,6 @@
 """Where delayq's log records go and in what shape: text or one JSON object per line, on
 stderr or appended to a file. cli/ calls setup_logging; library modules only log through
-logging.getLogger(__name__) and never choose a destination.
-"""
+logging.getLogger(__name__) and never choose a destination."""
 
 from __future__ import annotations
 
@@ -25,39 +24,36 @@ _installed: list[logging.Handler] = []
 def setup_logging(
     level: str = "warning", path: str | Path | None = None, json_lines: bool = False
 ) -> None:
-    """Send records at `level` or above to `path` (default stderr), as text or JSON lines.
-
-    Replaces whatever an earlier call installed, and leaves other handlers alone.
-    """
+    """Send records at `level` or above to `path` (default stderr), as text or JSON lines,
+    in place of what an earlier call installed; other handlers are left alone."""
     if level.lower() not in LEVELS:
         raise BadInput(f"--log-level {level!r} is not one of {', '.join(LEVELS)}")
-    handler = _open(path)
-    if path is None and logging.getLevelName(level.upper()) > logging.INFO:
-        # cron mails whatever reaches stderr: only the run's own errors, not its jobs'.
-        handler.addFilter(lambda record: getattr(record, "job_outcome", None) is None)
+    handler: logging.Handler
+    if path is None:
+        handler = CurrentStderrHandler()
+        if logging.getLevelName(level.upper()) > logging.INFO:
+            # cron mails whatever reaches stderr: only the run's own errors, not its jobs'.
+            handler.addFilter(lambda record: getattr(record, "job_outcome", None) is None)
+    else:
+        try:
+            # Watched: after logrotate moves the file, the next record opens a new one.
+            from logging.handlers import WatchedFileHandler  # only for --log-file; loads pickle
+
+            handler = WatchedFileHandler(path, encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(
+                f"--log-file {str(path)!r} cannot be opened: {exc.strerror}"
+            ) from None
+        except ValueError:  # a NUL in the path
+            raise ConfigError(f"--log-file {str(path)!r} is not a path") from None
     handler.setFormatter(JsonLinesFormatter() if json_lines else TextFormatter(TEXT_FORMAT))
     root = logging.getLogger()
-    while _installed:
-        old = _installed.pop()
+    for old in _installed:
         root.removeHandler(old)
         old.close()
     root.addHandler(handler)
-    _installed.append(handler)
+    _installed[:] = [handler]
     root.setLevel(level.upper())
-
-
-def _open(path: str | Path | None) -> logging.Handler:
-    if path is None:
-        return CurrentStderrHandler()
-    try:
-        # Watched: after logrotate moves the file, the next record opens a new one.
-        from logging.handlers import WatchedFileHandler  # only for --log-file; it loads pickle
-
-        return WatchedFileHandler(path, encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"--log-file {str(path)!r} cannot be opened: {exc.strerror}") from None
-    except ValueError:  # a NUL in the path
-        raise ConfigError(f"--log-file {str(path)!r} is not a path") from None
 
 
 class CurrentStderrHandler(logging.StreamHandler):
@@ -80,21 +76,17 @@ class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         text = super().format(record)
         outcome: Outcome | None = getattr(record, "job_outcome", None)
-        if outcome is None:
+        if outcome is None or outcome.status.word != "failed" or not outcome.failure[0]:
             return text
         error, traceback = outcome.failure
-        if outcome.status.word != "failed" or not error:
-            return text
         lines = [error, *(traceback.splitlines() if traceback else [])]
         return "\n".join([text, *(f"    {line}" for line in lines)])
 
 
 class JsonLinesFormatter(logging.Formatter):
     """One JSON object per record: time, level, logger, message, pid (which runner process
-    of `--processes` wrote it), any exception, and — when
-    the runner attached a job's outcome with `extra={"job_outcome": ...}` — job_id, class,
-    method, queue, attempt, duration, outcome and will_retry; for a failure also error (its
-    head line) and traceback (None when the failure had none)."""
+    of `--processes` wrote it), any exception, and the job_fields of the outcome the runner
+    attached with `extra={"job_outcome": ...}`."""
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
@@ -113,7 +105,8 @@ class JsonLinesFormatter(logging.Formatter):
 
 
 def job_fields(outcome: Outcome) -> dict[str, Any]:
-    """The per-job keys of a JSON log line, from the runner's Outcome."""
+    """The per-job keys of a JSON log line, from the runner's Outcome: for a failure also
+    error (its head line) and traceback (None when the failure had none)."""
     fields = {
         "job_id": outcome.id,
         "class": outcome.class_path,

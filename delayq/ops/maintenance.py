@@ -1,10 +1,8 @@
 """The bulk writes an operator asks for: purging old finished rows and requeueing failed ones.
-
 Both walk the table in primary-key batches so no statement holds locks for long, and both
-respect retry chains: purge never leaves a chain whose surviving rows end in an earlier
-attempt, and requeue only repeats a chain's latest finished attempt, or moves the pending
-attempt that follows it to now, so running either twice is safe.
-"""
+respect retry chains (purge never leaves a chain whose surviving rows end in an earlier
+attempt; requeue only repeats a chain's latest finished attempt, or moves the pending attempt
+that follows it to now), so running either twice is safe."""
 
 from __future__ import annotations
 
@@ -26,6 +24,7 @@ from .overview import JobFilter
 logger = logging.getLogger(__name__)
 
 PURGEABLE = (Status.SUCCESS, Status.FAILED, Status.CANCELLED, Status.MISSED)
+_PURGEABLE_WORDS = ", ".join(status.word for status in PURGEABLE)
 BATCH = 1000
 # A breath between deletes lets the runner's UPDATEs in between: purge is never urgent.
 PAUSE = 0.05
@@ -34,14 +33,17 @@ PAUSE = 0.05
 def purgeable_ids(
     table: Table, statuses: Sequence[Status], before: float, batch: int = BATCH
 ) -> Iterator[list[int]]:
-    """Ids of finished rows last changed before `before` (epoch), in ascending batches.
-
-    A row qualifies only if no earlier attempt of its chain is kept: deleting a later attempt
-    while an earlier failed one stays would make that one look like the chain's last word
-    (and `requeue` would run a job that has since succeeded).
-    """
+    """Ids of finished rows last changed before `before` (epoch), in ascending batches, of which
+    no earlier attempt is kept: deleting a later attempt while an earlier failed one stays would
+    make that one the chain's last word (and `requeue` would run a job that has succeeded)."""
+    if not statuses:
+        raise BadInput("purge needs at least one status")
+    for status in statuses:
+        if status not in PURGEABLE:
+            raise BadInput(
+                f"purge never deletes {Status(status).word} rows; use {_PURGEABLE_WORDS}"
+            )
     Job = table.model
-    _check_purgeable(statuses)
     cutoff = utc_stamp(before)
     earlier = Job.alias()
     kept_earlier = earlier.select(SQL("1")).where(
@@ -77,38 +79,12 @@ def purge(
     return deleted
 
 
-def _check_purgeable(statuses: Sequence[Status]) -> None:
-    if not statuses:
-        raise BadInput("purge needs at least one status")
-    for status in statuses:
-        if status not in PURGEABLE:
-            words = ", ".join(item.word for item in PURGEABLE)
-            raise BadInput(f"purge never deletes {Status(status).word} rows; use {words}")
-
-
 @dataclass
 class RequeueResult:
     """Ids requeued (or, in a dry run, that would be) and the rows left alone, with why."""
 
     ids: list[int] = field(default_factory=list)
     skipped: list[tuple[int, str]] = field(default_factory=list)
-
-
-def latest_attempts(
-    table: Table, filters: JobFilter, now: float, batch: int = BATCH
-) -> Iterator[list[Job]]:
-    """Rows matching `filters` that are the latest finished attempt of their chain (perhaps
-    followed by a pending one), by ascending id."""
-    Job = table.model
-    later = Job.alias()
-    has_later = later.select(SQL("1")).where(
-        later.chain_id == fn.COALESCE(Job.chain_id, Job.id),
-        later.id > Job.id,
-        later.status != Status.PENDING,
-    )
-    query = filters.query(table, now).where(~fn.EXISTS(has_later))
-    for rows in id_batches(query, batch):
-        yield [row for row in rows if filters.matches_class(row)]
 
 
 def requeue(
@@ -121,28 +97,33 @@ def requeue(
     *,
     php_classes: Mapping[str, str] | None = None,
 ) -> RequeueResult:
-    """Every chain whose latest finished attempt matches `filters` gets a pending attempt
-    due now: the one it has, moved to now, or a new one.
-
-    The same as `Queue.retry` for each: retry_times + 1, linked by chain_id, indexed.
-    """
+    """Every chain whose latest finished attempt matches `filters` gets a pending attempt due
+    now: the one it has, moved to now, or a new one as `Queue.retry` makes it (retry_times + 1,
+    linked by chain_id, indexed)."""
     if not filters.statuses or not set(filters.statuses) <= set(PURGEABLE):
-        words = ", ".join(item.word for item in PURGEABLE)
-        raise BadInput(f"requeue needs --status from {words}")
+        raise BadInput(f"requeue needs --status from {_PURGEABLE_WORDS}")
+    Job = table.model
+    later = Job.alias()
+    # Only a chain's latest finished attempt (perhaps followed by a pending one) is repeated.
+    has_later = later.select(SQL("1")).where(
+        later.chain_id == fn.COALESCE(Job.chain_id, Job.id),
+        later.id > Job.id,
+        later.status != Status.PENDING,
+    )
     result = RequeueResult()
-    for rows in latest_attempts(table, filters, now):
-        runnable = [row for row in rows if _is_allowed(row, allowed, php_classes or {}, result)]
+    for rows in id_batches(filters.query(table, now).where(~fn.EXISTS(has_later)), BATCH):
+        matching = [row for row in rows if filters.matches_class(row)]
+        runnable = [row for row in matching if _is_allowed(row, allowed, php_classes or {}, result)]
         if dry_run:
             result.ids += [row.id for row in runnable]
             continue
-        entries = [
-            (row.queue, new_id) for row in runnable if (new_id := _repeat(table, row, now, result))
-        ]
-        result.ids += [new_id for _, new_id in entries]
-        for queue in {queue for queue, _ in entries}:
-            index.schedule.add_many(
-                queue, [(new_id, now) for name, new_id in entries if name == queue]
-            )
+        by_queue: dict[str, list[tuple[int, float]]] = {}
+        for row in runnable:
+            if new_id := _repeat(table, row, now, result):
+                result.ids.append(new_id)
+                by_queue.setdefault(row.queue, []).append((new_id, now))
+        for queue, entries in by_queue.items():
+            index.schedule.add_many(queue, entries)
     return result
 
 

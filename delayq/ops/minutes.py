@@ -1,9 +1,7 @@
 """Per-minute aggregates for a dashboard: what each queue's jobs did in each of the last minutes
 (outcome counts, a lateness histogram, lateness and duration sums), read from the hashes that
-runs add to in Redis (store/tallies.py) and kept there for a day.
-
-Aggregates are best-effort: the table is the truth, and a flushed Redis starts them from zero.
-"""
+runs add to in Redis (store/tallies.py) and kept there for a day. Best-effort: the table is
+the truth, and a flushed Redis starts them from zero."""
 
 from __future__ import annotations
 
@@ -16,6 +14,7 @@ from ..store.index import Index
 from ..store.tallies import LATENESS_BOUNDS, bucket_field
 
 __all__ = ["LATENESS_BOUNDS", "Minute", "merge", "per_minute"]
+_COUNTS = ("succeeded", "failed", "retried", "missed")  # Minute's fields that count jobs
 
 
 class QueueLike(Protocol):
@@ -87,34 +86,26 @@ def merge(minutes: Iterable[Minute]) -> Minute:
     """The sum of `minutes` (across queues, minutes or both), for totals and quantiles over a
     window; its start is the earliest one's, its queue the common name or "" if they differ."""
     items = list(minutes)
-    empty = (0,) * len(LATENESS_BOUNDS)
-    columns = zip(empty, *(m.lateness_buckets for m in items), strict=True)
-    buckets = [sum(column) for column in columns]
+    columns = zip((0,) * len(LATENESS_BOUNDS), *(m.lateness_buckets for m in items), strict=True)
     names = {m.queue for m in items}
     return Minute(
         start=min((m.start for m in items), default=0.0),
         queue=names.pop() if len(names) == 1 else "",
-        succeeded=sum(m.succeeded for m in items),
-        failed=sum(m.failed for m in items),
-        retried=sum(m.retried for m in items),
-        missed=sum(m.missed for m in items),
-        lateness_buckets=tuple(buckets),
-        lateness_sum=sum(m.lateness_sum for m in items),
-        duration_sum=sum(m.duration_sum for m in items),
+        lateness_buckets=tuple(sum(column) for column in columns),
+        **{
+            name: sum(getattr(m, name) for m in items)
+            for name in (*_COUNTS, "lateness_sum", "duration_sum")
+        },
     )
 
 
 def _minute(start: int, name: str, fields: Mapping[str, float]) -> Minute:
+    buckets = (fields.get(bucket_field("lateness", i), 0) for i in range(len(LATENESS_BOUNDS)))
     return Minute(
         start=float(start),
         queue=name,
-        succeeded=int(fields.get("succeeded", 0)),
-        failed=int(fields.get("failed", 0)),
-        retried=int(fields.get("retried", 0)),
-        missed=int(fields.get("missed", 0)),
-        lateness_buckets=tuple(
-            int(fields.get(bucket_field("lateness", i), 0)) for i in range(len(LATENESS_BOUNDS))
-        ),
+        lateness_buckets=tuple(map(int, buckets)),
         lateness_sum=fields.get("lateness_sum", 0.0),
         duration_sum=fields.get("duration_sum", 0.0),
+        **{count: int(fields.get(count, 0)) for count in _COUNTS},
     )

@@ -1,15 +1,11 @@
 """The read-only questions an operator asks of the table and the schedule: how each queue
 stands (`status`), which rows match a filter (`list`), what runs next (`peek`), and what the
-last run recorded.
-
-Nothing here writes; maintenance.py holds the bulk writes. Queue calls these with its
-table; cli/ops.py renders what they return.
-"""
+last run recorded. Nothing here writes (maintenance.py does); cli/ops.py renders it all."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -17,7 +13,6 @@ from peewee import SQL, ModelSelect, NodeList, Value, fn
 
 from ..config import validate_queue_name, validate_text
 from ..durations import Duration, format_delta, parse_duration
-from ..store import queries
 from ..store.index import Index
 from ..store.keys import LAST_RUN_KEY, job_id_of
 from ..store.params import payload_or_empty
@@ -76,9 +71,7 @@ class LastRun:
     @property
     def finished_at(self) -> float | None:
         """When the run last said it was alive: a pass's end, a loop's last beat."""
-        if self.started_at is None:
-            return None
-        return self.started_at + (self.duration or 0.0)
+        return None if self.started_at is None else self.started_at + (self.duration or 0.0)
 
 
 @dataclass(frozen=True)
@@ -122,77 +115,54 @@ class StatusReport:
         return found
 
 
-def status_report(table: Table, index: Index, now: float) -> StatusReport:
-    """Stats of every queue the table or the index knows, and the last run."""
-    return StatusReport(now, queue_stats(table, index, now), read_last_run(index.registry))
-
-
-def queue_stats(table: Table, index: Index, now: float) -> dict[str, QueueStats]:
-    """{queue: QueueStats} for every queue with rows or an index entry, sorted by name."""
-    counts = queries.counts_by_queue(table)
-    stats = {name: QueueStats() for name in sorted(set(counts) | set(index.registry.queues()))}
-    for name, by_status in counts.items():
-        for status, count in by_status.items():
-            if status in KNOWN_STATUSES:  # a number delayq never writes counts nowhere
-                setattr(stats[name], Status(status).word, count)
-    fill_live(table, index, stats, now)
-    return stats
-
-
-def fill_live(table: Table, index: Index, stats: dict[str, QueueStats], now: float) -> None:
-    """Each queue's due count, failures in the last hour, due times and schedule size:
-    ranges of the (status, queue, run_at) and (status, modified) indexes."""
+def status_report(
+    table: Table, index: Index, now: float, statuses: Sequence[Status] | None = None
+) -> StatusReport:
+    """Stats of every queue the table or the index knows, and the last run; only the rows of
+    `statuses` (all when None) are counted."""
     Job = table.model
-    failed_since = (Job.status == Status.FAILED) & (Job.modified >= utc_stamp(now - FAILED_WINDOW))
-    for field, condition in (
-        ("pending_due", _is_due(table, now)),
-        ("failed_last_hour", failed_since),
-        ("failed_retried", _was_retried(table)),
-    ):
-        for name, count in grouped_count(table, condition).items():
-            setattr(stats[name], field, count)
-    for name, entry in stats.items():
-        fill_times(table, entry, name, now)
-        entry.scheduled = index.schedule.size(name)
-
-
-def _is_due(table: Table, now: float) -> Any:
-    Job = table.model
-    return (Job.status == Status.PENDING) & ((Job.run_at <= now) | Job.run_at.is_null())
-
-
-def _was_retried(table: Table) -> Any:
-    """A failed row that has a later attempt in its chain (on the chain_id index)."""
-    Job = table.model
+    counted = Job.select(Job.status, Job.queue, fn.COUNT(Job.id))
+    if statuses is not None:
+        counted = counted.where(Job.status.in_(list(statuses)))
+    # Grouped in the (status, queue, run_at) index's order: no temporary table.
+    counts = tuples(counted.group_by(Job.status, Job.queue))
+    names = {name for _, name, _ in counts} | set(index.registry.queues())
+    stats = {name: QueueStats() for name in sorted(names)}
+    for status, name, count in counts:
+        if status in KNOWN_STATUSES:  # a number delayq never writes counts nowhere
+            setattr(stats[name], Status(status).word, count)
+    # Live figures, each a range of the (status, queue, run_at), (status, modified) or chain_id
+    # index: due counts, recent and retried failures, due times, schedule sizes.
     Later = Job.alias("later")
     later = Later.select(SQL("1")).where(
         (Later.chain_id == fn.COALESCE(Job.chain_id, Job.id)) & (Later.id > Job.id)
     )
-    return (Job.status == Status.FAILED) & fn.EXISTS(later)
+    pending = Job.status == Status.PENDING
+    failed = Job.status == Status.FAILED
+    for field, condition in (
+        ("pending_due", pending & ((Job.run_at <= now) | Job.run_at.is_null())),
+        ("failed_last_hour", failed & (Job.modified >= utc_stamp(now - FAILED_WINDOW))),
+        ("failed_retried", failed & fn.EXISTS(later)),
+    ):
+        query = Job.select(Job.queue, fn.COUNT(Job.id)).where(condition).group_by(Job.queue)
+        for name, count in tuples(query):
+            setattr(stats[name], field, count)
+    for name, entry in stats.items():
+        oldest = _oldest_due(table, name, now)
+        if oldest is not None:
+            entry.oldest_due_id, entry.oldest_due_at = oldest
+            entry.oldest_due_lag = max(0.0, now - oldest[1])
+        upcoming = (
+            Job.select(fn.MIN(Job.run_at))
+            .where(Job.status == Status.PENDING, Job.queue == name, Job.run_at > now)
+            .scalar()
+        )
+        entry.next_due_at = None if upcoming is None else float(upcoming)
+        entry.scheduled = index.schedule.size(name)
+    return StatusReport(now, stats, read_last_run(index.registry))
 
 
-def grouped_count(table: Table, condition: Any) -> dict[str, int]:
-    Job = table.model
-    query = Job.select(Job.queue, fn.COUNT(Job.id).alias("n")).where(condition).group_by(Job.queue)
-    rows: Iterable[tuple[str, int]] = query.tuples()  # type: ignore[assignment]  # not models
-    return dict(rows)
-
-
-def fill_times(table: Table, entry: QueueStats, queue: str, now: float) -> None:
-    Job = table.model
-    oldest = oldest_due(table, queue, now)
-    if oldest is not None:
-        entry.oldest_due_id, entry.oldest_due_at = oldest
-        entry.oldest_due_lag = max(0.0, now - oldest[1])
-    upcoming = (
-        Job.select(fn.MIN(Job.run_at))
-        .where(Job.status == Status.PENDING, Job.queue == queue, Job.run_at > now)
-        .scalar()
-    )
-    entry.next_due_at = None if upcoming is None else float(upcoming)
-
-
-def oldest_due(table: Table, queue: str, now: float) -> tuple[int, float] | None:
+def _oldest_due(table: Table, queue: str, now: float) -> tuple[int, float] | None:
     """(id, due) of the queue's pending row that has been due longest, if any is due."""
     Job = table.model
     pending = Job.select(Job.id, due_column(table)).where(
@@ -203,10 +173,8 @@ def oldest_due(table: Table, queue: str, now: float) -> tuple[int, float] | None
         # A producer that leaves run_at empty means "due when created": oldest id first.
         *tuples(pending.where(Job.run_at.is_null()).order_by(Job.id).limit(1)),
     ]
-    if not candidates:
-        return None
-    job_id, due = min(candidates, key=lambda candidate: float(candidate[1]))
-    return job_id, float(due)
+    found = [(job_id, float(due)) for job_id, due in candidates]
+    return min(found, key=lambda candidate: candidate[1], default=None)
 
 
 def read_last_run(registry: Registry) -> LastRun | None:
@@ -265,7 +233,12 @@ class JobFilter:
         if self.changed_to is not None:
             query = query.where(Job.modified < utc_stamp(self.changed_to))
         if self.class_path is not None:
-            query = query.where(_params_mention(table, self.class_path))
+            # params is JSON (or a PHP producer's serialize() text), and json_extract differs by
+            # database and fails on other text: LIKE narrows, `matches_class` checks exactly.
+            as_json = json.dumps(self.class_path, ensure_ascii=False)
+            query = query.where(
+                _like(Job.params, as_json) | _like(Job.params, f'"{self.class_path}";')
+            )
         return query
 
     def matches_class(self, row: Job) -> bool:
@@ -273,16 +246,6 @@ class JobFilter:
         return (
             self.class_path is None or payload_or_empty(row.params).get("class") == self.class_path
         )
-
-
-def _params_mention(table: Table, class_path: str) -> Any:
-    # params is JSON text (or a PHP producer's serialize() text), and json_extract differs
-    # between SQLite and MariaDB (and fails on rows that are not JSON), so SQL narrows with
-    # LIKE on how either writes the class, and Python checks the exact class.
-    Job = table.model
-    as_json = json.dumps(class_path, ensure_ascii=False)
-    as_php = f'"{class_path}";'
-    return _like(Job.params, as_json) | _like(Job.params, as_php)
 
 
 def _like(column: Any, text: str) -> NodeList:
@@ -294,26 +257,17 @@ def list_jobs(
     table: Table, filters: JobFilter, now: float, limit: int, before_id: int | None = None
 ) -> list[Job]:
     """Rows matching `filters`, newest first: at most `limit`, all with ids below `before_id`."""
+    query = filters.query(table, now)
+    batch = max(limit, 100)
     found: list[Job] = []
-    for batch in _newest_first(table, filters.query(table, now), before_id, max(limit, 100)):
-        found.extend(row for row in batch if filters.matches_class(row))
-        if len(found) >= limit:
-            break
-    return found[:limit]
-
-
-def _newest_first(
-    table: Table, query: ModelSelect[Job], before_id: int | None, batch: int
-) -> Iterator[list[Job]]:
-    Job = table.model
-    while True:
-        page = query if before_id is None else query.where(Job.id < before_id)
-        rows = list(page.order_by(Job.id.desc()).limit(batch))
-        if rows:
-            yield rows
+    while len(found) < limit:
+        page = query if before_id is None else query.where(table.model.id < before_id)
+        rows = list(page.order_by(table.model.id.desc()).limit(batch))
+        found.extend(row for row in rows if filters.matches_class(row))
         if len(rows) < batch:
-            return
+            break
         before_id = rows[-1].id
+    return found[:limit]
 
 
 @dataclass(frozen=True)
@@ -327,29 +281,19 @@ class Upcoming:
 
 
 def next_scheduled(table: Table, index: Index, queues: Sequence[str], count: int) -> list[Upcoming]:
-    """The first `count` entries across the queues' schedules, soonest first, with their rows.
-
-    Reads the sorted sets with ZRANGE: nothing is claimed. Members that are not ids are left
-    out (a run drops them).
-    """
-    entries: list[tuple[float, int, str]] = []
-    for queue in queues:
-        for member, score in index.schedule.earliest(queue, count):
-            job_id = job_id_of(member)
-            if job_id is not None:
-                entries.append((float(score), job_id, queue))
-    entries.sort()
-    entries = entries[:count]
-    rows = rows_by_id(table, [job_id for _, job_id, _ in entries])
-    return [Upcoming(queue, job_id, due, rows.get(job_id)) for due, job_id, queue in entries]
-
-
-def rows_by_id(table: Table, ids: Sequence[int]) -> dict[int, Job]:
-    """{id: row} for the ids that have rows, in one query."""
+    """The first `count` entries across the queues' schedules (read with ZRANGE: nothing is
+    claimed), soonest first, with their rows; members that are not ids (a run drops them) are
+    left out."""
+    entries = sorted(
+        (float(score), job_id, queue)
+        for queue in queues
+        for member, score in index.schedule.earliest(queue, count)
+        if (job_id := job_id_of(member)) is not None
+    )[:count]
     Job = table.model
-    if not ids:
-        return {}
-    return {row.id: row for row in Job.select().where(Job.id.in_(list(ids)))}
+    ids = [job_id for _, job_id, _ in entries]
+    rows = {row.id: row for row in Job.select().where(Job.id.in_(ids))} if ids else {}
+    return [Upcoming(queue, job_id, due, rows.get(job_id)) for due, job_id, queue in entries]
 
 
 def _number(text: str | None) -> float | None:

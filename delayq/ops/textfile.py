@@ -1,8 +1,6 @@
-"""The metrics file for node_exporter's textfile collector: written atomically — a temporary
-file in the same directory, then os.replace — so the collector never reads half a file; and,
-for a looping run, rewritten every few seconds by a thread of its own. What goes in it is
-metrics.py's.
-"""
+"""The metrics file (metrics.py's text) for node_exporter's textfile collector: written
+atomically, a temporary file beside it then os.replace, so the collector never reads half a
+file; for a looping run, rewritten every few seconds by a thread of its own."""
 
 from __future__ import annotations
 
@@ -23,7 +21,19 @@ def write_file(path: str | Path, body: bytes) -> None:
     """Replace the file at `path` with `body`, whole."""
     path = Path(path)
     with _refusing(path):
-        _write_then_rename(path, body)
+        # The temporary name does not end in .prom, so the collector never picks it up.
+        fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(body)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.chmod(temp, 0o644)  # mkstemp makes it 0600; node_exporter runs as another user
+            os.replace(temp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp)
+            raise
 
 
 class Rewriter(Periodic):
@@ -38,15 +48,13 @@ class Rewriter(Periodic):
         render: Callable[[], bytes],
         finish: Callable[[], object],
     ) -> None:
-        self.path = path
-        self.render = render
-        super().__init__("delayq-metrics", interval, self._rewrite, finish)
+        def rewrite() -> None:
+            try:
+                write_file(path, render())
+            except Exception as exc:  # noqa: BLE001 - the run goes on; the next write may work
+                logger.warning("could not rewrite the metrics file: %s", exc)
 
-    def _rewrite(self) -> None:
-        try:
-            write_file(self.path, self.render())
-        except Exception as exc:  # noqa: BLE001 - the run goes on; the next write may work
-            logger.warning("could not rewrite the metrics file: %s", exc)
+        super().__init__("delayq-metrics", interval, rewrite, finish)
 
 
 def check_writable(path: str | Path) -> None:
@@ -71,19 +79,3 @@ def _refusing(path: Path) -> Iterator[None]:
         raise ConfigError(
             f"--metrics-file {str(path)!r} cannot be written: {exc.strerror or exc}"
         ) from None
-
-
-def _write_then_rename(path: Path, body: bytes) -> None:
-    # The temporary name does not end in .prom, so the collector never picks it up.
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(body)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temp, 0o644)  # mkstemp makes it 0600; node_exporter runs as another user
-        os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp)
-        raise
