@@ -139,7 +139,10 @@ def test_the_templates_command_serves_its_queue_alone_and_exits_as_systemd_expec
 
     assert str(worker.returncode) in service["SuccessExitStatus"], stderr
     (line,) = stderr.decode().splitlines()  # the stop, logged once; nothing else
-    assert line.endswith("received SIGTERM: finishing the current job, handing the rest back")
+    # " within 25s" when the signal lands while a pass is under way (a loaded machine).
+    assert re.search(
+        r"received SIGTERM: finishing the current job( within \d+s)?, handing the rest back$", line
+    ), line
     assert read_log(log) == ["1"]
     assert queue.show(other)["status"] == "pending"
 

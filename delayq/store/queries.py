@@ -202,16 +202,6 @@ def chain_of(table: Table, job: Job) -> list[Job]:
     return list(Job.select().where((Job.id == root) | (Job.chain_id == root)).order_by(Job.id))
 
 
-def counts_by_queue(table: Table) -> dict[str, dict[int, int]]:
-    """{queue: {status: count}} over the whole table."""
-    Job = table.model
-    out: dict[str, dict[int, int]] = {}
-    query = Job.select(Job.queue, Job.status, fn.COUNT(Job.id)).group_by(Job.queue, Job.status)
-    for queue, status, count in tuples(query):
-        out.setdefault(queue, {})[status] = count
-    return out
-
-
 def running_query(table: Table) -> Any:
     """{queue, count} of running rows: a range of the (status, queue, run_at) index, so its
     cost follows the jobs in flight, not the table's size."""
