@@ -179,4 +179,6 @@ def test_jobs_a_failover_rolled_back_are_put_back_by_the_next_run(cluster, queue
 def test_status_and_doctor_work_on_a_cluster_url_from_the_config_file(
     cluster, queue, env, tmp_path
 ):
-    status_and_doctor_read_the_url_from_the_config_file(env, tmp_path, "redis+cluster")
+    status_and_doctor_read_the_url_from_the_config_file(
+        env, tmp_path, "redis+cluster", "a cluster of 3 masters: 127.0.0.1:"
+    )

@@ -46,7 +46,10 @@ def test_a_healthy_setup_is_all_ok(queue, cli_env):
         "columns": ["ok"],
         "index": ["ok", "ok", "ok", "ok"],
         "redis": ["ok"],
+        "topology": ["ok"],
         "eviction": ["ok"],
+        # The embedded server keeps an append-only file; the suite's shared server nothing.
+        "disk": ["ok" if saves(queue) else "warn"],
         "schedule": ["ok"],
         "orphans": ["ok"],
         "journal": ["ok"],
@@ -55,6 +58,22 @@ def test_a_healthy_setup_is_all_ok(queue, cli_env):
     assert "tests.sample_handlers imports" in line(result, "handlers")[1]
     assert any(word in line(result, "database")[1] for word in ("SQLite", "MariaDB", "MySQL"))
     assert line(result, "redis")[1].startswith("Redis ")
+    assert line(result, "topology")[1] == "a primary with no replica"
+
+
+def saves(queue) -> bool:
+    client = queue.index.client
+    return bool(client.info("persistence")["aof_enabled"] or client.config_get("save")["save"])
+
+
+def test_a_redis_that_keeps_nothing_on_disk_is_a_warning(queue, cli_env):
+    level, detail = line(invoke(cli_env, "doctor"), "disk")
+
+    if saves(queue):
+        assert (level, detail) == ("ok", "Redis keeps the schedule on disk: AOF")
+    else:
+        assert level == "warn"
+        assert detail.startswith("Redis keeps nothing on disk: a restart empties the schedule")
 
 
 def test_missing_table_fails_and_says_to_run_init(backend, cli_env):
@@ -84,7 +103,9 @@ def test_missing_index_is_a_warning_with_the_statement_to_fix_it(queue, cli_env)
     result = invoke(cli_env, "doctor")
 
     assert result.exit_code == 0
-    warnings = [detail for level, name, detail in lines_of(result) if level == "warn"]
+    warnings = [
+        detail for level, name, detail in lines_of(result) if level == "warn" and name != "disk"
+    ]
     assert warnings == [
         "(chain_id) is missing, so queries scan the table; "
         "CREATE INDEX job_chain_id ON delay_queue (chain_id)"

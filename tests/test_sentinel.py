@@ -9,6 +9,7 @@ not what these tests are about.
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import delayq
 from delayq.store.index import Index
 from delayq.store.keys import queue_key, schedule_key
 from delayq.store.urls import open_redis
+from tests.conftest import DELAYQ
 from tests.sentinels import SentinelGroup
 from tests.topologies import (
     a_rolled_back_add_is_put_back_at_once,
@@ -147,4 +149,25 @@ def test_jobs_a_failover_rolled_back_are_put_back_by_the_next_run(group, queue, 
 
 
 def test_status_and_doctor_work_on_a_sentinel_url_from_the_config_file(group, queue, env, tmp_path):
-    status_and_doctor_read_the_url_from_the_config_file(env, tmp_path, "redis+sentinel")
+    replica = next(port for port in group.data_ports if port != group.primary_port())
+    status_and_doctor_read_the_url_from_the_config_file(
+        env, tmp_path, "redis+sentinel", f"a primary with 1 replica: 127.0.0.1:{replica} (lag "
+    )
+
+
+def test_doctor_fails_a_url_that_names_a_replica(group, queue, env):
+    primary = group.primary_port()
+    replica = next(port for port in group.data_ports if port != primary)
+    env = dict(env, DELAYQ_REDIS_URL=f"redis://127.0.0.1:{replica}/0")
+
+    doctor = subprocess.run([*DELAYQ, "doctor"], env=env, capture_output=True, timeout=60)
+
+    assert doctor.returncode == 1
+    (shown,) = [line for line in doctor.stdout.decode().splitlines() if " topology " in line]
+    assert shown.split(None, 2) == [
+        "FAIL",
+        "topology",
+        f"redis://127.0.0.1:{replica}/0 is a replica of 127.0.0.1:{primary}: it takes no writes"
+        " (or drops them at its next sync); name the primary, or the sentinels with"
+        " redis+sentinel://",
+    ]

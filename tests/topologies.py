@@ -131,7 +131,7 @@ def run_through_a_failover(
 
 
 def status_and_doctor_read_the_url_from_the_config_file(
-    env: dict[str, str], tmp_path: Path, scheme: str
+    env: dict[str, str], tmp_path: Path, scheme: str, topology: str
 ) -> None:
     config = tmp_path / "delayq.toml"
     config.write_text(f'redis_url = "{env["DELAYQ_REDIS_URL"]}"\n')
@@ -144,6 +144,8 @@ def status_and_doctor_read_the_url_from_the_config_file(
     assert status.returncode == 0, status.stderr.decode()
     assert doctor.returncode == 0, doctor.stdout.decode() + doctor.stderr.decode()
     assert f"{scheme}://127.0.0.1:" in doctor.stdout.decode()
+    (shown,) = [line for line in doctor.stdout.decode().splitlines() if " topology " in line]
+    assert shown.split(None, 2)[0] == "ok" and shown.split(None, 2)[2].startswith(topology), shown
 
 
 def a_rolled_back_add_is_put_back_at_once(

@@ -1,7 +1,8 @@
 """`delayq doctor`: the checks an operator would otherwise make by hand — settings, database
 and Redis reachability and versions, the table against the model, the handler allowlist,
-Redis's eviction policy, the index marker — each an ok / warn / FAIL line saying what to fix.
-It only reads; cli/setup.py connects, prints the lines and turns a FAIL into exit 1."""
+Redis's topology, eviction policy and persistence, the index marker — each an ok / warn /
+FAIL line saying what to fix. It only reads; cli/setup.py connects, prints the lines and
+turns a FAIL into exit 1."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from ..store.backend_errors import one_line
 from ..store.index import Index
 from ..store.keys import INDEXED_KEY, job_id_of
 from ..store.table import Job, Table, is_mysql
+from ..store.topology import Server, servers
 from ..store.upgrade import column_problems
 from ..worker.allowlist import EMPTY_ALLOWLIST, check_entry
 from ..worker.handlers import import_prefix
@@ -110,33 +112,30 @@ def _table_checks(db: peewee.Database) -> list[Check]:
 
 
 def redis_checks(index: Index, settings: Settings) -> list[Check]:
-    """Reachability and version, eviction policy, and whether the index is complete."""
+    """Reachability and version, the topology, eviction policy and persistence of each
+    server written to, and whether the index is complete."""
     where = redact_url(settings.redis_url)
     try:
-        server = index.client.info("server")
-        memory = index.client.info("memory")
+        found = servers(index.client)
         complete = index.registry.is_complete()
         strays = {queue: _stray_members(index, queue) for queue in index.registry.known_queues()}
     except redis.RedisError as exc:
         detail = one_line(exc, settings.redis_url)
         return [Check(FAIL, "redis", f"{where} cannot be used: {detail}")]
-    version = str(server.get("redis_version", "?"))
+    versions = sorted({server.version for server in found})
     try:
-        too_old = tuple(int(part) for part in version.split(".")[:2]) < MIN_REDIS
+        too_old = any(
+            tuple(int(part) for part in version.split(".")[:2]) < MIN_REDIS for version in versions
+        )
     except ValueError:
         too_old = False
-    found = f"Redis {version} at {where}"
-    policy = str(memory.get("maxmemory_policy", "unknown"))
+    running = f"Redis {', '.join(versions)} at {where}"
     counts = ", ".join(f"{queue} {count}" for queue, count in strays.items() if count)
     return [
-        verdict(not too_old, "redis", found, f"{found}; delayq needs 6.2 or later", FAIL),
-        verdict(
-            policy == "noeviction",
-            "eviction",
-            "maxmemory-policy is noeviction",
-            f"maxmemory-policy is {policy}: an evicting Redis silently drops schedule entries "
-            "(the table keeps the jobs, but they run late); set maxmemory-policy noeviction",
-        ),
+        verdict(not too_old, "redis", running, f"{running}; delayq needs 6.2 or later", FAIL),
+        _topology_check(found, where),
+        _eviction_check(found),
+        _persistence_check(found),
         verdict(
             complete,
             "schedule",
@@ -152,6 +151,59 @@ def redis_checks(index: Index, settings: Settings) -> list[Check]:
             "a run drops them when they fall due, `delayq reconcile` at once",
         ),
     ]
+
+
+def _topology_check(found: list[Server], where: str) -> Check:
+    if len(found) == 1 and not found[0].address:  # one server, named by the URL
+        (server,) = found
+        if server.role != "master":
+            return Check(
+                FAIL,
+                "topology",
+                f"{where} is a replica of {server.primary}: it takes no writes (or drops them "
+                "at its next sync); name the primary, or the sentinels with redis+sentinel://",
+            )
+        return Check(OK, "topology", f"a primary with {_replicas(server)}")
+    masters = "; ".join(f"{server.address} with {_replicas(server)}" for server in found)
+    alone = [server.address for server in found if not server.replicas]
+    return verdict(
+        not alone,
+        "topology",
+        f"a cluster of {len(found)} masters: {masters}",
+        f"a cluster of {len(found)} masters: {masters}; with no replica, "
+        f"{', '.join(alone)} takes its slots down with it when it fails",
+    )
+
+
+def _replicas(server: Server) -> str:
+    if not server.replicas:
+        return "no replica"
+    return f"{len(server.replicas)} replica{'s' * (len(server.replicas) > 1)}: " + ", ".join(
+        server.replicas
+    )
+
+
+def _eviction_check(found: list[Server]) -> Check:
+    evicting = {server.eviction for server in found} - {"noeviction"}
+    return verdict(
+        not evicting,
+        "eviction",
+        "maxmemory-policy is noeviction",
+        f"maxmemory-policy is {', '.join(sorted(evicting))}: an evicting Redis silently drops "
+        "schedule entries (the table keeps the jobs, but they run late); set maxmemory-policy "
+        "noeviction",
+    )
+
+
+def _persistence_check(found: list[Server]) -> Check:
+    kept = sorted({server.persistence or "not known (CONFIG is refused)" for server in found})
+    return verdict(
+        "none" not in kept,
+        "disk",
+        f"Redis keeps the schedule on disk: {', '.join(kept)}",
+        "Redis keeps nothing on disk: a restart empties the schedule and the next run "
+        "rebuilds it from the table, jobs waiting meanwhile; turn on appendonly (or save)",
+    )
 
 
 def _stray_members(index: Index, queue: str) -> int:
