@@ -18,7 +18,7 @@ import typer.core
 from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 from ..durations import parse_duration, shown
-from ..errors import BackendUnavailable, BadInput, ConfigError, DelayqError, JobNotFound
+from ..errors import BackendUnavailable, BadInput, ConfigError, DelayqError
 from ..ops.printing import printable
 
 if TYPE_CHECKING:
@@ -39,7 +39,9 @@ class OneLineUsageErrors:
             exc.show()
             sys.exit(exc.exit_code)
         except _CLICK.exceptions.ClickException as exc:
-            message = _usage_message(exc, kwargs.get("prog_name"))
+            context, program = getattr(exc, "ctx", None), kwargs.get("prog_name")
+            path = context.command_path if context else getattr(exc, "command_path", program)
+            message = exc.format_message() + (f" (see {path} --help)" if path else "")
             typer.echo(f"delayq: error: {printable(message)}", err=True)
             sys.exit(exc.exit_code)
         except typer.Abort:
@@ -52,13 +54,6 @@ class OneLineUsageErrors:
 _CLICK: Any = getattr(typer.core, "_click", None) or typer.core.click  # type: ignore[attr-defined]
 # click 8.2 and later raise this for a group called without a command.
 _HELP_INSTEAD = getattr(_CLICK.exceptions, "NoArgsIsHelpError", ())
-
-
-def _usage_message(exc: Any, program: str | None) -> str:
-    context = getattr(exc, "ctx", None)
-    path = context.command_path if context else getattr(exc, "command_path", program)
-    message = exc.format_message()
-    return f"{message} (see {path} --help)" if path else message
 
 
 class OneLineGroup(OneLineUsageErrors, TyperGroup):
@@ -76,10 +71,9 @@ class OneLineGroup(OneLineUsageErrors, TyperGroup):
 
 
 class Command(TyperCommand):
-    """A delayq command: its usage line names each argument as its errors do, in capitals,
-    an optional one in brackets (`delayq add [OPTIONS] CLASS METHOD`, `delayq cancel
-    [OPTIONS] [ID]`); typer's own would mix `{CLASS}`, `{method}` and `{shell}:<bash|...>`.
-    Each argument gives its capitalised name as its metavar, so the errors say `'METHOD'`."""
+    """A delayq command whose usage line names arguments in capitals as its errors do (each
+    gives that as its metavar), an optional one in brackets: `delayq cancel [OPTIONS] [ID]`;
+    typer's own would mix `{CLASS}`, `{method}` and `{shell}:<bash|...>`."""
 
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
         pieces = [self.options_metavar] if self.options_metavar else []
@@ -135,42 +129,23 @@ def _options(
     """Options of `delayq` itself, given before the command."""
 
 
-EXIT_CODES: dict[type[DelayqError], int] = {
-    BadInput: 2,
-    ConfigError: 2,
-    JobNotFound: 1,
-    BackendUnavailable: 1,
-}
-
-
 QueueOption = Annotated[str, typer.Option("--queue", "-q", help="Queue name.")]
 OptionalQueue = Annotated[str | None, typer.Option("--queue", "-q", help="Only this queue.")]
-
-
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
-
-
 DelayOption = Annotated[
     str | None, typer.Option("--delay", help="Wait this long: seconds, or 90s, 15m, 2h, 1d.")
 ]
 
 
-def exit_code(exc: DelayqError) -> int:
-    """The exit code for an expected error: 2 bad input, 1 unknown id or unreachable backend."""
-    for cls in type(exc).__mro__:
-        if cls in EXIT_CODES:
-            return EXIT_CODES[cls]
-    return 1
-
-
 @contextmanager
 def reporting_errors() -> Iterator[None]:
-    """Turn a DelayqError into one line on stderr and its exit code; never a traceback."""
+    """Turn a DelayqError into one line on stderr and exit 2 for bad input or settings, else 1
+    (an unknown id, an unreachable backend); never a traceback."""
     try:
         yield
     except DelayqError as exc:
         typer.echo(f"delayq: error: {printable(exc)}", err=True)
-        raise typer.Exit(exit_code(exc)) from None
+        raise typer.Exit(2 if isinstance(exc, (BadInput, ConfigError)) else 1) from None
 
 
 def open_queue(*, create: bool = False, **overrides: Any) -> Queue:
