@@ -95,14 +95,22 @@ def run(
 ) -> None:
     """Run the due jobs once (or, with --loop, as they fall due); silent when all is well."""
     with reporting_errors():
-        if processes != 1 and not 1 <= processes <= MAX_PROCESSES:
+        if not 1 <= processes <= MAX_PROCESSES:
             raise BadInput(f"--processes must be between 1 and {MAX_PROCESSES}")
         printer = _job_printer(verbose, as_json)  # first: a refusal leaves no log file behind
-        interval = _metrics_interval(metrics_interval)
+        interval = parse_duration(metrics_interval, "--metrics-interval")
+        if interval < 1:
+            raise BadInput(f"--metrics-interval must be at least 1s, not {metrics_interval!r}")
         outputs = Outputs(
             verbose, as_json, log_file, log_level, log_json, metrics_file, interval, on_failure
         )
-        _prepare_outputs(outputs)
+        # The log opened and the metrics file checked before any job runs: a run that found
+        # out only afterwards had run its jobs and still exited 2.
+        setup_logging(log_level, log_file, log_json)
+        if metrics_file is not None:
+            from ..ops.textfile import check_writable
+
+            check_writable(metrics_file)
         names, weights = parse_weighted(weighted) if weighted is not None else ([], None)
         options = RunOptions.build(
             queues=[*(queues or ()), *names],
@@ -194,16 +202,6 @@ def _check_handlers(settings: Settings) -> None:
     check_imports(settings.handlers, settings.path)
 
 
-def _prepare_outputs(outputs: Outputs) -> None:
-    """Open the log and check the metrics file can be written, before any job runs: a
-    run that found out only afterwards had run its jobs and still exited 2."""
-    setup_logging(outputs.log_level, outputs.log_file, outputs.log_json)
-    if outputs.metrics_file is not None:
-        from ..ops.textfile import check_writable
-
-        check_writable(outputs.metrics_file)
-
-
 def _supervise(processes: int, options: RunOptions, outputs: Outputs) -> None:
     """Run `processes` children with this command's own options, and exit as they do."""
     with reporting_errors():
@@ -214,19 +212,12 @@ def _supervise(processes: int, options: RunOptions, outputs: Outputs) -> None:
         _check_handlers(settings)
         load_reporters(settings)
         if options.loop:  # a looping child waits out an outage, even one at its start
-            queue = open_queue(create=True, on_failure=outputs.on_failure)
-            try:
+            with open_queue(create=True, on_failure=outputs.on_failure) as queue:
                 queue.reach()  # so a wrong URL is said once, here, and at once
-            finally:
-                queue.close()
     from ..worker.processes import Supervisor
 
     child = [sys.executable, "-m", "delayq", "run", *options.argv(), *outputs.argv()]
-
-    def command(fd: int) -> list[str]:
-        return [*child, "--liveness-fd", str(fd)]
-
-    raise typer.Exit(Supervisor(command, processes).run())
+    raise typer.Exit(Supervisor(lambda fd: [*child, "--liveness-fd", str(fd)], processes).run())
 
 
 def _liveness(fd: int | None) -> Liveness | None:
@@ -256,29 +247,25 @@ def parse_weighted(text: str) -> tuple[list[str], dict[str, int]]:
     return names, weights
 
 
-def _summary(report: RunReport) -> str:
-    jobs = "job" if report.ran == 1 else "jobs"
-    deferred = f", {report.deferred} deferred" if report.deferred else ""
-    return (
-        f"ran {report.ran} {jobs}: {report.succeeded} succeeded, {report.failed} failed "
-        f"({report.retried} retried){deferred}, {report.missed} missed, {report.dropped} dropped, "
-        f"{report.recovered} recovered, {report.reindexed} re-indexed in {report.elapsed:.2f}s"
-    )
-
-
 def _job_printer(verbose: bool, as_json: bool) -> Callable[[Outcome], None] | None:
     if as_json and not verbose:
         raise BadInput("--json shapes the lines of -v; add -v")
     if not verbose:
         return None
-    return _print_outcome_json if as_json else _print_outcome
+    return _print_outcome_json if as_json else lambda outcome: typer.echo(_outcome_line(outcome))
 
 
 def _print_summary(report: RunReport, as_json: bool) -> None:
     if as_json:
         print_json(summary_fields(report))
-    else:
-        typer.echo(_summary(report))
+        return
+    jobs = "job" if report.ran == 1 else "jobs"
+    deferred = f", {report.deferred} deferred" if report.deferred else ""
+    typer.echo(
+        f"ran {report.ran} {jobs}: {report.succeeded} succeeded, {report.failed} failed "
+        f"({report.retried} retried){deferred}, {report.missed} missed, {report.dropped} dropped, "
+        f"{report.recovered} recovered, {report.reindexed} re-indexed in {report.elapsed:.2f}s"
+    )
 
 
 def summary_fields(report: RunReport) -> dict[str, Any]:
@@ -302,10 +289,6 @@ def _print_outcome_json(outcome: Outcome) -> None:
     print_json(fields)
 
 
-def _print_outcome(outcome: Outcome) -> None:
-    typer.echo(_outcome_line(outcome))
-
-
 def _outcome_line(outcome: Outcome) -> str:
     message = f" {outcome.summary}" if outcome.summary else ""
     retry = " (will retry)" if outcome.will_retry else ""
@@ -313,13 +296,6 @@ def _outcome_line(outcome: Outcome) -> str:
         f"{outcome.id} {outcome.class_path}.{outcome.method} attempt {outcome.attempt} "
         f"{outcome.word} {outcome.duration * 1000:.1f}ms{message}{retry}"
     )
-
-
-def _metrics_interval(text: str) -> float:
-    interval = parse_duration(text, "--metrics-interval")
-    if interval < 1:
-        raise BadInput(f"--metrics-interval must be at least 1s, not {text!r}")
-    return interval
 
 
 @contextmanager
