@@ -35,6 +35,10 @@ if TYPE_CHECKING:  # the modules behind the commands load when a command runs, k
     from ..ops.overview import LastRun, QueueStats, StatusReport, Upcoming
 
 DurationText = str  # what the user typed: seconds or 90s, 15m, 2h, 1d
+DryRunOption = Annotated[bool, typer.Option("--dry-run", help="Count, change nothing.")]
+ClassOption = Annotated[
+    str | None, typer.Option("--class", help="Only jobs calling this exact class.")
+]
 
 
 def _console() -> Console:
@@ -76,17 +80,12 @@ def _parse_statuses(text: str, allowed: tuple[Status, ...]) -> tuple[Status, ...
     words = [part.strip() for part in text.split(",")]
     if not all(words):
         raise BadInput(f"--status {shown(text)} names an empty status; give e.g. failed,missed")
-    found = []
+    by_name = {status.name: status for status in allowed}  # as Status.from_word reads them
     for word in words:
-        try:
-            status = Status.from_word(word)
-        except KeyError:
-            status = None
-        if status not in allowed:
+        if word.upper() not in by_name:
             known = ", ".join(item.word for item in allowed)
             raise BadInput(f"--status {word!r} is not allowed here; use one or more of {known}")
-        found.append(status)
-    return tuple(found)
+    return tuple(by_name[word.upper()] for word in words)
 
 
 def _relative(seconds: float) -> str:
@@ -190,9 +189,7 @@ def list_jobs(
     ] = None,
     queue_name: OptionalQueue = None,
     ext: Annotated[str | None, typer.Option("--ext", help="Only this business key.")] = None,
-    class_path: Annotated[
-        str | None, typer.Option("--class", help="Only jobs calling this exact class.")
-    ] = None,
+    class_path: ClassOption = None,
     since: Annotated[
         DurationText | None, typer.Option("--since", help="Only rows changed this recently.")
     ] = None,
@@ -264,20 +261,19 @@ def peek(
     with reporting_errors():
         upcoming = open_queue().peek(count, queues=None if queue_name is None else [queue_name])
     now = time.time()
+    views = [_upcoming_view(entry, now) for entry in upcoming]
     if as_json:
-        print_json({"now": now, "jobs": [_upcoming_view(entry, now) for entry in upcoming]})
+        print_json({"now": now, "jobs": views})
         return
     console = _console()
-    if not upcoming:
+    if not views:
         console.print("nothing scheduled")
         return
     table = _table("id queue due call ext status", right="id", wrap="call ext")
-    for view in (_upcoming_view(entry, now) for entry in upcoming):
+    for view in views:
         call = printable(_call(view)) if view["status"] else "(no row)"
-        due = _relative(view["due_in"])
-        status_text = view["status"] or "-"
-        ext = printable(view["ext"])
-        table.add_row(str(view["id"]), printable(view["queue"]), due, call, ext, status_text)
+        cells = [str(view["id"]), printable(view["queue"]), _relative(view["due_in"]), call]
+        table.add_row(*cells, printable(view["ext"]), view["status"] or "-")
     console.print(table)
 
 
@@ -297,9 +293,6 @@ def _upcoming_view(entry: Upcoming, now: float) -> dict[str, Any]:
         "status": status_word(entry.row.status) if entry.row else None,
         "schedule": schedule_text(entry.row) if entry.row else None,
     }
-
-
-DryRunOption = Annotated[bool, typer.Option("--dry-run", help="Count, change nothing.")]
 
 
 @app.command()
@@ -331,9 +324,7 @@ def requeue(
     status_words: Annotated[
         str, typer.Option("--status", help="Finished statuses to retry, e.g. failed,missed.")
     ],
-    class_path: Annotated[
-        str | None, typer.Option("--class", help="Only jobs calling this exact class.")
-    ] = None,
+    class_path: ClassOption = None,
     queue_name: OptionalQueue = None,
     since: Annotated[
         DurationText | None, typer.Option("--since", help="Only rows that finished this recently.")
