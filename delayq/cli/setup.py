@@ -106,14 +106,12 @@ def _diagnose() -> list[Check]:
         queue = connect(settings)
     except DelayqError as exc:
         return [*checks, Check(FAIL, "connect", str(exc))]
-    try:
+    with queue:
         checks += database_checks(queue.db, settings.database_url)
         checks += redis_checks(queue.index, queue.settings)
         if all(check.level != FAIL for check in checks):
             checks += consistency_checks(queue.table, queue.index)
         return checks
-    finally:
-        queue.close()
 
 
 class Shell(str, Enum):  # noqa: UP042 - StrEnum is new in Python 3.11

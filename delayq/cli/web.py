@@ -15,8 +15,6 @@ import typer
 from ..errors import BadInput, ConfigError
 from .app import app, open_queue, reporting_errors
 
-WEB_EXTRA = "delayq web needs the web extra: pip install 'delayq[web]'"
-
 
 @app.command()
 def web(
@@ -42,7 +40,7 @@ def web(
 
             from ..web import create_app
         except ImportError:
-            raise ConfigError(WEB_EXTRA) from None
+            raise ConfigError("delayq web needs the web extra: pip install 'delayq[web]'") from None
         queue = open_queue(create=True)
         page = create_app(queue, token=queue.settings.web_token)
     config = uvicorn.Config(
