@@ -16,7 +16,7 @@ from ..config import load_settings
 from ..errors import DelayqError
 from ..ops.logs import setup_logging
 from . import jobs, ops, running, setup, web  # noqa: F401 - importing them registers their commands on `app`
-from .app import CONTEXT_SETTINGS, HELP_MARKUP, OneLineCommand, app
+from .app import CONTEXT_SETTINGS, HELP_MARKUP, Command, app
 from .running import run
 
 
@@ -38,7 +38,7 @@ def main() -> None:
             context_settings=CONTEXT_SETTINGS,
             rich_markup_mode=HELP_MARKUP,
         )
-        single.command(cls=OneLineCommand)(run)
+        single.command(cls=Command)(run)
         single(args=sys.argv[2:], prog_name=f"{_program_name()} run")
         return
     app(prog_name=_program_name())

@@ -1,9 +1,6 @@
-"""The `delayq` typer app and what its commands share: option types, the one mapping of
-errors to exit codes, opening the Queue, printing JSON.
-
-stdout carries results only (an id, a count, a JSON object); diagnostics go to stderr, and
-`delayq run` prints nothing when all is well because cron mails whatever it prints.
-"""
+"""The `delayq` typer app and what its commands share: option types, exit codes, opening the
+Queue, printing JSON. stdout carries results only (an id, a count, a JSON object), the rest
+goes to stderr; `delayq run` prints nothing when all is well because cron mails it all."""
 
 from __future__ import annotations
 
@@ -70,10 +67,11 @@ class OneLineGroup(OneLineUsageErrors, TyperGroup):
             raise
 
 
-class Command(TyperCommand):
-    """A delayq command whose usage line names arguments in capitals as its errors do (each
-    gives that as its metavar), an optional one in brackets: `delayq cancel [OPTIONS] [ID]`;
-    typer's own would mix `{CLASS}`, `{method}` and `{shell}:<bash|...>`."""
+class Command(OneLineUsageErrors, TyperCommand):
+    """A delayq command (its one-line usage errors matter when it is built alone, as `delayq
+    run` is, see cli/__init__.py) whose usage line names arguments in capitals as its errors
+    do (each gives that as its metavar), an optional one in brackets: `delayq cancel [OPTIONS]
+    [ID]`; typer's own would mix `{CLASS}`, `{method}` and `{shell}:<bash|...>`."""
 
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
         pieces = [self.options_metavar] if self.options_metavar else []
@@ -82,10 +80,6 @@ class Command(TyperCommand):
                 name = param.metavar or (param.name or "").upper()
                 pieces.append(name if param.required else f"[{name}]")
         return pieces
-
-
-class OneLineCommand(OneLineUsageErrors, Command):
-    """A command built alone (`delayq run`, see cli/__init__.py)."""
 
 
 # -h as well as --help, on every command.

@@ -1,7 +1,6 @@
-"""The operator's looks and clean-ups: status, list, peek, purge, requeue, registered on the
-app of cli/app.py. Like every cli/ module, it parses options, makes one Queue call and
-prints: tables through rich on stdout, one JSON object with --json, diagnostics on stderr.
-"""
+"""The operator's looks and clean-ups: status, list, peek, purge, requeue, metrics. Each parses
+options, makes one Queue call and prints: tables through rich on stdout, one JSON object with
+--json, diagnostics on stderr."""
 
 from __future__ import annotations
 
@@ -54,15 +53,12 @@ def _console() -> Console:
 
 
 def _table(headers: str, right: str = "", wrap: str = "") -> Table:
-    """A borderless table with these space-separated headers (`|` stands for a space);
-    those named in `right` are right-aligned. On a narrow terminal only the columns named in
-    `wrap` give up width (their text wraps, or is cut with an ellipsis); the others keep
-    their values whole."""
+    """A borderless table with these space-separated headers (`|` stands for a space), those
+    in `right` right-aligned; on a narrow terminal only those in `wrap` give up width."""
     from rich import box
     from rich.table import Table
 
-    # The rule under the header only on a terminal: cron mail and `| grep` get plain
-    # aligned text, with no box-drawing characters to trip over.
+    # The rule under the header only on a terminal: cron mail and `| grep` get plain text.
     rule = box.SIMPLE_HEAD if sys.stdout.isatty() else None
     table = Table(box=rule, show_edge=False, pad_edge=False)
     for header in headers.split():

@@ -33,9 +33,7 @@ def init(
         changes = queue.init(schedule_lost=schedule_lost)
         for change in changes:
             typer.echo(change)
-        typer.echo(
-            f"initialised {queue.describe()}" if changes else f"all in place: {queue.describe()}"
-        )
+        typer.echo(f"{'initialised' if changes else 'all in place:'} {queue.describe()}")
 
 
 @app.command()

@@ -1,8 +1,6 @@
-"""`delayq web`: serve the operator's page (delayq/web/) with uvicorn.
-
-It binds 127.0.0.1 unless told otherwise; behind a reverse proxy, `--root-path` is where the
-proxy mounts it and `--forwarded-allow-ips` the proxies whose X-Forwarded-* headers count.
-"""
+"""`delayq web`: serve the operator's page (delayq/web/) with uvicorn, on 127.0.0.1 unless
+told otherwise; behind a reverse proxy, `--root-path` is where the proxy mounts it and
+`--forwarded-allow-ips` the proxies whose X-Forwarded-* headers count."""
 
 from __future__ import annotations
 
