@@ -82,11 +82,9 @@ class Command(OneLineUsageErrors, TyperCommand):
         return pieces
 
 
-# -h as well as --help, on every command.
 CONTEXT_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"]}
-# Help framed in rich's boxes on a terminal, plain text anywhere else: piped into a pager, a
-# file or cron mail, the box-drawing characters are only noise. Both streams count, since
-# `delayq` alone prints its help to stderr.
+# Help in rich's boxes on a terminal only: in a pager, a file or cron mail they are noise.
+# Both streams count, since `delayq` alone prints its help to stderr.
 HELP_MARKUP: Any = "rich" if sys.stdout.isatty() and sys.stderr.isatty() else None
 
 app = typer.Typer(

@@ -4,7 +4,7 @@ per job with -v (a JSON object with --json), a progress bar on a terminal."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
@@ -111,9 +111,9 @@ def run(
             from ..ops.textfile import check_writable
 
             check_writable(metrics_file)
-        names, weights = parse_weighted(weighted) if weighted is not None else ([], None)
+        weights = parse_weighted(weighted) if weighted is not None else {}
         options = RunOptions.build(
-            queues=[*(queues or ()), *names],
+            queues=[*(queues or ()), *weights],
             weights=weights,
             limit=limit,
             since=since,
@@ -177,19 +177,17 @@ def _run_here(
         liveness = _liveness(liveness_fd)
         _check_handlers(load_settings())
         queue = open_queue(create=True, on_failure=outputs.on_failure)
-        wanted = outputs.verbose and not (options.loop or outputs.as_json)
-        metrics_file = outputs.metrics_file
         with (
             graceful_stop() as stop,
-            _progress(queue, wanted, options.queues) as bar,
-            _rewriting(queue, metrics_file if options.loop else None, outputs.metrics_interval),
+            _progress(queue, options, outputs) as bar,
+            _rewriting(queue, options, outputs),
         ):
             on_outcome = printer if bar is None else bar
             report = queue.run_with(options, on_outcome=on_outcome, stop=stop, liveness=liveness)
-        if metrics_file is not None:
+        if outputs.metrics_file is not None:
             from ..ops.textfile import write_file  # prometheus_client only when asked for
 
-            write_file(metrics_file, queue.metrics(report))
+            write_file(outputs.metrics_file, queue.metrics(report))
         if outputs.verbose:
             _print_summary(report, outputs.as_json)
     return report
@@ -232,9 +230,8 @@ def _liveness(fd: int | None) -> Liveness | None:
         raise BadInput(f"--liveness-fd {fd}: not an open pipe ({exc.strerror})") from None
 
 
-def parse_weighted(text: str) -> tuple[list[str], dict[str, int]]:
-    """`a:3,b:1,c` -> the queue names in order and their weights (1 where none is given)."""
-    names: list[str] = []
+def parse_weighted(text: str) -> dict[str, int]:
+    """`a:3,b:1,c` -> the queues in order and their weights (1 where none is given)."""
     weights: dict[str, int] = {}
     for item in text.split(","):
         name, _, weight = item.strip().rpartition(":")
@@ -242,9 +239,8 @@ def parse_weighted(text: str) -> tuple[list[str], dict[str, int]]:
             name, weight = item.strip(), "1"
         if not name:
             raise BadInput(f"--queues {text!r}: name the queues, e.g. --queues refunds:3,sms:1")
-        names.append(name)
         weights[name] = int(weight)
-    return names, weights
+    return weights
 
 
 def _job_printer(verbose: bool, as_json: bool) -> Callable[[Outcome], None] | None:
@@ -299,25 +295,26 @@ def _outcome_line(outcome: Outcome) -> str:
 
 
 @contextmanager
-def _rewriting(queue: Queue, metrics_file: str | None, interval: float) -> Iterator[None]:
-    """While a loop runs, its metrics file is rewritten every `interval` seconds."""
-    if metrics_file is None:
+def _rewriting(queue: Queue, options: RunOptions, outputs: Outputs) -> Iterator[None]:
+    """While a loop runs, its metrics file is rewritten every --metrics-interval."""
+    if outputs.metrics_file is None or not options.loop:
         yield
         return
     from ..ops.textfile import Rewriter
 
     # The thread's own database connection is closed when it ends.
-    with Rewriter(metrics_file, interval, queue.metrics, queue.db.close):
+    with Rewriter(outputs.metrics_file, outputs.metrics_interval, queue.metrics, queue.db.close):
         yield
 
 
 @contextmanager
 def _progress(
-    queue: Queue, wanted: bool, queues: Sequence[str]
+    queue: Queue, options: RunOptions, outputs: Outputs
 ) -> Iterator[Callable[[Outcome], None] | None]:
     """On a terminal, `run -v` over a backlog shows a progress bar under the job lines;
     never in cron, which has no terminal."""
-    due = queue.due_count(queues) if wanted and sys.stdout.isatty() else 0
+    wanted = outputs.verbose and not (options.loop or outputs.as_json) and sys.stdout.isatty()
+    due = queue.due_count(options.queues) if wanted else 0
     if due < PROGRESS_MIN_JOBS:
         yield None
         return
