@@ -265,16 +265,11 @@ def _print_summary(report: RunReport, as_json: bool) -> None:
 
 
 def summary_fields(report: RunReport) -> dict[str, Any]:
-    """The last line of `run -v --json`: the counts of the -v summary, by name."""
-    counts = "ran succeeded failed retried deferred missed dropped recovered reindexed stuck"
-    fields: dict[str, Any] = {name: getattr(report, name) for name in counts.split()}
-    fields.update(
-        record="summary",
-        elapsed=round(report.elapsed, 6),
-        stopped_early=report.stopped_early,
-        interrupted=report.interrupted,
-    )
-    return fields
+    """The last line of `run -v --json`: the counts of the -v summary and how the run ended."""
+    names = "ran succeeded failed retried deferred missed dropped recovered reindexed stuck"
+    ended = ["stopped_early", "interrupted"]
+    fields = {name: getattr(report, name) for name in [*names.split(), *ended]}
+    return {**fields, "record": "summary", "elapsed": round(report.elapsed, 6)}
 
 
 def _print_outcome_json(outcome: Outcome) -> None:
