@@ -62,8 +62,7 @@ def embedded_stop() -> None:
     from ..store import embedded
 
     with reporting_errors():
-        stopped = embedded.stop(load_settings().home)
-        typer.echo("stopped" if stopped else "not running")
+        typer.echo("stopped" if embedded.stop(load_settings().home) else "not running")
 
 
 @app.command()
