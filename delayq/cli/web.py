@@ -32,7 +32,10 @@ def web(
     after logging in with DELAYQ_WEB_TOKEN (without it the page is read-only)."""
     with reporting_errors():
         _check_host(host)
-        _check_root_path(root_path)
+        if root_path and not (
+            root_path.startswith("/") and root_path.isascii() and root_path.isprintable()
+        ):
+            raise BadInput("--root-path must be a path beginning with /, e.g. /delayq")
         try:
             import uvicorn
 
@@ -87,10 +90,3 @@ def _check_host(host: str) -> None:
     except ValueError:
         if not host.replace("-", "").replace(".", "").isalnum() or not host.isascii():
             raise BadInput(f"--host {host!r} is neither an IP address nor a host name") from None
-
-
-def _check_root_path(root_path: str) -> None:
-    if root_path and (
-        not root_path.startswith("/") or not root_path.isascii() or not root_path.isprintable()
-    ):
-        raise BadInput("--root-path must be a path beginning with /, e.g. /delayq")
