@@ -16,23 +16,17 @@ from ..config import load_settings
 from ..errors import DelayqError
 from ..ops.logs import setup_logging
 from . import jobs, ops, running, setup, web  # noqa: F401 - importing them registers their commands on `app`
-from .app import CONTEXT_SETTINGS, HELP_MARKUP, OneLineCommand, app
+from .app import CONTEXT_SETTINGS, HELP_MARKUP, Command, app
 from .running import run
 
 
 def main() -> None:
     """Console-script entry point."""
     # The interpreter's collections as it exits walk every object still tracked, and the
-    # imports alone leave tens of thousands (modules, classes, functions): that walk took
-    # 30 ms of every `delayq` command here, most of what a `delayq run` with nothing due
-    # spends after its imports. Frozen now, before any command or handler runs, they are left
-    # out of it (and out of every collection while a loop runs); what the command and its
-    # handlers make later is collected, and finalized at exit, as before.
+    # imports alone leave tens of thousands: 30 ms of every `delayq` command, most of a `delayq
+    # run` with nothing due. Frozen before any command runs, they are left out of every
+    # collection; what the command and its handlers make later is collected as before.
     gc.freeze()
-    _dispatch()
-
-
-def _dispatch() -> None:
     setup_logging()
     put_application_on_path()
     if sys.argv[1:2] == ["run"]:
@@ -44,7 +38,7 @@ def _dispatch() -> None:
             context_settings=CONTEXT_SETTINGS,
             rich_markup_mode=HELP_MARKUP,
         )
-        single.command(cls=OneLineCommand)(run)
+        single.command(cls=Command)(run)
         single(args=sys.argv[2:], prog_name=f"{_program_name()} run")
         return
     app(prog_name=_program_name())
@@ -56,13 +50,9 @@ def _program_name() -> str:
 
 
 def put_application_on_path() -> None:
-    """Let jobs name modules in the directory `delayq` runs in (`tasks.Mailer`), as `python -m`
-    does, and in the directories DELAYQ_PATH lists (`src`, say), so an application's root is
-    where its commands are started from.
-
-    Appended, not put first as `python -m` does: a stray `redis.py` in the directory cron
-    starts from must not replace a package delayq itself imports.
-    """
+    """Let jobs name modules in the directory `delayq` runs in (`tasks.Mailer`) and in those
+    DELAYQ_PATH lists (`src`, say). Appended, not put first as `python -m` does: a stray
+    `redis.py` in the directory cron starts from must not replace a package delayq imports."""
     try:
         configured = [str(directory.resolve()) for directory in load_settings().path]
     except DelayqError:

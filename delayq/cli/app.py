@@ -1,9 +1,6 @@
-"""The `delayq` typer app and what its commands share: option types, the one mapping of
-errors to exit codes, opening the Queue, printing JSON.
-
-stdout carries results only (an id, a count, a JSON object); diagnostics go to stderr, and
-`delayq run` prints nothing when all is well because cron mails whatever it prints.
-"""
+"""The `delayq` typer app and what its commands share: option types, exit codes, opening the
+Queue, printing JSON. stdout carries results only (an id, a count, a JSON object), the rest
+goes to stderr; `delayq run` prints nothing when all is well because cron mails it all."""
 
 from __future__ import annotations
 
@@ -18,7 +15,7 @@ import typer.core
 from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 from ..durations import parse_duration, shown
-from ..errors import BackendUnavailable, BadInput, ConfigError, DelayqError, JobNotFound
+from ..errors import BackendUnavailable, BadInput, ConfigError, DelayqError
 from ..ops.printing import printable
 
 if TYPE_CHECKING:
@@ -39,7 +36,9 @@ class OneLineUsageErrors:
             exc.show()
             sys.exit(exc.exit_code)
         except _CLICK.exceptions.ClickException as exc:
-            message = _usage_message(exc, kwargs.get("prog_name"))
+            context, program = getattr(exc, "ctx", None), kwargs.get("prog_name")
+            path = context.command_path if context else getattr(exc, "command_path", program)
+            message = exc.format_message() + (f" (see {path} --help)" if path else "")
             typer.echo(f"delayq: error: {printable(message)}", err=True)
             sys.exit(exc.exit_code)
         except typer.Abort:
@@ -52,13 +51,6 @@ class OneLineUsageErrors:
 _CLICK: Any = getattr(typer.core, "_click", None) or typer.core.click  # type: ignore[attr-defined]
 # click 8.2 and later raise this for a group called without a command.
 _HELP_INSTEAD = getattr(_CLICK.exceptions, "NoArgsIsHelpError", ())
-
-
-def _usage_message(exc: Any, program: str | None) -> str:
-    context = getattr(exc, "ctx", None)
-    path = context.command_path if context else getattr(exc, "command_path", program)
-    message = exc.format_message()
-    return f"{message} (see {path} --help)" if path else message
 
 
 class OneLineGroup(OneLineUsageErrors, TyperGroup):
@@ -75,11 +67,11 @@ class OneLineGroup(OneLineUsageErrors, TyperGroup):
             raise
 
 
-class Command(TyperCommand):
-    """A delayq command: its usage line names each argument as its errors do, in capitals,
-    an optional one in brackets (`delayq add [OPTIONS] CLASS METHOD`, `delayq cancel
-    [OPTIONS] [ID]`); typer's own would mix `{CLASS}`, `{method}` and `{shell}:<bash|...>`.
-    Each argument gives its capitalised name as its metavar, so the errors say `'METHOD'`."""
+class Command(OneLineUsageErrors, TyperCommand):
+    """A delayq command (its one-line usage errors matter when it is built alone, as `delayq
+    run` is, see cli/__init__.py) whose usage line names arguments in capitals as its errors
+    do (each gives that as its metavar), an optional one in brackets: `delayq cancel [OPTIONS]
+    [ID]`; typer's own would mix `{CLASS}`, `{method}` and `{shell}:<bash|...>`."""
 
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
         pieces = [self.options_metavar] if self.options_metavar else []
@@ -90,15 +82,9 @@ class Command(TyperCommand):
         return pieces
 
 
-class OneLineCommand(OneLineUsageErrors, Command):
-    """A command built alone (`delayq run`, see cli/__init__.py)."""
-
-
-# -h as well as --help, on every command.
 CONTEXT_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"]}
-# Help framed in rich's boxes on a terminal, plain text anywhere else: piped into a pager, a
-# file or cron mail, the box-drawing characters are only noise. Both streams count, since
-# `delayq` alone prints its help to stderr.
+# Help in rich's boxes on a terminal only: in a pager, a file or cron mail they are noise.
+# Both streams count, since `delayq` alone prints its help to stderr.
 HELP_MARKUP: Any = "rich" if sys.stdout.isatty() and sys.stderr.isatty() else None
 
 app = typer.Typer(
@@ -135,42 +121,23 @@ def _options(
     """Options of `delayq` itself, given before the command."""
 
 
-EXIT_CODES: dict[type[DelayqError], int] = {
-    BadInput: 2,
-    ConfigError: 2,
-    JobNotFound: 1,
-    BackendUnavailable: 1,
-}
-
-
 QueueOption = Annotated[str, typer.Option("--queue", "-q", help="Queue name.")]
 OptionalQueue = Annotated[str | None, typer.Option("--queue", "-q", help="Only this queue.")]
-
-
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
-
-
 DelayOption = Annotated[
     str | None, typer.Option("--delay", help="Wait this long: seconds, or 90s, 15m, 2h, 1d.")
 ]
 
 
-def exit_code(exc: DelayqError) -> int:
-    """The exit code for an expected error: 2 bad input, 1 unknown id or unreachable backend."""
-    for cls in type(exc).__mro__:
-        if cls in EXIT_CODES:
-            return EXIT_CODES[cls]
-    return 1
-
-
 @contextmanager
 def reporting_errors() -> Iterator[None]:
-    """Turn a DelayqError into one line on stderr and its exit code; never a traceback."""
+    """Turn a DelayqError into one line on stderr and exit 2 for bad input or settings, else 1
+    (an unknown id, an unreachable backend); never a traceback."""
     try:
         yield
     except DelayqError as exc:
         typer.echo(f"delayq: error: {printable(exc)}", err=True)
-        raise typer.Exit(exit_code(exc)) from None
+        raise typer.Exit(2 if isinstance(exc, (BadInput, ConfigError)) else 1) from None
 
 
 def open_queue(*, create: bool = False, **overrides: Any) -> Queue:

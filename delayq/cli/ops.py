@@ -1,7 +1,6 @@
-"""The operator's looks and clean-ups: status, list, peek, purge, requeue, registered on the
-app of cli/app.py. Like every cli/ module, it parses options, makes one Queue call and
-prints: tables through rich on stdout, one JSON object with --json, diagnostics on stderr.
-"""
+"""The operator's looks and clean-ups: status, list, peek, purge, requeue, metrics. Each parses
+options, makes one Queue call and prints: tables through rich on stdout, one JSON object with
+--json, diagnostics on stderr."""
 
 from __future__ import annotations
 
@@ -35,6 +34,10 @@ if TYPE_CHECKING:  # the modules behind the commands load when a command runs, k
     from ..ops.overview import LastRun, QueueStats, StatusReport, Upcoming
 
 DurationText = str  # what the user typed: seconds or 90s, 15m, 2h, 1d
+DryRunOption = Annotated[bool, typer.Option("--dry-run", help="Count, change nothing.")]
+ClassOption = Annotated[
+    str | None, typer.Option("--class", help="Only jobs calling this exact class.")
+]
 
 
 def _console() -> Console:
@@ -50,15 +53,12 @@ def _console() -> Console:
 
 
 def _table(headers: str, right: str = "", wrap: str = "") -> Table:
-    """A borderless table with these space-separated headers (`|` stands for a space);
-    those named in `right` are right-aligned. On a narrow terminal only the columns named in
-    `wrap` give up width (their text wraps, or is cut with an ellipsis); the others keep
-    their values whole."""
+    """A borderless table with these space-separated headers (`|` stands for a space), those
+    in `right` right-aligned; on a narrow terminal only those in `wrap` give up width."""
     from rich import box
     from rich.table import Table
 
-    # The rule under the header only on a terminal: cron mail and `| grep` get plain
-    # aligned text, with no box-drawing characters to trip over.
+    # The rule under the header only on a terminal: cron mail and `| grep` get plain text.
     rule = box.SIMPLE_HEAD if sys.stdout.isatty() else None
     table = Table(box=rule, show_edge=False, pad_edge=False)
     for header in headers.split():
@@ -76,17 +76,12 @@ def _parse_statuses(text: str, allowed: tuple[Status, ...]) -> tuple[Status, ...
     words = [part.strip() for part in text.split(",")]
     if not all(words):
         raise BadInput(f"--status {shown(text)} names an empty status; give e.g. failed,missed")
-    found = []
+    by_name = {status.name: status for status in allowed}  # as Status.from_word reads them
     for word in words:
-        try:
-            status = Status.from_word(word)
-        except KeyError:
-            status = None
-        if status not in allowed:
+        if word.upper() not in by_name:
             known = ", ".join(item.word for item in allowed)
             raise BadInput(f"--status {word!r} is not allowed here; use one or more of {known}")
-        found.append(status)
-    return tuple(found)
+    return tuple(by_name[word.upper()] for word in words)
 
 
 def _relative(seconds: float) -> str:
@@ -190,9 +185,7 @@ def list_jobs(
     ] = None,
     queue_name: OptionalQueue = None,
     ext: Annotated[str | None, typer.Option("--ext", help="Only this business key.")] = None,
-    class_path: Annotated[
-        str | None, typer.Option("--class", help="Only jobs calling this exact class.")
-    ] = None,
+    class_path: ClassOption = None,
     since: Annotated[
         DurationText | None, typer.Option("--since", help="Only rows changed this recently.")
     ] = None,
@@ -264,20 +257,19 @@ def peek(
     with reporting_errors():
         upcoming = open_queue().peek(count, queues=None if queue_name is None else [queue_name])
     now = time.time()
+    views = [_upcoming_view(entry, now) for entry in upcoming]
     if as_json:
-        print_json({"now": now, "jobs": [_upcoming_view(entry, now) for entry in upcoming]})
+        print_json({"now": now, "jobs": views})
         return
     console = _console()
-    if not upcoming:
+    if not views:
         console.print("nothing scheduled")
         return
     table = _table("id queue due call ext status", right="id", wrap="call ext")
-    for view in (_upcoming_view(entry, now) for entry in upcoming):
+    for view in views:
         call = printable(_call(view)) if view["status"] else "(no row)"
-        due = _relative(view["due_in"])
-        status_text = view["status"] or "-"
-        ext = printable(view["ext"])
-        table.add_row(str(view["id"]), printable(view["queue"]), due, call, ext, status_text)
+        cells = [str(view["id"]), printable(view["queue"]), _relative(view["due_in"]), call]
+        table.add_row(*cells, printable(view["ext"]), view["status"] or "-")
     console.print(table)
 
 
@@ -297,9 +289,6 @@ def _upcoming_view(entry: Upcoming, now: float) -> dict[str, Any]:
         "status": status_word(entry.row.status) if entry.row else None,
         "schedule": schedule_text(entry.row) if entry.row else None,
     }
-
-
-DryRunOption = Annotated[bool, typer.Option("--dry-run", help="Count, change nothing.")]
 
 
 @app.command()
@@ -331,9 +320,7 @@ def requeue(
     status_words: Annotated[
         str, typer.Option("--status", help="Finished statuses to retry, e.g. failed,missed.")
     ],
-    class_path: Annotated[
-        str | None, typer.Option("--class", help="Only jobs calling this exact class.")
-    ] = None,
+    class_path: ClassOption = None,
     queue_name: OptionalQueue = None,
     since: Annotated[
         DurationText | None, typer.Option("--since", help="Only rows that finished this recently.")

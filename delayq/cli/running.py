@@ -4,7 +4,7 @@ per job with -v (a JSON object with --json), a progress bar on a terminal."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
@@ -95,17 +95,25 @@ def run(
 ) -> None:
     """Run the due jobs once (or, with --loop, as they fall due); silent when all is well."""
     with reporting_errors():
-        if processes != 1 and not 1 <= processes <= MAX_PROCESSES:
+        if not 1 <= processes <= MAX_PROCESSES:
             raise BadInput(f"--processes must be between 1 and {MAX_PROCESSES}")
         printer = _job_printer(verbose, as_json)  # first: a refusal leaves no log file behind
-        interval = _metrics_interval(metrics_interval)
+        interval = parse_duration(metrics_interval, "--metrics-interval")
+        if interval < 1:
+            raise BadInput(f"--metrics-interval must be at least 1s, not {metrics_interval!r}")
         outputs = Outputs(
             verbose, as_json, log_file, log_level, log_json, metrics_file, interval, on_failure
         )
-        _prepare_outputs(outputs)
-        names, weights = parse_weighted(weighted) if weighted is not None else ([], None)
+        # The log opened and the metrics file checked before any job runs: a run that found
+        # out only afterwards had run its jobs and still exited 2.
+        setup_logging(log_level, log_file, log_json)
+        if metrics_file is not None:
+            from ..ops.textfile import check_writable
+
+            check_writable(metrics_file)
+        weights = parse_weighted(weighted) if weighted is not None else {}
         options = RunOptions.build(
-            queues=[*(queues or ()), *names],
+            queues=[*(queues or ()), *weights],
             weights=weights,
             limit=limit,
             since=since,
@@ -169,19 +177,17 @@ def _run_here(
         liveness = _liveness(liveness_fd)
         _check_handlers(load_settings())
         queue = open_queue(create=True, on_failure=outputs.on_failure)
-        wanted = outputs.verbose and not (options.loop or outputs.as_json)
-        metrics_file = outputs.metrics_file
         with (
             graceful_stop() as stop,
-            _progress(queue, wanted, options.queues) as bar,
-            _rewriting(queue, metrics_file if options.loop else None, outputs.metrics_interval),
+            _progress(queue, options, outputs) as bar,
+            _rewriting(queue, options, outputs),
         ):
             on_outcome = printer if bar is None else bar
             report = queue.run_with(options, on_outcome=on_outcome, stop=stop, liveness=liveness)
-        if metrics_file is not None:
+        if outputs.metrics_file is not None:
             from ..ops.textfile import write_file  # prometheus_client only when asked for
 
-            write_file(metrics_file, queue.metrics(report))
+            write_file(outputs.metrics_file, queue.metrics(report))
         if outputs.verbose:
             _print_summary(report, outputs.as_json)
     return report
@@ -194,16 +200,6 @@ def _check_handlers(settings: Settings) -> None:
     check_imports(settings.handlers, settings.path)
 
 
-def _prepare_outputs(outputs: Outputs) -> None:
-    """Open the log and check the metrics file can be written, before any job runs: a
-    run that found out only afterwards had run its jobs and still exited 2."""
-    setup_logging(outputs.log_level, outputs.log_file, outputs.log_json)
-    if outputs.metrics_file is not None:
-        from ..ops.textfile import check_writable
-
-        check_writable(outputs.metrics_file)
-
-
 def _supervise(processes: int, options: RunOptions, outputs: Outputs) -> None:
     """Run `processes` children with this command's own options, and exit as they do."""
     with reporting_errors():
@@ -214,19 +210,12 @@ def _supervise(processes: int, options: RunOptions, outputs: Outputs) -> None:
         _check_handlers(settings)
         load_reporters(settings)
         if options.loop:  # a looping child waits out an outage, even one at its start
-            queue = open_queue(create=True, on_failure=outputs.on_failure)
-            try:
+            with open_queue(create=True, on_failure=outputs.on_failure) as queue:
                 queue.reach()  # so a wrong URL is said once, here, and at once
-            finally:
-                queue.close()
     from ..worker.processes import Supervisor
 
     child = [sys.executable, "-m", "delayq", "run", *options.argv(), *outputs.argv()]
-
-    def command(fd: int) -> list[str]:
-        return [*child, "--liveness-fd", str(fd)]
-
-    raise typer.Exit(Supervisor(command, processes).run())
+    raise typer.Exit(Supervisor(lambda fd: [*child, "--liveness-fd", str(fd)], processes).run())
 
 
 def _liveness(fd: int | None) -> Liveness | None:
@@ -241,9 +230,8 @@ def _liveness(fd: int | None) -> Liveness | None:
         raise BadInput(f"--liveness-fd {fd}: not an open pipe ({exc.strerror})") from None
 
 
-def parse_weighted(text: str) -> tuple[list[str], dict[str, int]]:
-    """`a:3,b:1,c` -> the queue names in order and their weights (1 where none is given)."""
-    names: list[str] = []
+def parse_weighted(text: str) -> dict[str, int]:
+    """`a:3,b:1,c` -> the queues in order and their weights (1 where none is given)."""
     weights: dict[str, int] = {}
     for item in text.split(","):
         name, _, weight = item.strip().rpartition(":")
@@ -251,19 +239,8 @@ def parse_weighted(text: str) -> tuple[list[str], dict[str, int]]:
             name, weight = item.strip(), "1"
         if not name:
             raise BadInput(f"--queues {text!r}: name the queues, e.g. --queues refunds:3,sms:1")
-        names.append(name)
         weights[name] = int(weight)
-    return names, weights
-
-
-def _summary(report: RunReport) -> str:
-    jobs = "job" if report.ran == 1 else "jobs"
-    deferred = f", {report.deferred} deferred" if report.deferred else ""
-    return (
-        f"ran {report.ran} {jobs}: {report.succeeded} succeeded, {report.failed} failed "
-        f"({report.retried} retried){deferred}, {report.missed} missed, {report.dropped} dropped, "
-        f"{report.recovered} recovered, {report.reindexed} re-indexed in {report.elapsed:.2f}s"
-    )
+    return weights
 
 
 def _job_printer(verbose: bool, as_json: bool) -> Callable[[Outcome], None] | None:
@@ -271,27 +248,28 @@ def _job_printer(verbose: bool, as_json: bool) -> Callable[[Outcome], None] | No
         raise BadInput("--json shapes the lines of -v; add -v")
     if not verbose:
         return None
-    return _print_outcome_json if as_json else _print_outcome
+    return _print_outcome_json if as_json else lambda outcome: typer.echo(_outcome_line(outcome))
 
 
 def _print_summary(report: RunReport, as_json: bool) -> None:
     if as_json:
         print_json(summary_fields(report))
-    else:
-        typer.echo(_summary(report))
+        return
+    jobs = "job" if report.ran == 1 else "jobs"
+    deferred = f", {report.deferred} deferred" if report.deferred else ""
+    typer.echo(
+        f"ran {report.ran} {jobs}: {report.succeeded} succeeded, {report.failed} failed "
+        f"({report.retried} retried){deferred}, {report.missed} missed, {report.dropped} dropped, "
+        f"{report.recovered} recovered, {report.reindexed} re-indexed in {report.elapsed:.2f}s"
+    )
 
 
 def summary_fields(report: RunReport) -> dict[str, Any]:
-    """The last line of `run -v --json`: the counts of the -v summary, by name."""
-    counts = "ran succeeded failed retried deferred missed dropped recovered reindexed stuck"
-    fields: dict[str, Any] = {name: getattr(report, name) for name in counts.split()}
-    fields.update(
-        record="summary",
-        elapsed=round(report.elapsed, 6),
-        stopped_early=report.stopped_early,
-        interrupted=report.interrupted,
-    )
-    return fields
+    """The last line of `run -v --json`: the counts of the -v summary and how the run ended."""
+    names = "ran succeeded failed retried deferred missed dropped recovered reindexed stuck"
+    ended = ["stopped_early", "interrupted"]
+    fields = {name: getattr(report, name) for name in [*names.split(), *ended]}
+    return {**fields, "record": "summary", "elapsed": round(report.elapsed, 6)}
 
 
 def _print_outcome_json(outcome: Outcome) -> None:
@@ -300,10 +278,6 @@ def _print_outcome_json(outcome: Outcome) -> None:
     fields = job_fields(outcome)
     fields.update(record="job", detail=outcome.message, lateness=round(outcome.lateness, 6))
     print_json(fields)
-
-
-def _print_outcome(outcome: Outcome) -> None:
-    typer.echo(_outcome_line(outcome))
 
 
 def _outcome_line(outcome: Outcome) -> str:
@@ -315,33 +289,27 @@ def _outcome_line(outcome: Outcome) -> str:
     )
 
 
-def _metrics_interval(text: str) -> float:
-    interval = parse_duration(text, "--metrics-interval")
-    if interval < 1:
-        raise BadInput(f"--metrics-interval must be at least 1s, not {text!r}")
-    return interval
-
-
 @contextmanager
-def _rewriting(queue: Queue, metrics_file: str | None, interval: float) -> Iterator[None]:
-    """While a loop runs, its metrics file is rewritten every `interval` seconds."""
-    if metrics_file is None:
+def _rewriting(queue: Queue, options: RunOptions, outputs: Outputs) -> Iterator[None]:
+    """While a loop runs, its metrics file is rewritten every --metrics-interval."""
+    if outputs.metrics_file is None or not options.loop:
         yield
         return
     from ..ops.textfile import Rewriter
 
     # The thread's own database connection is closed when it ends.
-    with Rewriter(metrics_file, interval, queue.metrics, queue.db.close):
+    with Rewriter(outputs.metrics_file, outputs.metrics_interval, queue.metrics, queue.db.close):
         yield
 
 
 @contextmanager
 def _progress(
-    queue: Queue, wanted: bool, queues: Sequence[str]
+    queue: Queue, options: RunOptions, outputs: Outputs
 ) -> Iterator[Callable[[Outcome], None] | None]:
     """On a terminal, `run -v` over a backlog shows a progress bar under the job lines;
     never in cron, which has no terminal."""
-    due = queue.due_count(queues) if wanted and sys.stdout.isatty() else 0
+    wanted = outputs.verbose and not (options.loop or outputs.as_json) and sys.stdout.isatty()
+    due = queue.due_count(options.queues) if wanted else 0
     if due < PROGRESS_MIN_JOBS:
         yield None
         return

@@ -33,9 +33,7 @@ def init(
         changes = queue.init(schedule_lost=schedule_lost)
         for change in changes:
             typer.echo(change)
-        typer.echo(
-            f"initialised {queue.describe()}" if changes else f"all in place: {queue.describe()}"
-        )
+        typer.echo(f"{'initialised' if changes else 'all in place:'} {queue.describe()}")
 
 
 @app.command()
@@ -64,8 +62,7 @@ def embedded_stop() -> None:
     from ..store import embedded
 
     with reporting_errors():
-        stopped = embedded.stop(load_settings().home)
-        typer.echo("stopped" if stopped else "not running")
+        typer.echo("stopped" if embedded.stop(load_settings().home) else "not running")
 
 
 @app.command()
@@ -106,14 +103,12 @@ def _diagnose() -> list[Check]:
         queue = connect(settings)
     except DelayqError as exc:
         return [*checks, Check(FAIL, "connect", str(exc))]
-    try:
+    with queue:
         checks += database_checks(queue.db, settings.database_url)
         checks += redis_checks(queue.index, queue.settings)
         if all(check.level != FAIL for check in checks):
             checks += consistency_checks(queue.table, queue.index)
         return checks
-    finally:
-        queue.close()
 
 
 class Shell(str, Enum):  # noqa: UP042 - StrEnum is new in Python 3.11

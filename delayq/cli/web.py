@@ -1,8 +1,6 @@
-"""`delayq web`: serve the operator's page (delayq/web/) with uvicorn.
-
-It binds 127.0.0.1 unless told otherwise; behind a reverse proxy, `--root-path` is where the
-proxy mounts it and `--forwarded-allow-ips` the proxies whose X-Forwarded-* headers count.
-"""
+"""`delayq web`: serve the operator's page (delayq/web/) with uvicorn, on 127.0.0.1 unless
+told otherwise; behind a reverse proxy, `--root-path` is where the proxy mounts it and
+`--forwarded-allow-ips` the proxies whose X-Forwarded-* headers count."""
 
 from __future__ import annotations
 
@@ -14,8 +12,6 @@ import typer
 
 from ..errors import BadInput, ConfigError
 from .app import app, open_queue, reporting_errors
-
-WEB_EXTRA = "delayq web needs the web extra: pip install 'delayq[web]'"
 
 
 @app.command()
@@ -36,13 +32,16 @@ def web(
     after logging in with DELAYQ_WEB_TOKEN (without it the page is read-only)."""
     with reporting_errors():
         _check_host(host)
-        _check_root_path(root_path)
+        if root_path and not (
+            root_path.startswith("/") and root_path.isascii() and root_path.isprintable()
+        ):
+            raise BadInput("--root-path must be a path beginning with /, e.g. /delayq")
         try:
             import uvicorn
 
             from ..web import create_app
         except ImportError:
-            raise ConfigError(WEB_EXTRA) from None
+            raise ConfigError("delayq web needs the web extra: pip install 'delayq[web]'") from None
         queue = open_queue(create=True)
         page = create_app(queue, token=queue.settings.web_token)
     config = uvicorn.Config(
@@ -91,10 +90,3 @@ def _check_host(host: str) -> None:
     except ValueError:
         if not host.replace("-", "").replace(".", "").isalnum() or not host.isascii():
             raise BadInput(f"--host {host!r} is neither an IP address nor a host name") from None
-
-
-def _check_root_path(root_path: str) -> None:
-    if root_path and (
-        not root_path.startswith("/") or not root_path.isascii() or not root_path.isprintable()
-    ):
-        raise BadInput("--root-path must be a path beginning with /, e.g. /delayq")
