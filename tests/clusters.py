@@ -6,16 +6,33 @@ anybody else's Redis."""
 from __future__ import annotations
 
 import contextlib
+import random
 import signal
+import socket
 import subprocess
 from pathlib import Path
 
 import redis
 
-from tests.servers import free_port
 from tests.waiting import wait_for
 
 NODE_TIMEOUT_MS = 1000
+
+
+def unused_ports(count: int) -> list[int]:
+    """`count` different ports free now, below Linux's ephemeral range (32768 and up), where
+    no outgoing connection takes one between this choice and the server's bind."""
+    chosen: list[int] = []
+    for port in random.sample(range(20000, 32000), 200):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        chosen.append(port)
+        if len(chosen) == count:
+            return chosen
+    raise RuntimeError(f"found only {len(chosen)} free ports of {count}")
 
 
 class Cluster:
@@ -23,10 +40,11 @@ class Cluster:
 
     def __init__(self, workdir: Path, masters: int = 3) -> None:
         self.workdir = workdir
-        self.ports = [free_port() for _ in range(2 * masters)]
+        ports = unused_ports(4 * masters)
+        self.ports = ports[: 2 * masters]
         # The cluster bus listens on port + 10000 unless told otherwise: past 65535 for a
-        # high free port.
-        self.bus_ports = {port: free_port() for port in self.ports}
+        # high port.
+        self.bus_ports = dict(zip(self.ports, ports[2 * masters :], strict=True))
         self.processes: dict[int, subprocess.Popen[bytes]] = {}
 
     @property
@@ -57,6 +75,7 @@ class Cluster:
         command += ["--cluster-port", str(self.bus_ports[port])]
         command += ["--cluster-node-timeout", str(NODE_TIMEOUT_MS)]
         command += ["--save", "", "--appendonly", "no", "--dir", str(directory)]
+        command += ["--logfile", str(directory / "redis.log")]
         self.processes[port] = subprocess.Popen(command, stdout=subprocess.DEVNULL)
 
     def client(self, port: int) -> redis.Redis:
