@@ -177,9 +177,15 @@ def a_rolled_back_add_is_put_back_at_once(
 
     assert done.returncode == 0, done.stderr.decode()
     warnings = done.stderr.decode().splitlines()
-    assert len(warnings) == 2, warnings
-    assert f"queue default: {NEW_SERVER}" in warnings[0]
-    assert "queue default: put back 2 jobs a failover took off the schedule" in warnings[1]
+    # The run finds the new server and puts the two jobs back; or, where the new master lacks
+    # the index-complete marker too (seen once in CI, on a Cluster), it rebuilds the schedule
+    # from the table, which puts them back as well.
+    if len(warnings) == 1:
+        assert "Redis had no schedule index; rebuilt 2 entries from the table" in warnings[0]
+    else:
+        assert len(warnings) == 2, warnings
+        assert f"queue default: {NEW_SERVER}" in warnings[0]
+        assert "queue default: put back 2 jobs a failover took off the schedule" in warnings[1]
     assert read_log(log) == ["rolled-back-due"]
     assert new.zscore(schedule_key("default"), str(later[0])) is not None
     assert_each_ran_once(queue, log, dict(zip(due, ["rolled-back-due"], strict=True)))
