@@ -1,8 +1,10 @@
-"""Workload 1, enqueue: N jobs due in an hour through the Python API, one `q.add` at a time
-and in one `q.add_many`, against the baseline's one INSERT plus one ZADD per job."""
+"""Workload 1, enqueue: N jobs due in an hour through the Python API, one `q.add` at a time,
+in one `q.add_many` and by 100 asyncio tasks each awaiting `aq.add` in turn, against the
+baseline's one INSERT plus one ZADD per job."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import redis
@@ -15,11 +17,12 @@ from .sizes import Sizes
 
 DELAY = 3600.0
 BULK_TARGET = 50_000  # jobs/s
+TASKS = 100  # asyncio tasks adding at once, as a busy web application's handlers
 
 
 def run(sizes: Sizes) -> Result:
     n = sizes.enqueue
-    rates: dict[str, list[float]] = {"add": [], "add_many": [], "baseline": []}
+    rates: dict[str, list[float]] = {"add": [], "add_many": [], "async_add": [], "baseline": []}
     errors: dict[str, str] = {}
     for attempt in range(sizes.repeat):
         env.log(f"enqueue {attempt + 1}/{sizes.repeat}: {n} jobs")
@@ -29,8 +32,10 @@ def run(sizes: Sizes) -> Result:
         except Exception as exc:  # noqa: BLE001 - a broken bulk path is a finding, not a crash
             errors["add_many"] = f"{type(exc).__name__}: {exc}"
             env.log(f"enqueue: q.add_many failed: {errors['add_many']}")
+        rates["async_add"].append(n / _from_asyncio(n))
         rates["baseline"].append(n / _baseline(n))
     add, base = median(rates["add"]), median(rates["baseline"])
+    async_add = median(rates["async_add"])
     bulk = median(rates["add_many"]) if rates["add_many"] else None
     figures = {
         "n": n,
@@ -39,6 +44,8 @@ def run(sizes: Sizes) -> Result:
         "baseline_jobs_per_s": base,
         "add_vs_baseline": ratio(add, base),
         "add_many_vs_baseline": ratio(bulk, base),
+        "async_add_jobs_per_s": async_add,
+        "async_add_vs_add": ratio(async_add, add),
         "runs": rates,
         "errors": errors,
     }
@@ -46,7 +53,8 @@ def run(sizes: Sizes) -> Result:
         f"enqueue   N={n}: delayq add {number(add)}/s, add_many "
         f"{errors.get('add_many', 'failed') if bulk is None else number(bulk) + '/s'}; "
         f"baseline (INSERT+ZADD per job) {number(base)}/s -> add {times(ratio(add, base))}, "
-        f"add_many {times(ratio(bulk, base))}"
+        f"add_many {times(ratio(bulk, base))}; async add from {TASKS} tasks "
+        f"{number(async_add)}/s -> {times(ratio(async_add, add))} add"
     )
     return Result(line, figures, [Target("bulk jobs/s", bulk, ">=", BULK_TARGET)])
 
@@ -69,6 +77,26 @@ def _bulk(n: int) -> float:
         elapsed = time.perf_counter() - started
         _check_pending(queue, n)
     return elapsed
+
+
+def _from_asyncio(n: int) -> float:
+    with env.fresh_queue() as queue:
+        elapsed = asyncio.run(_add_from_tasks(n))
+        _check_pending(queue, n)
+    return elapsed
+
+
+async def _add_from_tasks(n: int) -> float:
+    async with delayq.connect_async(env.settings()) as aq:
+        await aq.reach()  # one thread connects before the clock starts, the rest at their first add
+
+        async def task(first: int) -> None:
+            for _ in range(first, n, TASKS):
+                await aq.add(env.HANDLERS, "incr", None, delay=DELAY)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(task(first) for first in range(TASKS)))
+        return time.perf_counter() - started
 
 
 def _baseline(n: int) -> float:

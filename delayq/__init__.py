@@ -3,7 +3,8 @@ schedule, and a cron-driven `delayq run` that calls `class.method(data)` when du
 
 from importlib.metadata import PackageNotFoundError, version
 
-from .connection import connect
+from .async_queue import AsyncQueue
+from .connection import connect, connect_async
 from .context import JobContext, current_job
 from .errors import (
     BackendUnavailable,
@@ -26,6 +27,7 @@ except PackageNotFoundError:  # imported from a source tree that was never insta
     __version__ = "0+unknown"
 
 __all__ = [
+    "AsyncQueue",
     "BackendUnavailable",
     "BadInput",
     "ConfigError",
@@ -40,6 +42,7 @@ __all__ = [
     "Status",
     "__version__",
     "connect",
+    "connect_async",
     "current_job",
     "retry_policy",
 ]

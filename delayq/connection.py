@@ -1,5 +1,6 @@
 """connect(): a Queue on the configured database and Redis, or on the embedded default (a
-SQLite file and a private redis-server under DELAYQ_HOME) for whichever is not configured."""
+SQLite file and a private redis-server under DELAYQ_HOME) for whichever is not configured;
+connect_async(): the same Queue behind coroutines."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 
 import redis
 
+from .async_queue import AsyncQueue
 from .config import Settings, load_settings
 from .errors import BackendUnavailable
 from .queue import Queue
@@ -31,3 +33,9 @@ def connect(settings: Settings | None = None, **overrides: Any) -> Queue:
     else:
         client = embedded.open_client(settings.home, settings.embedded_idle)
     return Queue(settings, db, Index(client))
+
+
+def connect_async(settings: Settings | None = None, **overrides: Any) -> AsyncQueue:
+    """An AsyncQueue on what connect() with these arguments opens; the settings are checked
+    now, the servers reached by its first call, off the event loop."""
+    return AsyncQueue((settings or load_settings()).with_overrides(**overrides), connect)

@@ -61,6 +61,7 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 # slow tests with them).
 SERIAL_FILES = {
     "test_async.py",
+    "test_async_producer.py",
     "test_backlog.py",
     "test_cluster.py",
     "test_concurrency.py",
