@@ -16,7 +16,7 @@ from typing import Any
 import redis
 from redis.client import PubSub
 
-from .config import redact_url
+from .config import redact_url, validate_queue_name
 from .durations import format_duration
 from .errors import BackendUnavailable, BadInput, ConfigError
 from .ops.overview import JobFilter
@@ -261,6 +261,7 @@ def open_bridge(queue: Queue, url: str, matches: Sequence[Match], name: str) -> 
         raise BadInput(
             f"--from {redact_url(url)!r}: use redis://host:6379/DB, rediss:// or unix://"
         )
+    validate_queue_name(name)
     check_allowlist(queue.settings.handlers)
     for match in matches:
         locate(match.class_path, match.method, queue.settings.handlers)

@@ -20,6 +20,7 @@ import pytest
 import redis
 
 import delayq
+from delayq.listen import Match
 from delayq.store.table import Job, Status
 from tests.conftest import DELAYQ, IN_CI, ROOT, STARTED
 from tests.servers import PrivateRedis, free_port
@@ -253,6 +254,7 @@ def test_it_exits_1_once_its_redis_stays_unreachable(
         (["--match", "t-*=os.path.join"], "does not allow 'os.path'"),
         (["--match", "t-*=tests.sample_handlers.timers.Timers.nothing"], "nothing"),
         (["--retry-for", "soon"], "--retry-for"),
+        (["--queue", "no queue"], "queue name 'no queue'"),
         (["--from", "http://127.0.0.1/0"], "--from 'http://127.0.0.1/0': use redis://"),
         (["--from", "redis://127.0.0.1:6379/abc"], "--from 'redis://127.0.0.1:6379/abc': the"),
     ],
@@ -338,3 +340,22 @@ def test_seed_003_timers_a_node_producer_sets_with_set_ex_run_as_jobs(
         "fired send_message-42-sms ['42', 'sms']"
     ]
     assert redis.Redis.from_url(timers.url).exists("send_message-42-sms") == 1
+
+
+@pytest.mark.parametrize(
+    ("glob", "key", "args"),
+    [
+        ("send_message-*-*", "send_message-42-sms", ["42", "sms"]),
+        ("send_message-*-*", "send_message-42-sms-x", ["42", "sms-x"]),
+        ("order:?:*", "order:7:refund", ["refund"]),
+        ("order:[0-9]*", "order:7x", ["x"]),
+        ("order:[^0-9]*", "order:7x", None),
+        ("a\\*b*", "a*bc", ["c"]),
+        ("a\\*b*", "axbc", None),
+        ("t-*", "T-1", None),
+    ],
+)
+def test_a_match_passes_what_each_star_matched_as_redis_globs_read(glob, key, args):
+    call = Match.parse(f"{glob}={FIRE}").call(key)
+
+    assert (call and call.data) == (args and {"key": key, "args": args})
