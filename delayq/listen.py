@@ -34,7 +34,9 @@ SETTING = "notify-keyspace-events"
 # E: the __keyevent@DB__ channels; g: expire, del, rename, persist; $: set; x: expired.
 NEEDED_FLAGS = "Eg$x"
 ALL_CLASSES = "g$lshzxet"  # what the flag A stands for
-GAINS_TTL = frozenset({"set", "expire", "persist", "rename_to", "restore", "copy_to"})
+GAINS_TTL = frozenset({"expire", "rename_to", "restore", "copy_to"})
+# A SET sends `set` and, with EX or PX, `expire` next, which adopts; alone, the key lost its TTL.
+MAY_LOSE_TTL = frozenset({"set", "persist"})
 GONE = frozenset({"del", "rename_from"})
 # Redis sends `expired` when it deletes the key, which its expiry sampling may do seconds after
 # the TTL: a job for the key that fell due this recently is the one the event announces.
@@ -152,10 +154,10 @@ class Bridge:
                 return False
             if event in GAINS_TTL:
                 return self.adopt(key, call)
-            if event in GONE:
-                self.queue.cancel(ext=key, queue=self.queue_name)
-            elif event == "expired":
+            if event == "expired":
                 return self.fire(key, call)
+            if event in GONE or (event in MAY_LOSE_TTL and self.timers.pttl(key) == -1):
+                self.queue.cancel(ext=key, queue=self.queue_name)
         except UnicodeDecodeError:
             logger.warning("timer key %r skipped: it is not UTF-8 text", raw_key)
         except BadInput as exc:
@@ -203,7 +205,7 @@ class Bridge:
         """SCAN for the keys the bridge watches and adopt those with a TTL; how many."""
         globs = [match.glob for match in self.matches] or [SEED_GLOB]
         return sum(
-            self.handle("set", key)
+            self.handle("expire", key)
             for glob in globs
             for key in self.timers.scan_iter(match=glob, count=1000)
         )

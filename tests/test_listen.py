@@ -127,12 +127,14 @@ def test_each_way_a_key_gets_a_ttl_adds_or_moves_its_one_job_and_del_cancels(
     cli(timers, "EXPIRE", "timer:expire", "800")
     cli(timers, "SET", "timer:expireat", "1")
     cli(timers, "EXPIREAT", "timer:expireat", str(int(now) + 900))
+    cli(timers, "SET", "timer:reset", "1", "EX", "600")
     cli(timers, "SET", "other:key", "1", "EX", "600")  # matches no --match: no job
 
     wait_pending_near("timer:setex", now + 600)
     wait_pending_near("timer:px", now + 700)
     wait_pending_near("timer:expire", now + 800)
     wait_pending_near("timer:expireat", int(now) + 900)
+    wait_pending_near("timer:reset", now + 600)
 
     cli(timers, "PEXPIRE", "timer:expire", "1000000")  # moved, not a second job
     wait_pending_near("timer:expire", now + 1000)
@@ -140,9 +142,11 @@ def test_each_way_a_key_gets_a_ttl_adds_or_moves_its_one_job_and_del_cancels(
     cli(timers, "DEL", "timer:setex")
     cli(timers, "UNLINK", "timer:px")
     cli(timers, "PERSIST", "timer:expireat")  # no longer expires
+    cli(timers, "SET", "timer:reset", "2")  # nor does a key set again without a TTL
     wait_for(lambda: statuses("timer:setex") == [Status.CANCELLED], 30, "DEL to cancel")
     wait_for(lambda: statuses("timer:px") == [Status.CANCELLED], 30, "UNLINK to cancel")
     wait_for(lambda: statuses("timer:expireat") == [Status.CANCELLED], 30, "PERSIST to cancel")
+    wait_for(lambda: statuses("timer:reset") == [Status.CANCELLED], 30, "SET to cancel")
     assert rows("other:key") == []
 
     report = queue.run(now=now + 1001)
