@@ -41,6 +41,8 @@ GONE = frozenset({"del", "rename_from"})
 # Redis sends `expired` when it deletes the key, which its expiry sampling may do seconds after
 # the TTL: a job for the key that fell due this recently is the one the event announces.
 RECENTLY_DUE = 60.0
+# A pending job due this close to the key's expiry is left as it is (PTTL counts whole ms).
+UNMOVED = 0.005
 SEED_GLOB = "*@*"  # seed 000's keys: Class@method@arg@...
 RECONNECT_PAUSE = 1.0
 
@@ -173,21 +175,33 @@ class Bridge:
             self.queue.cancel(ext=key, queue=self.queue_name)
             return False
         now = self.queue.index.clock.now()
-        self._add(call, key, now + ttl / 1000, now)
+        latest = self._latest(key)
+        # A reconnect's SCAN finds most keys as they were: a read, not a write, for those.
+        if not (
+            latest
+            and latest["status"] == "pending"
+            and abs(latest["run_at"] - now - ttl / 1000) < UNMOVED
+        ):
+            self._add(call, key, now + ttl / 1000, now)
         return True
 
     def fire(self, key: str, call: Call) -> bool:
         """The key expired: run its job now unless one is pending or fell due just now (the
         one this event announces, already run)."""
         now = self.queue.index.clock.now()
-        latest = self.queue.list_jobs(JobFilter(ext=key, queue=self.queue_name), limit=1)
+        latest = self._latest(key)
         if latest and (
-            latest[0]["status"] == "pending"
-            or (latest[0]["status"] != "cancelled" and latest[0]["run_at"] >= now - RECENTLY_DUE)
+            latest["status"] == "pending"
+            or (latest["status"] != "cancelled" and latest["run_at"] >= now - RECENTLY_DUE)
         ):
             return False
         self._add(call, key, now, now)
         return True
+
+    def _latest(self, key: str) -> dict[str, Any] | None:
+        """The newest job for the key in the bridge's queue, as `list --json` shows it."""
+        jobs = self.queue.list_jobs(JobFilter(ext=key, queue=self.queue_name), limit=1)
+        return jobs[0] if jobs else None
 
     def _add(self, call: Call, key: str, run_at: float, now: float) -> None:
         self.queue.add(

@@ -183,6 +183,23 @@ def test_keys_are_adopted_on_start_and_their_jobs_survive_a_restart_and_a_flush(
     assert statuses("send_message-7-mail") == [Status.SUCCESS]
 
 
+def test_a_second_start_leaves_the_jobs_of_unchanged_keys_as_they_are(
+    queue: delayq.Queue, timers: PrivateRedis, listen
+):
+    cli(timers, "SET", "t-1", "1", "EX", "600")
+    first = listen("--from", timers.url, "--match", f"t-*={FIRE}")
+    first.wait_listening()
+    wait_for(lambda: pending_at("t-1") is not None, 30, "t-1 adopted")
+    first.process.kill()
+    before = [(row.id, row.run_at, row.modified) for row in rows("t-1")]
+    cli(timers, "SET", "t-2", "1", "EX", "600")  # set while no bridge listened
+
+    listen("--from", timers.url, "--match", f"t-*={FIRE}").wait_listening()
+
+    assert [(row.id, row.run_at, row.modified) for row in rows("t-1")] == before
+    assert statuses("t-2") == [Status.PENDING]
+
+
 def test_a_job_that_ran_at_its_keys_ttl_does_not_run_again_when_the_key_expires(
     queue: delayq.Queue, timers: PrivateRedis, listen
 ):
