@@ -258,13 +258,18 @@ class Bridge:
                 on_ready(self.adopt_all())
                 self.pump(pubsub)
             except (redis.ConnectionError, redis.TimeoutError) as exc:
-                down_since = down_since or time.monotonic()
-                if time.monotonic() - down_since >= retry_for:
+                if down_since is None:  # one warning an outage, not one a second
+                    down_since = time.monotonic()
+                    logger.warning(
+                        "the timers' Redis: %s; reconnecting for up to %s",
+                        one_line(exc, self.url),
+                        format_duration(retry_for),
+                    )
+                elif time.monotonic() - down_since >= retry_for:
                     raise BackendUnavailable(
                         f"the timers' Redis at {redact_url(self.url)} has not answered for "
                         f"{format_duration(retry_for)}: {one_line(exc, self.url)}"
                     ) from None
-                logger.warning("the timers' Redis: %s; reconnecting", one_line(exc, self.url))
                 time.sleep(RECONNECT_PAUSE)
             finally:
                 if pubsub is not None:
