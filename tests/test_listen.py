@@ -23,7 +23,7 @@ import delayq
 from delayq.listen import Match
 from delayq.store.table import Job, Status
 from tests.conftest import DELAYQ, IN_CI, ROOT, STARTED
-from tests.servers import PrivateRedis, free_port
+from tests.servers import PrivateRedis, answers, free_port
 from tests.test_php_producer import php_or_fail_in_ci
 from tests.waiting import wait_for
 
@@ -267,6 +267,27 @@ def test_it_exits_1_once_its_redis_stays_unreachable(
     warning, error = listener.err.read_text().splitlines()  # one warning an outage
     assert "WARNING the timers' Redis" in warning and "reconnecting for up to 3s" in warning
     assert error.startswith(f"delayq: error: the timers' Redis at {timers.url} has not answered")
+
+
+def test_the_password_in_from_is_never_shown(queue: delayq.Queue, tmp_path: Path, listen):
+    port = free_port()
+    process = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir",
+         str(tmp_path), "--requirepass", "right-pw"],
+        stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        client = redis.Redis(port=port, password="right-pw")
+        wait_for(lambda: answers(client), 10, "the Redis with a password to answer")
+        url = f"redis://:wrong-pw-31337@127.0.0.1:{port}/0"
+        listener = listen("--from", url, "--match", f"t-*={FIRE}", "--retry-for", "1s")
+        assert listener.wait_exit() == 1
+    finally:
+        process.kill()
+        process.wait(10)
+    shown = listener.out.read_text() + listener.err.read_text()
+    assert "wrong-pw-31337" not in shown and "redis://:***@127.0.0.1" in shown, shown
+    assert "invalid username-password pair" in shown
 
 
 @pytest.mark.parametrize(
