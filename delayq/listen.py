@@ -57,12 +57,12 @@ class Match:
     pattern: re.Pattern[str]
 
     @classmethod
-    def parse(cls, text: str) -> Match:
-        glob, equals, handler = text.rpartition("=")
+    def parse(cls, option: str) -> Match:
+        glob, equals, handler = option.rpartition("=")
         class_path, dot, method = handler.rpartition(".")
         if not (equals and glob and dot and class_path and method):
             raise BadInput(
-                f"--match {text!r} must be GLOB=module.Class.method, "
+                f"--match {option!r} must be GLOB=module.Class.method, "
                 "e.g. 'send_message-*-*=shop.timers.Messages.send'"
             )
         return cls(glob, class_path, method, glob_pattern(glob))
