@@ -73,6 +73,7 @@ SERIAL_FILES = {
     "test_interrupts.py",
     "test_journal.py",
     "test_lapsed_leases.py",
+    "test_listen.py",
     "test_leases.py",
     "test_outages.py",
     "test_processes.py",

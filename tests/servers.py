@@ -16,9 +16,10 @@ from tests.waiting import wait_for
 class PrivateRedis:
     """A redis-server on 127.0.0.1:`port` with no persistence, started and stopped at will."""
 
-    def __init__(self, port: int, workdir: Path) -> None:
+    def __init__(self, port: int, workdir: Path, *options: str) -> None:
         self.port = port
         self.workdir = workdir
+        self.options = options  # more redis-server options, e.g. ("--rename-command", ...)
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -39,6 +40,7 @@ class PrivateRedis:
                 "no",
                 "--dir",
                 str(self.workdir),
+                *self.options,
             ],
             stdout=subprocess.DEVNULL,
         )

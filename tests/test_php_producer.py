@@ -1,17 +1,22 @@
 """A real PHP producer (tests/php/producer.php: PDO MySQL and phpredis, written the way the
 seed's addDelayQueue is) writes jobs into the seed's table before and after `delayq init`,
 and cancels one the seed's way; `delayq run`, a separate process, runs them, and the
-handler's own log shows the PHP data arrived whole. MariaDB only: the seed is a MySQL shop.
+handler's own log shows the PHP data arrived whole. The PHP and Node samples of
+docs/producers.md write jobs into delayq's own table that a run then runs. MariaDB only: the
+seed is a MySQL shop.
 
-Under CI=true a missing php (or its redis / pdo_mysql extension) fails; elsewhere it skips.
+Under CI=true a missing php (or its redis / pdo_mysql extension) or node fails; elsewhere
+it skips.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -185,3 +190,87 @@ def test_the_php_producer_is_the_seeds_own_shape(shop):
     )
     assert (ext, retry_times, status) == ("order:42", 0, 1)
     assert shop.redis.zscore("delay_queue_job", str(job_id)) >= time.time() + 58
+
+
+PRODUCERS_DOC = (ROOT / "docs" / "producers.md").read_text()
+# The handler the samples name, as an application would write it.
+BILLING = """import json, os
+
+
+class Refund:
+    def run(self, data):
+        with open(os.environ["SHOP_LOG"], "a") as log:
+            log.write(json.dumps(data) + "\\n")
+        return f"refunded {data['order']}"
+"""
+
+
+def sample(language: str) -> str:
+    blocks = re.findall(rf"```{language}\n(.*?)```", PRODUCERS_DOC, re.S)
+    assert len(blocks) == 1, f"docs/producers.md should have one {language} sample"
+    return blocks[0]
+
+
+def run_sample(language: str, tmp_path: Path, mariadb_url: str, redis_url: str) -> int:
+    """The doc's sample as a file, run with the connection settings it reads."""
+    db, r = urlsplit(mariadb_url), urlsplit(redis_url)
+    if language == "php":
+        command = [php_or_fail_in_ci(), str(tmp_path / "producer.php")]
+    else:
+        from tests.test_listen import node_or_fail_in_ci
+
+        command = [node_or_fail_in_ci(), str(tmp_path / "producer.js")]
+    (tmp_path / Path(command[1]).name).write_text(sample(language))
+    done = subprocess.run(
+        command,
+        env={
+            **os.environ,
+            "SHOP_DB_DSN": f"mysql:host={db.hostname};port={db.port or 3306};dbname={db.path[1:]}",
+            "SHOP_DB_USER": db.username or "root",
+            "SHOP_DB_PASSWORD": db.password or "",
+            "SHOP_REDIS_HOST": r.hostname or "",
+            "SHOP_REDIS_PORT": str(r.port or 6379),
+            "SHOP_REDIS_DB": r.path[1:] or "0",
+            "SHOP_MYSQL_URL": mariadb_url,
+            "SHOP_REDIS_URL": redis_url,
+            "NODE_PATH": str(ROOT / "tests" / "node" / "node_modules"),
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return int(done.stdout)
+
+
+@pytest.mark.parametrize(("language", "order"), [("php", 42), ("js", 43)])
+@pytest.mark.parametrize("backend", ["mariadb"], indirect=True)
+def test_the_samples_of_docs_producers_write_jobs_that_delayq_runs(
+    make_queue, backend, language, order, tmp_path, monkeypatch
+):
+    (tmp_path / "billing").mkdir()
+    (tmp_path / "billing" / "__init__.py").write_text("")
+    (tmp_path / "billing" / "jobs.py").write_text(BILLING)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("billing", "billing.jobs"):  # another test's billing package, if imported
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.setenv("SHOP_LOG", str(tmp_path / "shop.log"))
+    queue = make_queue(handlers=("billing.jobs",))
+    before = time.time()
+
+    job_id = run_sample(language, tmp_path, backend["database_url"], backend["redis_url"])
+
+    shown = queue.show(job_id)
+    assert (shown["class"], shown["method"], shown["data"]) == (
+        "billing.jobs.Refund",
+        "run",
+        {"order": order},
+    )
+    assert (shown["status"], shown["ext"]) == ("pending", f"order:{order}")
+    assert before + 59 < shown["run_at"] < time.time() + 61
+    assert queue.index.client.zscore("delay_queue_job", str(job_id)) == shown["run_at"]
+    assert queue.run(now=before + 30).succeeded == 0
+
+    assert queue.run(now=shown["run_at"]).succeeded == 1
+    assert queue.show(job_id)["message"] == f"refunded {order}"
+    assert (tmp_path / "shop.log").read_text() == json.dumps({"order": order}) + "\n"

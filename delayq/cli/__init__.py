@@ -15,7 +15,7 @@ import typer
 from ..config import load_settings
 from ..errors import DelayqError
 from ..ops.logs import setup_logging
-from . import jobs, ops, running, setup, web  # noqa: F401 - importing them registers their commands on `app`
+from . import jobs, listen, ops, running, setup, web  # noqa: F401 - importing them registers their commands on `app`
 from .app import CONTEXT_SETTINGS, HELP_MARKUP, Command, app
 from .running import run
 

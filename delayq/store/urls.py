@@ -77,24 +77,25 @@ def _password_cut_short(rest: str, netloc: str) -> bool:
     return between[:1] in ("#", "?") and "/" not in between
 
 
-def open_redis(url: str, **options: Any) -> redis.Redis:
-    """A client for `url` whose every part redis-py has already checked; connects lazily."""
-    parts = split("DELAYQ_REDIS_URL", url)
+def open_redis(url: str, variable: str = "DELAYQ_REDIS_URL", **options: Any) -> redis.Redis:
+    """A client for `url` whose every part redis-py has already checked; connects lazily.
+    `variable`: the setting or option its errors name."""
+    parts = split(variable, url)
     scheme = parts.scheme
     if scheme not in REDIS_SCHEMES:
-        raise refuse("DELAYQ_REDIS_URL", url, REDIS_FORMS)
+        raise refuse(variable, url, REDIS_FORMS)
     if scheme in (sentinels.SCHEME, clusters.SCHEME):  # several servers
         if _password_cut_short(url.partition("://")[2], parts.netloc):
-            raise refuse("DELAYQ_REDIS_URL", url, PERCENT_ENCODE)
+            raise refuse(variable, url, PERCENT_ENCODE)
         opener = clusters.open_cluster if scheme == clusters.SCHEME else sentinels.open_sentinel
         try:
             return opener(parts.netloc, parts.path, parts.query, **options)
         except sentinels.BadUrl as exc:
-            raise refuse("DELAYQ_REDIS_URL", url, str(exc)) from None
-    check_netloc("DELAYQ_REDIS_URL", url)
+            raise refuse(variable, url, str(exc)) from None
+    check_netloc(variable, url)
     if scheme != "unix" and not _DB_PATH.match(parts.path):
         # redis-py would quietly use database 0 for /abc.
-        raise refuse("DELAYQ_REDIS_URL", url, "the path must be a database number, e.g. /0")
+        raise refuse(variable, url, "the path must be a database number, e.g. /0")
     try:
         client = redis.Redis.from_url(url, **options)
         pool = client.connection_pool
@@ -102,9 +103,9 @@ def open_redis(url: str, **options: Any) -> redis.Redis:
     except TypeError as exc:
         found = _ARGUMENT.search(str(exc))
         name = repr(found.group(1)) if found else "a parameter"
-        raise refuse("DELAYQ_REDIS_URL", url, f"redis-py knows no {name}") from None
+        raise refuse(variable, url, f"redis-py knows no {name}") from None
     except ValueError as exc:
-        raise refuse("DELAYQ_REDIS_URL", url, str(exc)) from None
+        raise refuse(variable, url, str(exc)) from None
     return client
 
 
