@@ -1,0 +1,126 @@
+"""Workload `topologies` (only when asked for: it starts servers of its own): dispatch and
+lateness through a plain redis:// server, a Sentinel-managed primary (one replica, three
+sentinels) and a 6-node Cluster, each a redis-server on a loopback port that this workload
+starts with the tests' own starters and stops at the end.
+
+Dispatch is workload 2's drain of N due no-op jobs: plain against Sentinel on the default
+queue, and plain against the Cluster with the jobs dealt over four queues, which lie on
+all three masters; lateness is workload 5's on each of the three. The rounds alternate and
+take turns going first, as the machine is noisy. The job's INCR goes to the benchmark's own
+Redis database every time, so the figures differ only by the way delayq talks to Redis.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from delayq.store.keys import schedule_key
+from tests.clusters import Cluster
+from tests.sentinels import SentinelGroup
+from tests.servers import PrivateRedis, free_port
+
+from . import dispatch, env, lateness
+from .report import Result, Target, median, number, ratio, times
+from .sizes import Sizes
+
+QUEUES = ("q1", "q2", "q3", "q4")  # their slots lie on each of a new cluster's 3 masters
+RATIO_TARGET = 0.9
+# Each pair of dispatch rounds: the plain server and the topology it is compared with.
+PAIRS = {"sentinel": ("default",), "cluster": QUEUES}
+
+
+@contextlib.contextmanager
+def started() -> Iterator[tuple[dict[str, str], Cluster]]:
+    """The three topologies' URLs while their servers run, and the cluster itself."""
+    with tempfile.TemporaryDirectory(prefix="delayq-bench-topologies-") as workdir:
+        plain = PrivateRedis(free_port(), Path(workdir))
+        group, cluster = SentinelGroup(Path(workdir)), Cluster(Path(workdir))
+        try:
+            env.log("topologies: starting a redis-server, a Sentinel group and a Cluster")
+            plain.start()
+            group.start()
+            cluster.start()
+            yield {"plain": plain.url, "sentinel": group.url, "cluster": cluster.url}, cluster
+        finally:
+            cluster.stop()
+            group.stop()
+            if plain.process is not None:
+                plain.kill()
+
+
+def run(sizes: Sizes) -> Result:
+    n = sizes.dispatch
+    walls: dict[str, list[float]] = {}
+    late: dict[str, list[dict[str, float]]] = {}
+    with started() as (urls, cluster):
+        masters = len({cluster.master_of(schedule_key(queue)) for queue in QUEUES})
+        for attempt in range(sizes.repeat):
+            env.log(f"topologies {attempt + 1}/{sizes.repeat}: dispatch of {n} due jobs")
+            for topology, queues in PAIRS.items():
+                for name in _turns(attempt, [topology, "plain"]):
+                    drained = dispatch.drain(dispatch.RUN, n, url=urls[name], queues=queues)
+                    walls.setdefault(f"{name} {len(queues)}", []).append(drained.wall)
+            env.log(f"topologies {attempt + 1}/{sizes.repeat}: lateness")
+            for name in _turns(attempt, list(urls)):
+                recorded = lateness._delayq(
+                    sizes.lateness_jobs, sizes.lateness_spread, sizes.lateness_for, url=urls[name]
+                )
+                late.setdefault(name, []).append(lateness.summarize(recorded, sizes.lateness_jobs))
+    rates = {name: n / median(values) for name, values in walls.items()}
+    return _result(
+        n, rates, walls, {name: lateness.combine(runs) for name, runs in late.items()}, masters
+    )
+
+
+def _turns(attempt: int, names: list[str]) -> list[str]:
+    """`names` rotated by the attempt, so that none always goes first."""
+    shift = attempt % len(names)
+    return names[shift:] + names[:shift]
+
+
+def _result(
+    n: int,
+    rates: dict[str, float],
+    walls: dict[str, list[float]],
+    late: dict[str, dict[str, float]],
+    masters: int,
+) -> Result:
+    sentinel = ratio(rates["sentinel 1"], rates["plain 1"])
+    cluster = ratio(rates[f"cluster {len(QUEUES)}"], rates[f"plain {len(QUEUES)}"])
+    p99 = {name: figures["p99_ms"] for name, figures in late.items()}
+    line = (
+        f"topologies N={n}: dispatch, one queue: plain {number(rates['plain 1'])}/s, "
+        f"sentinel {number(rates['sentinel 1'])}/s ({times(sentinel)}); {len(QUEUES)} queues "
+        f"on {masters} masters: plain {number(rates[f'plain {len(QUEUES)}'])}/s, cluster "
+        f"{number(rates[f'cluster {len(QUEUES)}'])}/s ({times(cluster)}); lateness p50/p99/max: "
+        + ", ".join(
+            f"{name} {number(f['p50_ms'])}/{number(f['p99_ms'])}/{number(f['max_ms'])} ms"
+            for name, f in late.items()
+        )
+    )
+    figures = {
+        "n": n,
+        "queues": list(QUEUES),
+        "masters_holding_them": masters,
+        "jobs_per_s": rates,
+        "wall_s": walls,
+        "sentinel_vs_plain": sentinel,
+        "cluster_vs_plain": cluster,
+        "lateness": late,
+    }
+    targets = [
+        Target("sentinel vs plain", sentinel, ">=", RATIO_TARGET),
+        Target("cluster vs plain", cluster, ">=", RATIO_TARGET),
+        Target("sentinel p99 ms", p99["sentinel"], "<=", lateness.P99_TARGET_MS),
+        Target("cluster p99 ms", p99["cluster"], "<=", lateness.P99_TARGET_MS),
+        Target(
+            "early or missed",
+            sum(f["early"] + f["missing"] for f in late.values()),
+            "<=",
+            0,
+        ),
+    ]
+    return Result(line, figures, targets)
