@@ -24,6 +24,7 @@ from delayq.web.charts import HEIGHT, Bin, lateness_chart  # noqa: E402
 from delayq.web.rendering import SUMMARY_CHARS  # noqa: E402
 from delayq.web.security import CONTENT_SECURITY_POLICY  # noqa: E402
 from delayq.web.throttle import FAILURES, MAX_ADDRESSES, WINDOW, LoginThrottle  # noqa: E402
+from tests.topologies import web_topology_line  # noqa: E402
 from tests.waiting import wait_for  # noqa: E402
 
 NOW = 1_800_000_000.0
@@ -72,6 +73,15 @@ def test_the_overview_shows_each_queues_figures(queue, log):
     assert re.search(r'class="n due">1<', row.group(1))
     assert re.search(r'class="n later">1<', row.group(1))
     assert "read-only" in response.text
+
+
+def test_the_overview_names_the_redis_topology_in_one_line(queue):
+    line = web_topology_line(queue)
+    fragment = client_of(queue, token=None).get("/?fragment=1").text
+
+    # The test server has no replica: a primary alone, as `delayq doctor` says it.
+    assert line == "Redis: a primary with no replica"
+    assert 'id="topology"' not in fragment  # the refreshed part asks Redis for none of it
 
 
 def test_every_response_carries_the_security_headers(queue):
