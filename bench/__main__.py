@@ -117,6 +117,7 @@ def _summary(
 def _machine() -> dict[str, Any]:
     info: dict[str, Any] = {
         "cpus": os.cpu_count(),
+        "load_average": os.getloadavg(),  # at the end: other users of a shared machine
         "python": platform.python_version(),
         "platform": platform.platform(),
     }

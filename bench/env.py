@@ -137,6 +137,7 @@ class Finished:
     returncode: int
     stderr: str
     busy_cores: float | None = None  # the whole machine's, on average meanwhile (cores.py)
+    cpu_s: float = 0.0  # the child's own user + system time: what a busy machine inflates least
 
 
 def run_process(args: list[str], timeout: float, env: dict[str, str] | None = None) -> Finished:
@@ -158,7 +159,8 @@ def run_process(args: list[str], timeout: float, env: dict[str, str] | None = No
         proc.returncode = os.waitstatus_to_exitcode(status)
         err.seek(0)
         text = err.read().decode("utf-8", "replace")
-    return Finished(wall, usage.ru_maxrss, proc.returncode, text, busy)
+    cpu = usage.ru_utime + usage.ru_stime
+    return Finished(wall, usage.ru_maxrss, proc.returncode, text, busy, cpu)
 
 
 def python(*args: str) -> list[str]:
