@@ -12,6 +12,7 @@ from html.parser import HTMLParser
 from typing import Any
 
 import pytest
+import redis
 
 pytest.importorskip("starlette", reason="the web extra is not installed")
 
@@ -82,6 +83,27 @@ def test_the_overview_names_the_redis_topology_in_one_line(queue):
     # The test server has no replica: a primary alone, as `delayq doctor` says it.
     assert line == "Redis: a primary with no replica"
     assert 'id="topology"' not in fragment  # the refreshed part asks Redis for none of it
+
+
+def test_the_overview_still_answers_where_redis_refuses_info(backend, make_queue):
+    admin = redis.Redis.from_url(backend["redis_url"])
+    # A user that may do all but INFO, as on a managed service that renames it.
+    admin.acl_setuser(
+        "no-info",
+        enabled=True,
+        passwords=["+pw"],
+        keys=["*"],
+        channels=["*"],
+        commands=["+@all", "-info"],
+    )
+    try:
+        queue = make_queue(redis_url=backend["redis_url"].replace("://", "://no-info:pw@", 1))
+        line = web_topology_line(queue)
+    finally:
+        admin.acl_deluser("no-info")
+        admin.close()
+
+    assert line == "Redis: not known (INFO is refused)"
 
 
 def test_every_response_carries_the_security_headers(queue):

@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 from urllib.parse import urlencode, urlsplit
 
+import redis
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
@@ -67,7 +68,10 @@ def _read_overview(queue: Queue, window: str) -> tuple[StatusReport, list[Minute
 def redis_topology(queue: Queue) -> str:
     """The Redis servers delayq writes to, in `delayq doctor`'s words: one INFO (and CONFIG
     GET) of each server written to, none of its replicas, whose lag the primary reports."""
-    words = topology_words(servers(queue.index.client))
+    try:
+        words = topology_words(servers(queue.index.client))
+    except redis.ResponseError:  # some managed services refuse INFO; the page works without
+        return "not known (INFO is refused)"
     through_sentinel = urlsplit(queue.settings.redis_url or "").scheme == SENTINEL
     return f"{words}, named by the sentinels" if through_sentinel else words
 
