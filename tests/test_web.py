@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import time
 from html.parser import HTMLParser
@@ -87,9 +88,11 @@ def test_the_overview_names_the_redis_topology_in_one_line(queue):
 
 def test_the_overview_still_answers_where_redis_refuses_info(backend, make_queue):
     admin = redis.Redis.from_url(backend["redis_url"])
-    # A user that may do all but INFO, as on a managed service that renames it.
+    # A user that may do all but INFO, as on a managed service that renames it; named for
+    # this process, as the server may be shared with other test runs.
+    user = f"no-info-{os.getpid()}"
     admin.acl_setuser(
-        "no-info",
+        user,
         enabled=True,
         passwords=["+pw"],
         keys=["*"],
@@ -97,10 +100,10 @@ def test_the_overview_still_answers_where_redis_refuses_info(backend, make_queue
         commands=["+@all", "-info"],
     )
     try:
-        queue = make_queue(redis_url=backend["redis_url"].replace("://", "://no-info:pw@", 1))
+        queue = make_queue(redis_url=backend["redis_url"].replace("://", f"://{user}:pw@", 1))
         line = web_topology_line(queue)
     finally:
-        admin.acl_deluser("no-info")
+        admin.acl_deluser(user)
         admin.close()
 
     assert line == "Redis: not known (INFO is refused)"
