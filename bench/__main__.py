@@ -23,7 +23,7 @@ import redis
 
 import delayq
 
-from . import aio, dispatch, enqueue, env, idle, io, lateness, load, memory
+from . import aio, dispatch, enqueue, env, idle, io, lateness, load, memory, topologies
 from .report import Result
 from .sizes import FULL, QUICK, Sizes
 
@@ -36,7 +36,10 @@ WORKLOADS: dict[str, Callable[[Sizes], Result]] = {
     "io": io.run,
     "aio": aio.run,
     "load": load.run,
+    "topologies": topologies.run,
 }
+# Run when no --only names them; `topologies` starts ten servers of its own, so only on request.
+DEFAULT = [name for name in WORKLOADS if name != "topologies"]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -52,7 +55,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--only",
         action="append",
         choices=sorted(WORKLOADS),
-        help="run just this workload (repeatable)",
+        help="run just this workload (repeatable); topologies runs only when named",
     )
     args = parser.parse_args(argv)
     if args.repeat is not None and args.repeat < 1:
@@ -71,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     results: dict[str, Any] = {}
     failed = False
-    for name in args.only or list(WORKLOADS):
+    for name in args.only or DEFAULT:
         try:
             result = WORKLOADS[name](sizes)
         except Exception as exc:  # noqa: BLE001 - report it and go on to the next workload
@@ -114,6 +117,7 @@ def _summary(
 def _machine() -> dict[str, Any]:
     info: dict[str, Any] = {
         "cpus": os.cpu_count(),
+        "load_average": os.getloadavg(),  # at the end: other users of a shared machine
         "python": platform.python_version(),
         "platform": platform.platform(),
     }

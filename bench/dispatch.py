@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 
 import delayq
 
@@ -67,13 +68,28 @@ def handler_alone(n: int, repeat: int) -> float:
     return n / median(walls)
 
 
-def drain(command: list[str], n: int, method: str = "incr") -> env.Finished:
+def drain(
+    command: list[str],
+    n: int,
+    method: str = "incr",
+    url: str | None = None,
+    queues: Sequence[str] = ("default",),
+) -> env.Finished:
     """`command` draining n due jobs of bench.handlers.<method> (each INCRs the counter once),
-    timed (wall time, peak RSS), after checking every one ran."""
-    with env.fresh_queue() as queue:
+    timed (wall time, peak RSS), after checking every one ran. On Redis at `url` (a server
+    the benchmark started), the jobs are dealt over `queues` by q.add_many, which puts each
+    queue's keys where that Redis wants them; otherwise loader.py writes them."""
+    with env.fresh_queue(url) as queue:
         now = time.time()
-        loader.load(method, [now - 10 + 10 * i / n for i in range(n)])
-        finished = env.run_process(command, TIMEOUT)
+        due = [now - 10 + 10 * i / n for i in range(n)]
+        if url:
+            queue.add_many(
+                delayq.JobSpec(env.HANDLERS, method, at=at, queue=queues[i % len(queues)])
+                for i, at in enumerate(due)
+            )
+        else:
+            loader.load(method, due)
+        finished = env.run_process(command, TIMEOUT, env.child_env(url))
         env.require_ok(finished, " ".join(command[1:4]))
         succeeded = env.count_status(queue, delayq.Status.SUCCESS)
         counted = int(handlers.client().get(handlers.COUNTER_KEY) or 0)

@@ -75,19 +75,23 @@ def flush(system: str) -> redis.Redis:
     return client
 
 
-def settings() -> Settings:
-    """delayq's settings for the benchmark, built directly: no DELAYQ_* variable or file."""
+def settings(url: str | None = None) -> Settings:
+    """delayq's settings for the benchmark, built directly: no DELAYQ_* variable or file.
+    `url`: a Redis of the benchmark's own making (topologies.py) instead of its database."""
     return Settings(
-        database_url=DATABASE_URL, redis_url=redis_url("delayq"), handlers=(HANDLERS,)
+        database_url=DATABASE_URL, redis_url=url or redis_url("delayq"), handlers=(HANDLERS,)
     ).validate()
 
 
-def fresh_queue() -> delayq.Queue:
-    """A delayq Queue on an empty table and an empty, complete index."""
-    queue = delayq.connect(settings())
+def fresh_queue(url: str | None = None) -> delayq.Queue:
+    """A delayq Queue on an empty table and an empty, complete index (on `url`, a server the
+    benchmark started, emptied whole)."""
+    queue = delayq.connect(settings(url))
     queue.init()
     queue.db.execute_sql("TRUNCATE TABLE delay_queue")
-    flush("delayq")
+    flush("delayq")  # the handlers' counter and lateness list, whatever `url` is
+    if url:
+        queue.index.client.flushdb()
     queue.init()  # marks the (empty) index complete, as after `delayq init`
     return queue
 
@@ -107,16 +111,17 @@ def count_status(queue: delayq.Queue, status: delayq.Status) -> int:
     return int(cursor.fetchone()[0])
 
 
-def child_env(**extra: str) -> dict[str, str]:
+def child_env(url: str | None = None, **extra: str) -> dict[str, str]:
     """The environment of a benchmark subprocess: delayq configured only by the variables
-    set here (none inherited), bench importable, DELAYQ_BATCH_SIZE left at its default."""
+    set here (none inherited; Redis at `url` if given), bench importable, DELAYQ_BATCH_SIZE
+    left at its default."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("DELAYQ_")}
     # Use and keep bytecode caches, as an installed package does (pip compiles on install);
     # without them every process would compile delayq from source.
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env.update(
         DELAYQ_DATABASE_URL=DATABASE_URL,
-        DELAYQ_REDIS_URL=redis_url("delayq"),
+        DELAYQ_REDIS_URL=url or redis_url("delayq"),
         DELAYQ_HANDLERS=HANDLERS,
         DELAYQ_HOME=tempfile.gettempdir() + "/delayq-bench-home",
         PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
@@ -132,6 +137,7 @@ class Finished:
     returncode: int
     stderr: str
     busy_cores: float | None = None  # the whole machine's, on average meanwhile (cores.py)
+    cpu_s: float = 0.0  # the child's own user + system time: what a busy machine inflates least
 
 
 def run_process(args: list[str], timeout: float, env: dict[str, str] | None = None) -> Finished:
@@ -153,7 +159,8 @@ def run_process(args: list[str], timeout: float, env: dict[str, str] | None = No
         proc.returncode = os.waitstatus_to_exitcode(status)
         err.seek(0)
         text = err.read().decode("utf-8", "replace")
-    return Finished(wall, usage.ru_maxrss, proc.returncode, text, busy)
+    cpu = usage.ru_utime + usage.ru_stime
+    return Finished(wall, usage.ru_maxrss, proc.returncode, text, busy, cpu)
 
 
 def python(*args: str) -> list[str]:

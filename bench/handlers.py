@@ -4,7 +4,6 @@ counter, and one that records how late it started. DELAYQ_HANDLERS=bench.handler
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from typing import Any
 
@@ -23,12 +22,12 @@ _client: redis.Redis | None = None
 
 
 def client() -> redis.Redis:
-    """The handlers' own connection to delayq's Redis database, opened on first use."""
+    """The handlers' own connection to the benchmark's Redis database, opened on first use:
+    the same server whatever Redis delayq runs on (bench.topologies), so that the job costs
+    the same everywhere."""
     global _client
     if _client is None:
-        _client = redis.Redis.from_url(
-            os.environ.get("DELAYQ_REDIS_URL") or env.redis_url("delayq")
-        )
+        _client = redis.Redis.from_url(env.redis_url("delayq"))
     return _client
 
 
@@ -62,9 +61,7 @@ def async_client() -> redis.asyncio.Redis:
     """An asyncio client on the run's one event loop, opened on first use."""
     global _async_client
     if _async_client is None:
-        _async_client = redis.asyncio.Redis.from_url(
-            os.environ.get("DELAYQ_REDIS_URL") or env.redis_url("delayq")
-        )
+        _async_client = redis.asyncio.Redis.from_url(env.redis_url("delayq"))
     return _async_client
 
 

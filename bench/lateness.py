@@ -46,14 +46,16 @@ def _delayq(
     duration: float,
     method: str = "record_lateness",
     options: Sequence[str] = (),
+    url: str | None = None,
 ) -> list[float]:
     """Lateness of n jobs of bench.handlers.<method> due over `spread` seconds, each added
-    one at a time while `delayq run --loop --for duration [options]` is up."""
-    with env.fresh_queue() as queue:
+    one at a time while `delayq run --loop --for duration [options]` is up (on Redis at
+    `url`, if given: see env.fresh_queue)."""
+    with env.fresh_queue(url) as queue:
         loop = subprocess.Popen(
             env.python("-m", "delayq", "run", "--loop", "--for", f"{duration:g}s", *options),
             cwd=env.ROOT,
-            env=env.child_env(),
+            env=env.child_env(url),
         )
         try:
             time.sleep(peers.WORKER_STARTUP)
@@ -96,7 +98,7 @@ def summarize(lateness: Sequence[float], expected: int) -> dict[str, float]:
 def _result(
     n: int, spread: float, samples: dict[str, list[dict[str, float]]], errors: dict[str, str]
 ) -> Result:
-    systems = {name: _combine(runs) for name, runs in samples.items()}
+    systems = {name: combine(runs) for name, runs in samples.items()}
     parts = [
         f"{name} p50 {number(s['p50_ms'])} ms, p99 {number(s['p99_ms'])} ms, max "
         f"{number(s['max_ms'])} ms, early {s['early']:.0f}, missed {s['missing']:.0f}"
@@ -114,7 +116,7 @@ def _result(
     return Result(line, figures, targets)
 
 
-def _combine(runs: list[dict[str, float]]) -> dict[str, float]:
+def combine(runs: list[dict[str, float]]) -> dict[str, float]:
     """Medians over the repeats of p50/p99/max; early and missing summed over all of them."""
     combined = {key: median([run[key] for run in runs]) for key in ("p50_ms", "p99_ms", "max_ms")}
     combined["worst_max_ms"] = max(run["max_ms"] for run in runs)

@@ -29,7 +29,7 @@ def run(sizes: Sizes) -> Result:
             n, spread, duration, "sleep_record_lateness", ["--concurrency", str(IN_FLIGHT)]
         )
         runs.append(lateness.summarize(recorded, n))
-    ours = lateness._combine(runs)
+    ours = lateness.combine(runs)
     line = (
         f"load      N={n} at {number(rate)}/s (80% of {IN_FLIGHT} slots of {WAIT * 1000:g} ms): "
         f"delayq p50 {number(ours['p50_ms'])} ms, p99 {number(ours['p99_ms'])} ms, max "

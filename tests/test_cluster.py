@@ -32,7 +32,7 @@ from tests.topologies import (
     process_env,
     run_once,
     run_through_a_failover,
-    status_and_doctor_read_the_url_from_the_config_file,
+    status_doctor_and_the_web_page_show_the_topology,
     stop,
 )
 from tests.waiting import wait_for
@@ -176,9 +176,9 @@ def test_jobs_a_failover_rolled_back_are_put_back_by_the_next_run(cluster, queue
     )
 
 
-def test_status_and_doctor_work_on_a_cluster_url_from_the_config_file(
+def test_status_doctor_and_the_web_page_show_the_cluster_url_from_the_config_file(
     cluster, queue, env, tmp_path
 ):
-    status_and_doctor_read_the_url_from_the_config_file(
-        env, tmp_path, "redis+cluster", "a cluster of 3 masters: 127.0.0.1:"
+    status_doctor_and_the_web_page_show_the_topology(
+        queue, env, tmp_path, "redis+cluster", "a cluster of 3 masters: 127.0.0.1:"
     )

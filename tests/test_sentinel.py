@@ -31,7 +31,7 @@ from tests.topologies import (
     process_env,
     run_once,
     run_through_a_failover,
-    status_and_doctor_read_the_url_from_the_config_file,
+    status_doctor_and_the_web_page_show_the_topology,
 )
 
 FAULTS: dict[str, Callable[[SentinelGroup], int]] = {
@@ -148,10 +148,16 @@ def test_jobs_a_failover_rolled_back_are_put_back_by_the_next_run(group, queue, 
     )
 
 
-def test_status_and_doctor_work_on_a_sentinel_url_from_the_config_file(group, queue, env, tmp_path):
+def test_status_doctor_and_the_web_page_show_the_sentinel_url_from_the_config_file(
+    group, queue, env, tmp_path
+):
     replica = next(port for port in group.data_ports if port != group.primary_port())
-    status_and_doctor_read_the_url_from_the_config_file(
-        env, tmp_path, "redis+sentinel", f"a primary with 1 replica: 127.0.0.1:{replica} (lag "
+    status_doctor_and_the_web_page_show_the_topology(
+        queue,
+        env,
+        tmp_path,
+        "redis+sentinel",
+        f"a primary with 1 replica: 127.0.0.1:{replica} (lag ",
     )
 
 

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import time
 from html.parser import HTMLParser
 from typing import Any
 
 import pytest
+import redis
 
 pytest.importorskip("starlette", reason="the web extra is not installed")
 
@@ -24,6 +26,7 @@ from delayq.web.charts import HEIGHT, Bin, lateness_chart  # noqa: E402
 from delayq.web.rendering import SUMMARY_CHARS  # noqa: E402
 from delayq.web.security import CONTENT_SECURITY_POLICY  # noqa: E402
 from delayq.web.throttle import FAILURES, MAX_ADDRESSES, WINDOW, LoginThrottle  # noqa: E402
+from tests.topologies import web_topology_line  # noqa: E402
 from tests.waiting import wait_for  # noqa: E402
 
 NOW = 1_800_000_000.0
@@ -72,6 +75,38 @@ def test_the_overview_shows_each_queues_figures(queue, log):
     assert re.search(r'class="n due">1<', row.group(1))
     assert re.search(r'class="n later">1<', row.group(1))
     assert "read-only" in response.text
+
+
+def test_the_overview_names_the_redis_topology_in_one_line(queue):
+    line = web_topology_line(queue)
+    fragment = client_of(queue, token=None).get("/?fragment=1").text
+
+    # The test server has no replica: a primary alone, as `delayq doctor` says it.
+    assert line == "Redis: a primary with no replica"
+    assert 'id="topology"' not in fragment  # the refreshed part asks Redis for none of it
+
+
+def test_the_overview_still_answers_where_redis_refuses_info(backend, make_queue):
+    admin = redis.Redis.from_url(backend["redis_url"])
+    # A user that may do all but INFO, as on a managed service that renames it; named for
+    # this process, as the server may be shared with other test runs.
+    user = f"no-info-{os.getpid()}"
+    admin.acl_setuser(
+        user,
+        enabled=True,
+        passwords=["+pw"],
+        keys=["*"],
+        channels=["*"],
+        commands=["+@all", "-info"],
+    )
+    try:
+        queue = make_queue(redis_url=backend["redis_url"].replace("://", f"://{user}:pw@", 1))
+        line = web_topology_line(queue)
+    finally:
+        admin.acl_deluser(user)
+        admin.close()
+
+    assert line == "Redis: not known (INFO is refused)"
 
 
 def test_every_response_carries_the_security_headers(queue):

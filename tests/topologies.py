@@ -4,7 +4,9 @@ looping run carried through a failover."""
 
 from __future__ import annotations
 
+import html
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -130,9 +132,12 @@ def run_through_a_failover(
     assert_each_ran_once(queue, log, names)
 
 
-def status_and_doctor_read_the_url_from_the_config_file(
-    env: dict[str, str], tmp_path: Path, scheme: str, topology: str
+def status_doctor_and_the_web_page_show_the_topology(
+    queue: delayq.Queue, env: dict[str, str], tmp_path: Path, scheme: str, topology: str
 ) -> None:
+    """status and doctor work on the URL read from the config file, doctor's topology line
+    starts with `topology`, and the web page shows the same in its one line (a replica's
+    lag may have moved by a second between the two)."""
     config = tmp_path / "delayq.toml"
     config.write_text(f'redis_url = "{env["DELAYQ_REDIS_URL"]}"\n')
     env = {key: value for key, value in env.items() if key != "DELAYQ_REDIS_URL"}
@@ -146,6 +151,21 @@ def status_and_doctor_read_the_url_from_the_config_file(
     assert f"{scheme}://127.0.0.1:" in doctor.stdout.decode()
     (shown,) = [line for line in doctor.stdout.decode().splitlines() if " topology " in line]
     assert shown.split(None, 2)[0] == "ok" and shown.split(None, 2)[2].startswith(topology), shown
+    named = ", named by the sentinels" if scheme == "redis+sentinel" else ""
+    lag = re.compile(r"\(lag \d+s\)")
+    expected = lag.sub("(lag)", f"Redis: {shown.split(None, 2)[2]}{named}")
+    assert lag.sub("(lag)", web_topology_line(queue)) == expected
+
+
+def web_topology_line(queue: delayq.Queue) -> str:
+    """The web page's one line about the Redis servers, as its reader sees it."""
+    from starlette.testclient import TestClient  # the web extra
+
+    from delayq.web import create_app
+
+    page = TestClient(create_app(queue)).get("/").text
+    (line,) = re.findall(r'<p id="topology">(.*?)</p>', page)
+    return html.unescape(line)
 
 
 def a_rolled_back_add_is_put_back_at_once(

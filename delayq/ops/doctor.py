@@ -153,25 +153,35 @@ def redis_checks(index: Index, settings: Settings) -> list[Check]:
     ]
 
 
-def _topology_check(found: list[Server], where: str) -> Check:
+def topology_words(found: list[Server]) -> str:
+    """The servers written to, in words: a primary (or a replica) and its replicas with their
+    lag, or each master of a cluster with its replicas."""
     if len(found) == 1 and not found[0].address:  # one server, named by the URL
         (server,) = found
         if server.role != "master":
+            return f"a replica of {server.primary}"
+        return f"a primary with {_replicas(server)}"
+    masters = "; ".join(f"{server.address} with {_replicas(server)}" for server in found)
+    return f"a cluster of {len(found)} masters: {masters}"
+
+
+def _topology_check(found: list[Server], where: str) -> Check:
+    words = topology_words(found)
+    if len(found) == 1 and not found[0].address:
+        if found[0].role != "master":
             return Check(
                 FAIL,
                 "topology",
-                f"{where} is a replica of {server.primary}: it takes no writes (or drops them "
-                "at its next sync); name the primary, or the sentinels with redis+sentinel://",
+                f"{where} is {words}: it takes no writes (or drops them at its next sync); "
+                "name the primary, or the sentinels with redis+sentinel://",
             )
-        return Check(OK, "topology", f"a primary with {_replicas(server)}")
-    masters = "; ".join(f"{server.address} with {_replicas(server)}" for server in found)
+        return Check(OK, "topology", words)
     alone = [server.address for server in found if not server.replicas]
     return verdict(
         not alone,
         "topology",
-        f"a cluster of {len(found)} masters: {masters}",
-        f"a cluster of {len(found)} masters: {masters}; with no replica, "
-        f"{', '.join(alone)} takes its slots down with it when it fails",
+        words,
+        f"{words}; with no replica, {', '.join(alone)} takes its slots down with it when it fails",
     )
 
 

@@ -6,18 +6,22 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
+import redis
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from ..durations import parse_duration, parse_utc_instant
 from ..errors import BadInput
 from ..ops.dashboard import dashboard_report
+from ..ops.doctor import topology_words
 from ..ops.minutes import Minute, per_minute
 from ..ops.overview import JobFilter, StatusReport
 from ..store.backend_errors import backend_errors
+from ..store.sentinels import SCHEME as SENTINEL
 from ..store.table import Status
+from ..store.topology import servers
 from . import charts
 from .rendering import render, root_path
 
@@ -37,10 +41,12 @@ def overview(request: Request) -> Response:
         raise BadInput(f"window must be one of {', '.join(charts.WINDOWS)}")
     report, read = _read_overview(queue, window)
     bins = charts.bins_of(read, window)
-    template = "overview_live.html" if _is_fragment(request) else "overview.html"
+    # The Redis servers only on a whole page: the refreshed part asks for none of it.
+    fragment = _is_fragment(request)
     return render(
         request,
-        template,
+        "overview_live.html" if fragment else "overview.html",
+        topology=None if fragment else redis_topology(queue),
         report=report,
         upcoming=queue.peek(UPCOMING),
         window=window,
@@ -56,6 +62,18 @@ def _read_overview(queue: Queue, window: str) -> tuple[StatusReport, list[Minute
     """The queues' live figures (index ranges only) and the window's per-minute aggregates."""
     report = dashboard_report(queue.table, queue.index, queue.index.clock.now())
     return report, per_minute(queue, minutes=charts.WINDOWS[window][0])
+
+
+@backend_errors
+def redis_topology(queue: Queue) -> str:
+    """The Redis servers delayq writes to, in `delayq doctor`'s words: one INFO (and CONFIG
+    GET) of each server written to, none of its replicas, whose lag the primary reports."""
+    try:
+        words = topology_words(servers(queue.index.client))
+    except redis.ResponseError:  # some managed services refuse INFO; the page works without
+        return "not known (INFO is refused)"
+    through_sentinel = urlsplit(queue.settings.redis_url or "").scheme == SENTINEL
+    return f"{words}, named by the sentinels" if through_sentinel else words
 
 
 def bin_label(epoch: float) -> str:
