@@ -26,8 +26,9 @@ SWEEP_EVERY = 5.0
 # How often at most a loop notes in Redis that it is alive, for `delayq status`.
 BEAT_EVERY = 1.0
 RUNNING = "running"  # a loop's outcome until it ends
-# The longest single wait, so a stop signal or a new queue is noticed within this.
-MAX_WAIT = 1.0
+# The longest single wait, so a stop signal, a new queue or a job committed in a caller's
+# transaction (no one wakes the loop for those: its next pass finds them) is noticed within it.
+MAX_WAIT = 0.5
 # How much sooner than needed a blocking wait ends, to absorb Redis's timeout granularity.
 WAKE_SLACK = 0.25
 # While Redis or the database is away the loop retries after this pause, doubled on every
