@@ -28,9 +28,11 @@ CREATE TABLE IF NOT EXISTS `delay_queue` (
   `every` double DEFAULT NULL,                   -- recurring period; NULL: runs once
   `schedule` varchar(255) DEFAULT NULL,          -- recurring cron expression and time zone
   `retry_policy` varchar(255) DEFAULT NULL,      -- JSON: retries, delays, deferrals; NULL: default
+  `unindexed` smallint DEFAULT NULL,             -- 1: added in a caller's transaction, not yet indexed
   PRIMARY KEY (`id`),
   KEY `job_status_queue_run_at` (`status`, `queue`, `run_at`),
   KEY `job_ext_string` (`ext_string`),
   KEY `job_chain_id` (`chain_id`),
-  KEY `job_status_modified` (`status`, `modified`)
+  KEY `job_status_modified` (`status`, `modified`),
+  KEY `job_unindexed` (`unindexed`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;

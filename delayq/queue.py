@@ -16,7 +16,7 @@ from .durations import Duration, Instant, parse_duration
 from .errors import BadInput
 from .jobspec import JobSpec, check_key, run_at_of, to_row
 from .reading import QueueReads
-from .store import chains, inserts, queries
+from .store import chains, inserts, queries, transactions
 from .store.backend_errors import backend_errors, one_line
 from .store.index import Index
 from .store.params import read_call
@@ -81,19 +81,23 @@ class Queue(QueueReads):
         retry_delays: Sequence[Duration] | None = None,
         replace: bool = False,
         now: float | None = None,
+        using: Any = None,
     ) -> int:
         """Schedule `class_path.method(data)` after `delay` (seconds, a timedelta or "90s") or
         at `at` (epoch seconds, an aware datetime or ISO 8601 text). `every`: re-arm that long
         after each due time; `cron`: due at each match, read in zone `tz` (default UTC);
         `retries`, `retry_delays`: its retry policy; `replace`: move the pending job with this
-        `ext` instead of adding a second one."""
+        `ext` instead of adding a second one; `using`: insert on this connection, inside its
+        open transaction (see `add_many`)."""
         spec = JobSpec(
             class_path, method, data, delay, at, ext, queue, timeout, every, cron, tz, retries,
             retry_delays,
         )  # fmt: skip
         if replace:
+            if using is not None:
+                raise BadInput("replace=True cannot be used with using=: it takes delayq's lock")
             return self._replace(spec, now)
-        return self.add_many([spec], now=now)[0]
+        return self.add_many([spec], now=now, using=using)[0]
 
     @backend_errors
     def _replace(self, spec: JobSpec, now: float | None) -> int:
@@ -108,8 +112,12 @@ class Queue(QueueReads):
         return job_id
 
     @backend_errors
-    def add_many(self, specs: Iterable[JobSpec], *, now: float | None = None) -> list[int]:
-        """Schedule several jobs: one transaction, one Redis round trip per queue."""
+    def add_many(
+        self, specs: Iterable[JobSpec], *, now: float | None = None, using: Any = None
+    ) -> list[int]:
+        """Schedule several jobs: one transaction, one Redis round trip per queue. `using`: a
+        connection to delayq's database (DB-API, peewee, SQLAlchemy or Django) whose open
+        transaction the rows join: they run once it commits, never if it rolls back."""
         now = self.index.clock.now() if now is None else now
         located: set[tuple[str, str]] = set()
         stamp = utc_stamp(now)
@@ -119,6 +127,8 @@ class Queue(QueueReads):
             return [to_row(spec, now, allowed, located, stamp, since) for spec in part]
 
         specs = list(specs)
+        if using is not None:  # a run's sweep indexes them once they commit
+            return transactions.add_through(self.table, using, to_rows(specs))
         if len(specs) <= 1:
             rows = to_rows(specs)  # checked before the database is touched
             if not rows:

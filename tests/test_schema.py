@@ -44,6 +44,7 @@ COLUMNS = [
     "every",
     "schedule",
     "retry_policy",
+    "unindexed",
 ]
 INDEXES = {
     "PRIMARY": ["id"],
@@ -51,6 +52,7 @@ INDEXES = {
     "job_ext_string": ["ext_string"],
     "job_chain_id": ["chain_id"],
     "job_status_modified": ["status", "modified"],
+    "job_unindexed": ["unindexed"],
 }
 
 

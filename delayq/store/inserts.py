@@ -88,8 +88,30 @@ def _overlapped(parts: Sequence[T], prepare: Callable[[T], Any]) -> Iterator[Any
             yield current
 
 
+def insert_through(table: Table, connection: Any, rows: Sequence[Row]) -> list[int]:
+    """Insert `rows` with the statements `insert_many` writes, escaped by and sent on another
+    DB-API `connection` to the same database (the caller's, inside its transaction); their
+    ids. Commits nothing."""
+    consecutive = table.consecutive_ids
+    one_each = not table.returning and not consecutive
+    chunks = [[row] for row in rows] if one_each else list(_chunks(rows))
+    cursor = connection.cursor()
+    try:
+        ids: list[int] = []
+        for chunk in chunks:
+            sql, params = _multi_insert(table, chunk, not consecutive and not one_each, cursor)
+            cursor.execute(sql, params)
+            ids += _new_ids(cursor, len(chunk), consecutive or one_each)
+        return ids
+    finally:
+        cursor.close()
+
+
 def _execute(db: Database, sql: str, params: list[Any], count: int, consecutive: bool) -> list[int]:
-    cursor = db.execute_sql(sql, params)
+    return _new_ids(db.execute_sql(sql, params), count, consecutive)
+
+
+def _new_ids(cursor: Any, count: int, consecutive: bool) -> list[int]:
     if consecutive:
         if cursor.rowcount != count:
             raise OperationalError(f"inserted {cursor.rowcount} of {count} rows")

@@ -163,6 +163,23 @@ def pending_changed_since(
         yield [(job_id, float(due)) for job_id, due in rows]
 
 
+def unindexed(table: Table, limit: int) -> list[tuple[int, str, float, int]]:
+    """(id, queue, due, status) of committed rows added in a caller's transaction and not
+    yet on the schedule: a range of their own index, so its cost follows those rows alone."""
+    Job = table.model
+    query = Job.select(Job.id, Job.queue, due_column(table), Job.status)
+    rows = tuples(query.where(Job.unindexed == 1).limit(limit))
+    return [(job_id, queue, float(due), status) for job_id, queue, due, status in rows]
+
+
+def mark_indexed(table: Table, ids: Sequence[int], now: float) -> None:
+    """Clear the mark of rows now on the schedule. A pending one counts as changed now, so a
+    failover's check of the rows changed since it last saw the schedule includes it."""
+    Job = table.model
+    modified = Case(None, [(Job.status == Status.PENDING, utc_stamp(now))], Job.modified)
+    Job.update(unindexed=None, modified=modified).where(Job.id.in_(list(ids))).execute()
+
+
 def iter_pending(table: Table, batch: int = 5000) -> Iterator[list[tuple[str, int, float]]]:
     """Every PENDING row as (queue, id, due), in batches by id, for rebuilding the index."""
     Job = table.model

@@ -118,6 +118,9 @@ class Job(Model):
     # The job's own retry policy and its attempt's RetryLater count, compact JSON;
     # NULL: the handler's policy or the default ladder.
     retry_policy = CharField(max_length=255, null=True)
+    # 1 on a row added inside the caller's transaction (`add(using=...)`), which no one puts
+    # on the schedule before it commits; a run's sweep does, then clears it. NULL otherwise.
+    unindexed = SmallIntegerField(null=True)
 
     class Meta:
         table_name = TABLE_NAME
@@ -128,6 +131,8 @@ class Job(Model):
             # Recent failures (the web page's "failed in the last hour") as a range, not a
             # visit to every failed row of a table that has run for months.
             (("status", "modified"), False),
+            # The sweep for committed rows the schedule lacks reads only the marked ones.
+            (("unindexed",), False),
         )
 
 

@@ -26,8 +26,9 @@ SWEEP_EVERY = 5.0
 # How often at most a loop notes in Redis that it is alive, for `delayq status`.
 BEAT_EVERY = 1.0
 RUNNING = "running"  # a loop's outcome until it ends
-# The longest single wait, so a stop signal or a new queue is noticed within this.
-MAX_WAIT = 1.0
+# The longest single wait, so a stop signal, a new queue or a job committed in a caller's
+# transaction (no one wakes the loop for those: its next pass finds them) is noticed within it.
+MAX_WAIT = 0.5
 # How much sooner than needed a blocking wait ends, to absorb Redis's timeout granularity.
 WAKE_SLACK = 0.25
 # While Redis or the database is away the loop retries after this pause, doubled on every
@@ -198,9 +199,13 @@ def _sleep_until_due(index: Index, queues: Sequence[str] | None, remaining: floa
         # Redis checks blocked clients' timeouts on its own clock tick (hz 10: every 100 ms),
         # so BLPOP may return up to that late. Block until just before the head is due (an add
         # of a sooner job still wakes us), then sleep the last stretch here, to the millisecond.
-        if wait > WAKE_SLACK and index.schedule.wait_for_wake(names, wait - WAKE_SLACK):
+        # A wait that no due time or end of the loop cuts short is blocked whole: nothing is
+        # late if it ends a tick late, and the idle loop makes no more passes than it needs.
+        head_due = head is not None and due_in <= wait
+        block = wait - WAKE_SLACK if head_due or wait < MAX_WAIT else wait
+        if block > 0 and index.schedule.wait_for_wake(names, block):
             return
-        if head is not None and due_in <= wait:
+        if head is not None and head_due:
             time.sleep(max(0.0, head - index.clock.now()))
     except Exception as exc:
         if not is_outage(exc):

@@ -107,6 +107,8 @@ class Run:
         """Serve the queues in turn, each its weight in batches a turn, so a backlog in one
         delays another queue's due jobs by about one batch, not by the whole backlog."""
         self.report.reindexed += recovery.ensure_index(self.table, self.index, self.show_progress)
+        # On every pass, not only with the sweep: a committed job is due to start within 1 s.
+        recovery.index_committed(self.table, self.index, self.clock())
         names = list(queues) if queues else self.index.registry.known_queues()
         for queue in names if self.sweep else ():  # recover leases, re-index orphans
             now = self.clock()
