@@ -246,10 +246,17 @@ def test_add_cron_from_the_command_line_and_show_list_peek_print_it(queue, cli_e
     assert b"(0 9 * * MON-FRI Asia/Tokyo)" in run_cli(cli_env, "peek").stdout
 
 
+def daily_two_hours_ago() -> CronSchedule:
+    """A daily Berlin schedule whose last match was two hours ago, whatever the time of day:
+    a fixed hour would put that match more than a day back for an hour a day, and `add`
+    refuses such a due time as missed."""
+    local = datetime.fromtimestamp(time.time() - 7200, ZoneInfo("Europe/Berlin"))
+    return parse_schedule(f"{local.minute} {local.hour} * * *", "Europe/Berlin")
+
+
 def test_delayq_run_re_arms_a_due_cron_job_at_its_next_match(queue, cli_env, log):
-    an_hour_ago = time.time() - 3600
-    daily = parse_schedule("15 4 * * *", "Europe/Berlin")
-    due = daily.first_after(an_hour_ago - 86400)  # due within the last day: not missed
+    daily = daily_two_hours_ago()
+    due = daily.first_after(time.time() - 3 * 3600)  # two hours ago: due, not missed
     queue.add(
         H, "record", {"log": log, "n": "ran"}, cron=daily.expression, tz=daily.zone, ext="e", at=due
     )
@@ -263,7 +270,7 @@ def test_delayq_run_re_arms_a_due_cron_job_at_its_next_match(queue, cli_env, log
     assert read_log(log) == ["ran"]
     (following,) = pending("e")
     assert following.run_at in {daily.next_after(due, before), daily.next_after(due, after)}
-    assert following.schedule == "15 4 * * * Europe/Berlin"
+    assert following.schedule == f"{daily.expression} Europe/Berlin"
 
 
 def test_init_adds_the_schedule_column_to_an_earlier_delayqs_table(queue, log):
@@ -336,13 +343,13 @@ def test_zones_come_from_the_tzdata_package_where_the_system_has_none():
 def test_a_berlin_cron_job_is_added_and_re_armed_without_the_system_zone_database(
     queue, cli_env, log
 ):
-    daily = parse_schedule("15 4 * * *", "Europe/Berlin")
-    due = daily.first_after(time.time() - 3600 - 86400)  # due within the last day: not missed
+    daily = daily_two_hours_ago()
+    due = daily.first_after(time.time() - 3 * 3600)  # two hours ago: due, not missed
     at = datetime.fromtimestamp(due, timezone.utc).isoformat()
     data = json.dumps({"log": log, "n": "ran"})
 
     added = run_cli(
-        cli_env, "add", H, "record", "--data", data, "--cron", "15 4 * * *",
+        cli_env, "add", H, "record", "--data", data, "--cron", daily.expression,
         "--tz", "Europe/Berlin", "--ext", "e", "--at", at, **NO_SYSTEM_ZONES,
     )  # fmt: skip
     before = time.time()
@@ -354,4 +361,4 @@ def test_a_berlin_cron_job_is_added_and_re_armed_without_the_system_zone_databas
     assert read_log(log) == ["ran"]
     (following,) = pending("e")
     assert following.run_at in {daily.next_after(due, before), daily.next_after(due, after)}
-    assert following.schedule == "15 4 * * * Europe/Berlin"
+    assert following.schedule == f"{daily.expression} Europe/Berlin"
