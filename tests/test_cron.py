@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from delayq import BadInput
+from delayq import BackendUnavailable, BadInput
 from delayq.durations import HORIZON
 from delayq.store.keys import schedule_key
 from delayq.store.recurrence import CronSchedule, parse_schedule
@@ -362,3 +362,20 @@ def test_a_berlin_cron_job_is_added_and_re_armed_without_the_system_zone_databas
     (following,) = pending("e")
     assert following.run_at in {daily.next_after(due, before), daily.next_after(due, after)}
     assert following.schedule == f"{daily.expression} Europe/Berlin"
+
+
+def test_a_run_on_a_table_without_a_column_this_delayq_reads_says_to_run_init(queue, log):
+    # An upgrade adds a column that every run reads; until `delayq init`, cron's runs must
+    # say what to do, not print the database's own words alone.
+    queue.add(H, "record", {"log": log, "n": "after init"}, now=NOW_2026)
+    queue.db.execute_sql("ALTER TABLE delay_queue DROP COLUMN schedule")
+
+    with pytest.raises(BackendUnavailable) as refused:
+        queue.run(now=NOW_2026)
+
+    assert "lacks a column this delayq reads" in str(refused.value)
+    assert str(refused.value).endswith("run `delayq init` once to add it")
+    assert read_log(log) == []
+    assert queue.init() == ["added column schedule"]
+    queue.run(now=NOW_2026)
+    assert read_log(log) == ["after init"]

@@ -33,6 +33,7 @@ CANNOT_CONNECT = 2003
 LOCK_WAIT_TIMEOUT = 1205
 DEADLOCK = 1213
 NO_SUCH_TABLE = 1146
+UNKNOWN_COLUMN = 1054
 DISCONNECTS = frozenset({SERVER_GONE_AWAY, LOST_CONNECTION, COMMANDS_OUT_OF_SYNC, IDLE_DISCONNECT})
 LOCK_CONFLICTS = frozenset({LOCK_WAIT_TIMEOUT, DEADLOCK})
 
@@ -101,6 +102,14 @@ def is_missing_table(exc: BaseException, table: Table) -> bool:
         return False
 
 
+def is_missing_column(exc: BaseException, table: Table) -> bool:
+    """Whether `exc` came from a table an earlier delayq made, without a column this one reads
+    (SQLite gives no number, only its message)."""
+    if table.mysql:
+        return mysql_error_number(exc) == UNKNOWN_COLUMN
+    return isinstance(exc, peewee.OperationalError) and "no such column" in str(exc)
+
+
 def backend_errors(method: Callable[Concatenate[Any, P], R]) -> Callable[Concatenate[Any, P], R]:
     """Surface a Queue method's database and Redis failures as BackendUnavailable."""
 
@@ -112,6 +121,12 @@ def backend_errors(method: Callable[Concatenate[Any, P], R]) -> Callable[Concate
             if is_missing_table(exc, queue.table):
                 raise BackendUnavailable(
                     "the delay_queue table does not exist here; run `delayq init` first"
+                ) from exc
+            if is_missing_column(exc, queue.table):
+                told = _told(exc, queue)
+                raise BackendUnavailable(
+                    f"the delay_queue table lacks a column this delayq reads ({told}); "
+                    "run `delayq init` once to add it"
                 ) from exc
             raise BackendUnavailable(f"database error: {_told(exc, queue)}") from exc
         except peewee.InterfaceError as exc:
