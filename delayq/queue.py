@@ -80,27 +80,30 @@ class Queue(QueueReads):
         retries: int | None = None,
         retry_delays: Sequence[Duration] | None = None,
         replace: bool = False,
+        check: bool = True,
         now: float | None = None,
     ) -> int:
         """Schedule `class_path.method(data)` after `delay` (seconds, a timedelta or "90s") or
         at `at` (epoch seconds, an aware datetime or ISO 8601 text). `every`: re-arm that long
         after each due time; `cron`: due at each match, read in zone `tz` (default UTC);
         `retries`, `retry_delays`: its retry policy; `replace`: move the pending job with this
-        `ext` instead of adding a second one."""
+        `ext` instead of adding a second one. The handler is imported now, so a mistyped
+        name fails here; `check=False` skips that, for a producer without the handlers' code."""
         spec = JobSpec(
             class_path, method, data, delay, at, ext, queue, timeout, every, cron, tz, retries,
             retry_delays,
         )  # fmt: skip
         if replace:
-            return self._replace(spec, now)
-        return self.add_many([spec], now=now)[0]
+            return self._replace(spec, now, check)
+        return self.add_many([spec], check=check, now=now)[0]
 
     @backend_errors
-    def _replace(self, spec: JobSpec, now: float | None) -> int:
+    def _replace(self, spec: JobSpec, now: float | None, check: bool) -> int:
         if not spec.ext:
             raise BadInput("--replace needs --ext: the key of the job to replace")
         now = self.index.clock.now() if now is None else now
-        row = to_row(spec, now, self.settings.handlers, set(), since=self.settings.since)
+        since = self.settings.since
+        row = to_row(spec, now, self.settings.handlers, set(), since=since, check=check)
         with queries.exclusive(self.table, f"{spec.queue}\0{spec.ext}"):
             job_id, dropped = queries.replace_pending(self.table, row, now)
         self.index.schedule.remove(spec.queue, dropped)
@@ -108,15 +111,18 @@ class Queue(QueueReads):
         return job_id
 
     @backend_errors
-    def add_many(self, specs: Iterable[JobSpec], *, now: float | None = None) -> list[int]:
-        """Schedule several jobs: one transaction, one Redis round trip per queue."""
+    def add_many(
+        self, specs: Iterable[JobSpec], *, check: bool = True, now: float | None = None
+    ) -> list[int]:
+        """Schedule several jobs: one transaction, one Redis round trip per queue; `check` as
+        for `add`."""
         now = self.index.clock.now() if now is None else now
         located: set[tuple[str, str]] = set()
         stamp = utc_stamp(now)
         allowed, since = self.settings.handlers, self.settings.since
 
         def to_rows(part: Sequence[JobSpec]) -> list[dict[str, Any]]:
-            return [to_row(spec, now, allowed, located, stamp, since) for spec in part]
+            return [to_row(spec, now, allowed, located, stamp, since, check) for spec in part]
 
         specs = list(specs)
         if len(specs) <= 1:
