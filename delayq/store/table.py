@@ -128,6 +128,9 @@ class Job(Model):
             # Recent failures (the web page's "failed in the last hour") as a range, not a
             # visit to every failed row of a table that has run for months.
             (("status", "modified"), False),
+            # The web page's from/to and since search over every status, newest first: a
+            # range on this, not a walk down the primary key past every row outside it.
+            (("modified",), False),
         )
 
 
