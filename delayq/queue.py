@@ -188,11 +188,13 @@ class Queue(QueueReads):
         call = read_call(job.params, dict(self.settings.php_classes))
         locate(call.class_path, call.method, self.settings.handlers)
         with chains.chain_locked(self.table, job):
-            attempt_id, queue = chains.retry_chain(self.table, job, run_at, now)
+            attempt = chains.retry_chain(self.table, job, run_at, now)
             # Inside the lock: two retries of one chain reach the index in the order they
             # reached the table, so its score is the row's run_at.
-            self.index.schedule.add(queue, attempt_id, run_at)
-        return attempt_id
+            self.index.schedule.add(attempt.queue, attempt.id, run_at)
+            if attempt.series is not None:
+                self.index.schedule.add(attempt.queue, *attempt.series)
+        return attempt.id
 
     def run(
         self,
