@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import subprocess
+import sys
 import time
 from html.parser import HTMLParser
 from typing import Any
@@ -30,6 +32,16 @@ NOW = 1_800_000_000.0
 H = "tests.sample_handlers.jobs"
 TOKEN = "correct-horse-battery-staple"
 HOSTILE = '<script>alert(1)</script>"onerror=alert(2) \u202eevil\x1b[31m\x07'
+
+
+def test_the_test_client_has_the_http_client_it_asks_for():
+    """Newer Starlettes' TestClient wants httpx2 and warns when it finds httpx alone: the
+    test extra installs it (older Starlettes use httpx, and ask for nothing)."""
+    shown = "import warnings; warnings.simplefilter('always'); import starlette.testclient"
+    result = subprocess.run([sys.executable, "-c", shown], capture_output=True, text=True)
+
+    assert result.returncode == 0, result.stderr
+    assert "httpx2" not in result.stderr, result.stderr
 
 
 def client_of(queue: Any, token: str | None = TOKEN, **kwargs: Any) -> TestClient:
