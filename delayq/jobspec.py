@@ -27,7 +27,7 @@ from .store.params import may_nest_deeper, nests_deeper, payload_or_empty, too_d
 from .store.policies import check_policy, policy_text
 from .store.recurrence import parse_schedule
 from .store.table import Job, Status
-from .worker.handlers import locate
+from .worker.handlers import check_shape, locate
 
 PARAMS_MAX_BYTES = 65535  # what a MySQL TEXT column holds
 MIN_EVERY = 1.0
@@ -59,10 +59,15 @@ def to_row(
     located: set[tuple[str, str]],
     stamp: datetime | None = None,
     since: float | None = None,
+    check: bool = True,
 ) -> dict[str, Any]:
     """The row a JobSpec becomes, or BadInput; `located` caches handlers already checked,
-    `stamp` is `now` as a column (made once for many rows), `since` the run's window."""
-    if (spec.class_path, spec.method) not in located:
+    `stamp` is `now` as a column (made once for many rows), `since` the run's window.
+    `check=False` (a producer without the handlers' code) checks only the path's shape:
+    the worker's allowlist decides at run, as for a job another producer INSERTs."""
+    if not check:
+        check_shape(spec.class_path, spec.method)
+    elif (spec.class_path, spec.method) not in located:
         locate(spec.class_path, spec.method, allowed)
         located.add((spec.class_path, spec.method))
     validate_queue_name(spec.queue)

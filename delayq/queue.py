@@ -80,6 +80,7 @@ class Queue(QueueReads):
         retries: int | None = None,
         retry_delays: Sequence[Duration] | None = None,
         replace: bool = False,
+        check: bool = True,
         now: float | None = None,
         using: Any = None,
     ) -> int:
@@ -88,7 +89,8 @@ class Queue(QueueReads):
         after each due time; `cron`: due at each match, read in zone `tz` (default UTC);
         `retries`, `retry_delays`: its retry policy; `replace`: move the pending job with this
         `ext` instead of adding a second one; `using`: insert on this connection, inside its
-        open transaction (see `add_many`)."""
+        open transaction (see `add_many`). The handler is imported now, so a mistyped name
+        fails here; `check=False` skips that, for a producer without the handlers' code."""
         spec = JobSpec(
             class_path, method, data, delay, at, ext, queue, timeout, every, cron, tz, retries,
             retry_delays,
@@ -96,15 +98,16 @@ class Queue(QueueReads):
         if replace:
             if using is not None:
                 raise BadInput("replace=True cannot be used with using=: it takes delayq's lock")
-            return self._replace(spec, now)
-        return self.add_many([spec], now=now, using=using)[0]
+            return self._replace(spec, now, check)
+        return self.add_many([spec], check=check, now=now, using=using)[0]
 
     @backend_errors
-    def _replace(self, spec: JobSpec, now: float | None) -> int:
+    def _replace(self, spec: JobSpec, now: float | None, check: bool) -> int:
         if not spec.ext:
             raise BadInput("--replace needs --ext: the key of the job to replace")
         now = self.index.clock.now() if now is None else now
-        row = to_row(spec, now, self.settings.handlers, set(), since=self.settings.since)
+        since = self.settings.since
+        row = to_row(spec, now, self.settings.handlers, set(), since=since, check=check)
         with queries.exclusive(self.table, f"{spec.queue}\0{spec.ext}"):
             job_id, dropped = queries.replace_pending(self.table, row, now)
         self.index.schedule.remove(spec.queue, dropped)
@@ -113,18 +116,24 @@ class Queue(QueueReads):
 
     @backend_errors
     def add_many(
-        self, specs: Iterable[JobSpec], *, now: float | None = None, using: Any = None
+        self,
+        specs: Iterable[JobSpec],
+        *,
+        check: bool = True,
+        now: float | None = None,
+        using: Any = None,
     ) -> list[int]:
-        """Schedule several jobs: one transaction, one Redis round trip per queue. `using`: a
-        connection to delayq's database (DB-API, peewee, SQLAlchemy or Django) whose open
-        transaction the rows join: they run once it commits, never if it rolls back."""
+        """Schedule several jobs: one transaction, one Redis round trip per queue; `check` as
+        for `add`. `using`: a connection to delayq's database (DB-API, peewee, SQLAlchemy or
+        Django) whose open transaction the rows join: they run once it commits, never if it
+        rolls back."""
         now = self.index.clock.now() if now is None else now
         located: set[tuple[str, str]] = set()
         stamp = utc_stamp(now)
         allowed, since = self.settings.handlers, self.settings.since
 
         def to_rows(part: Sequence[JobSpec]) -> list[dict[str, Any]]:
-            return [to_row(spec, now, allowed, located, stamp, since) for spec in part]
+            return [to_row(spec, now, allowed, located, stamp, since, check) for spec in part]
 
         specs = list(specs)
         if using is not None:  # a run's sweep indexes them once they commit
@@ -192,11 +201,13 @@ class Queue(QueueReads):
         call = read_call(job.params, dict(self.settings.php_classes))
         locate(call.class_path, call.method, self.settings.handlers)
         with chains.chain_locked(self.table, job):
-            attempt_id, queue = chains.retry_chain(self.table, job, run_at, now)
+            attempt = chains.retry_chain(self.table, job, run_at, now)
             # Inside the lock: two retries of one chain reach the index in the order they
             # reached the table, so its score is the row's run_at.
-            self.index.schedule.add(queue, attempt_id, run_at)
-        return attempt_id
+            self.index.schedule.add(attempt.queue, attempt.id, run_at)
+            if attempt.series is not None:
+                self.index.schedule.add(attempt.queue, *attempt.series)
+        return attempt.id
 
     def run(
         self,

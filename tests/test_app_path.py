@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -115,3 +116,39 @@ def assert_refused(result: subprocess.CompletedProcess[str], fragment: str) -> N
     assert (result.returncode, result.stdout) == (2, "")
     (line,) = result.stderr.splitlines()
     assert line.startswith("delayq: error: ") and fragment in line, line
+
+
+PRODUCE = """
+import sys
+import delayq
+q = delayq.connect(database_url=sys.argv[1], redis_url=sys.argv[2], handlers=["tasks"])
+try:
+    q.add("tasks.Mailer", "send", {"to": "bob@example.com"})
+except delayq.BadInput as exc:
+    print("refused:", exc, file=sys.stderr)
+print(q.add("tasks.Mailer", "send", {"to": "bob@example.com"}, check=False))
+"""
+
+
+def test_a_producer_without_the_handlers_code_adds_with_check_off_and_the_worker_runs_it(
+    app_env, backend, tmp_path
+):
+    """As rq enqueues a dotted name it does not import: the producer's directory has no
+    tasks.py, so a checked add is refused; the worker, which has it, decides at run."""
+    app, producer = tmp_path / "app", tmp_path / "producer"
+    producer.mkdir()
+    configure(app, 'path = ["src", "lib"]')
+    assert delayq(app, app_env, "init").returncode == 0
+
+    env = {key: value for key, value in app_env.items() if not key.startswith("DELAYQ_")}
+    added = subprocess.run(
+        [sys.executable, "-c", PRODUCE, backend["database_url"], backend["redis_url"]],
+        cwd=producer, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    assert "refused: " in added.stderr and "not importable" in added.stderr, added.stderr
+
+    ran = delayq(app, app_env, "run")
+    assert (ran.returncode, ran.stderr) == (0, "")
+    shown = json.loads(delayq(app, app_env, "show", added.stdout.strip(), "--json").stdout)
+    assert (shown["status"], shown["message"]) == ("success", "mailed bob@example.com")

@@ -186,6 +186,27 @@ def test_a_job_longer_than_the_lease_is_not_taken_over_by_a_second_run(queue, cl
     assert queue.show(job_id)["status"] == "success"
 
 
+def test_a_handler_holding_the_gil_past_the_lease_is_taken_over_and_its_result_refused(
+    queue, cli_env, log
+):
+    """What docs/guarantees.md says of it: the heartbeat cannot renew the lease while a C call
+    holds the GIL, so the next run takes the job over and runs it again; the first run's
+    late outcome is refused, and the takeover is charged as a lost lease."""
+    job_id = queue.add(F, "hold_the_gil", {"log": log, "seconds": 6})
+    first = start_run(cli_env, DELAYQ_LEASE="2")
+    wait_for_line(log, "holding")
+    wait_for_leases_to_lapse(queue)  # nothing renews it: the heartbeat waits for the GIL
+
+    second = run_cli(cli_env, "run", DELAYQ_LEASE="2")
+
+    assert second.returncode == 0, second.stderr
+    assert first.wait(timeout=30) == 0
+    assert b"lease had been taken over" in first.stderr.read(), "no refusal was logged"
+    assert read_log(log) == ["holding", "again", "held"]
+    assert (queue.show(job_id)["status"], queue.show(job_id)["message"]) == ("success", "ran again")
+    assert Job.get_by_id(job_id).lost_leases == 1
+
+
 def test_sigterm_finishes_the_current_job_and_hands_the_rest_back(queue, cli_env, log, tmp_path):
     gate = tmp_path / "gate"
     slow = queue.add(

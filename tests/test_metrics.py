@@ -17,10 +17,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from delayq import ConfigError
 from delayq.ops.metrics import exposition
 from delayq.ops.textfile import write_file
-from delayq.store import queries
+from delayq.store import leases, queries
 from delayq.store.keys import METRICS_HANDLERS_KEY
+from delayq.store.outcomes import Outcome
 from delayq.store.table import Job, Status
 from delayq.store.tallies import MAX_HANDLERS, OTHER_HANDLERS, label
+from delayq.worker.outcomes import OutcomeBuffer
+from delayq.worker.recovery import MAX_LOST_LEASES
 from tests.invoke import invoke
 from tests.sample_handlers.jobs import read_log
 from tests.test_outages import private_redis, queue_on  # noqa: F401 - a fixture
@@ -261,3 +264,61 @@ def test_an_unwritable_metrics_path_is_refused_before_any_job_is_claimed(
     assert queue.show(job_id)["status"] == "pending"
     assert queue.index.schedule.size("default") == 1
     assert read_log(log) == []
+
+
+def _counted(queue, now: float) -> Samples:
+    return parse(exposition(queue.table, queue.index, now).decode())[0]
+
+
+def test_a_dead_runs_jobs_count_whether_recorded_from_its_journal_or_put_back(queue, log):
+    """A run died holding two jobs: one had finished (its outcome journaled, its tally never
+    sent), one had not (put back, then run). Both show in the metrics."""
+    now = time.time()
+    finished = queue.add(H, "record", {"log": log}, now=now - 200)
+    unfinished = queue.add(H, "echo", "again", now=now - 200)
+    leases.mark_running(queue.table, [finished, unfinished], "dead-run", now - 120, now - 180)
+    record = json.dumps([int(Status.SUCCESS), "recorded", None, now - 170])
+    queue.index.journal.write_many("default", [(finished, record)])
+
+    report = queue.run(now=now)
+
+    assert (report.recovered, report.succeeded) == (2, 1)  # the journaled one, the one put back
+    found = _counted(queue, now)
+    assert found[("delayq_jobs_succeeded_total", of("record"))] == 1
+    assert found[("delayq_jobs_recovered_total", of("echo"))] == 1
+    assert found[("delayq_jobs_succeeded_total", of("echo"))] == 1
+    # The journal keeps no wall time: the journaled job adds no histogram sample.
+    assert ("delayq_job_duration_seconds_count", of("record")) not in found
+
+
+def test_a_poison_job_counts_as_failed_and_poisoned(queue, log):
+    now = time.time()
+    job_id = queue.add(H, "echo", "kills its run", now=now - 200)
+    leases.mark_running(queue.table, [job_id], "dead-run", now - 120, now - 180)
+    Job.update(lost_leases=MAX_LOST_LEASES - 1).where(Job.id == job_id).execute()
+
+    report = queue.run(now=now)
+
+    assert report.failed == 1 and queue.show(job_id)["status"] == "failed"
+    found = _counted(queue, now)
+    assert found[("delayq_jobs_poisoned_total", of("echo"))] == 1
+    assert found[("delayq_jobs_failed_total", of("echo"))] == 1
+    assert found[("delayq_jobs_recovered_total", of("echo"))] == 0
+
+
+def test_outcomes_written_to_the_table_alone_count_once_redis_answers(queue):
+    """`salvage`, the fallback when a group commit failed, writes the table without Redis;
+    when Redis still answers, their tally is added too."""
+    now = time.time()
+    job_id = queue.add(H, "echo", "salvaged", now=now)
+    (job,) = leases.mark_running(queue.table, [job_id], "run-a", now + 60, now)
+    buffer = OutcomeBuffer(queue.table, queue.index, "default", "run-a")
+    outcome = Outcome(
+        job=job, status=Status.SUCCESS, message="ok", finished_at=now, class_path=H, method="echo"
+    )
+    buffer.add_many([outcome], more_coming=True)  # held for the group commit
+
+    assert buffer.salvage().succeeded == 1
+
+    assert queue.show(job_id)["status"] == "success"
+    assert _counted(queue, now)[("delayq_jobs_succeeded_total", of("echo"))] == 1

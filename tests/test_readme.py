@@ -26,11 +26,17 @@ PYTHON_BLOCKS = [
 ]
 QUICKSTART = re.search(r"^## Quickstart\n.*?```sh\n(.*?)```", README, re.S | re.M)
 
-# The handler modules the README's samples name, as an application would write them.
+# A block opening with `# NAME.py` is a file the reader saves: the samples after it import it.
+MODULES = {
+    match.group(1): block for block in PYTHON_BLOCKS if (match := re.match(r"# (\w+\.py)\n", block))
+}
+API_SAMPLE = re.search(
+    r"^## The Python API\n.*?```python\n# jobs\.py\n.*?```python\n(.*?)```", README, re.S | re.M
+)
+# The handler modules docs/ names, as an application would write them.
 HANDLERS = {
     "billing/jobs.py": "class Refund:\n    def run(self, data):\n        return 'refunded'\n",
-    "reports/jobs.py": "def daily(data):\n    return 'reported'\n",
-    "search/jobs.py": "def reindex(data):\n    return 'reindexed'\n",
+    **MODULES,
 }
 
 
@@ -40,9 +46,26 @@ def _environment(home: Path, path: Path) -> dict[str, str]:
     return env
 
 
-def _stop_embedded(env: dict[str, str]) -> None:
+def _new_users_environment() -> dict[str, str]:
+    """This environment without DELAYQ_* and PYTHONPATH: what a new user's shell has."""
+    return {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith("DELAYQ_") and key != "PYTHONPATH"
+    }
+
+
+def _run_in(where: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, cwd=where, env=env, capture_output=True, text=True, timeout=120)
+
+
+def _stop_embedded(env: dict[str, str], where: Path | None = None) -> None:
     subprocess.run(
-        [sys.executable, "-m", "delayq", "embedded-stop"], env=env, capture_output=True, check=False
+        [sys.executable, "-m", "delayq", "embedded-stop"],
+        cwd=where,
+        env=env,
+        capture_output=True,
+        check=False,
     )
 
 
@@ -58,7 +81,7 @@ def test_every_python_sample_runs(number, tmp_path):
         (module.parent / "__init__.py").touch()
         module.write_text(text)
     env = _environment(tmp_path / "home", tmp_path / "app")
-    env["DELAYQ_HANDLERS"] = "billing,reports,search"
+    env["DELAYQ_HANDLERS"] = "billing,jobs"
     try:
         result = subprocess.run(
             [sys.executable, "-c", PYTHON_BLOCKS[number]],
@@ -71,6 +94,21 @@ def test_every_python_sample_runs(number, tmp_path):
     finally:
         _stop_embedded(env)
     assert result.returncode == 0, result.stderr
+
+
+def test_the_python_api_sample_runs_as_copied_in_an_empty_directory(tmp_path):
+    """The README's two files saved side by side, run with no DELAYQ_* and no PYTHONPATH: the
+    handler module is found beside the script, the state kept under ./.delayq."""
+    assert API_SAMPLE and "jobs.py" in MODULES, "the README's API sample was not found"
+    (tmp_path / "jobs.py").write_text(MODULES["jobs.py"])
+    (tmp_path / "sample.py").write_text(API_SAMPLE.group(1))
+    env = _new_users_environment()
+    try:
+        result = _run_in(tmp_path, env, sys.executable, "sample.py")
+    finally:
+        _stop_embedded(env, tmp_path)
+    assert (result.returncode, result.stderr) == (0, ""), result.stderr
+    assert result.stdout == "1 0\n"  # the retried refund ran, and succeeded
 
 
 def test_the_demo_runs(tmp_path):
@@ -93,21 +131,10 @@ def test_the_quickstart_runs_in_an_empty_directory(tmp_path):
     """As a new user types it: the installed `delayq` command, no DELAYQ_* and no PYTHONPATH,
     so the handler module is found in the working directory alone."""
     assert QUICKSTART, "no ```sh block under ## Quickstart: the extraction is broken"
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith("DELAYQ_") and key != "PYTHONPATH"
-    }
+    env = _new_users_environment()
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     try:
-        result = subprocess.run(
-            ["bash", "-euo", "pipefail", "-c", QUICKSTART.group(1)],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        result = _run_in(tmp_path, env, "bash", "-euo", "pipefail", "-c", QUICKSTART.group(1))
     finally:
         left_running = subprocess.run(
             ["delayq", "embedded-stop"], cwd=tmp_path / "shop", env=env, capture_output=True

@@ -53,6 +53,29 @@ def test_missed_periods_are_skipped_not_run_in_a_burst(queue, log):
     assert [row.run_at for row in pending("timer:2")] == [NOW + 4 * HOUR]
 
 
+@pytest.mark.parametrize(
+    ("due", "retried_at", "following"),
+    [(40 * 60, 0.0, 40 * 60), (0.0, 20 * 60, HOUR)],
+    ids=["due-later", "overdue"],
+)
+def test_retrying_a_pending_occurrence_runs_it_now_and_keeps_the_series_phase(
+    queue, log, due, retried_at, following
+):
+    """The occurrence runs at once, as a one-off; the series goes on at its own times (the
+    occurrence's due time, or the next one after an overdue one), not a period after now."""
+    first = queue.add(H, "record", {"log": log}, at=NOW + due, every=HOUR, ext="t", now=NOW)
+
+    assert queue.retry(first, now=NOW + retried_at) == first
+    queue.run(now=NOW + retried_at + 1)
+
+    assert queue.show(first)["status"] == "success" and len(read_log(log)) == 1
+    (series,) = pending("t")
+    assert (series.run_at, series.every) == (NOW + following, HOUR)
+    assert queue.show(first)["every"] is None  # the run it was retried into, once
+    queue.run(now=NOW + following + 1)
+    assert [row.run_at for row in pending("t")] == [NOW + following + HOUR]
+
+
 def test_a_failed_occurrence_gets_its_retry_and_the_series_goes_on(queue, log):
     first = queue.add(H, "fail", {"log": log}, at=NOW, every=HOUR, ext="timer:3", now=NOW)
 

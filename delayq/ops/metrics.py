@@ -25,9 +25,11 @@ RUN_OUTCOMES = ("claimed", "succeeded", "failed", "retried", "missed")
 _COUNTER_HELP = {
     "processed": "Jobs whose handler ran to an outcome (succeeded + failed).",
     "succeeded": "Jobs whose handler returned.",
-    "failed": "Jobs whose handler failed (retried ones included).",
+    "failed": "Jobs that failed (retried ones and poison jobs included).",
     "retried": "Failed jobs that were given a retry.",
     "missed": "Jobs due longer ago than --since, marked missed instead of run.",
+    "recovered": "Jobs whose run died under them, put back on the schedule by a later run.",
+    "poisoned": "Jobs failed for good because the runs holding them kept dying (poison jobs).",
 }
 _QUEUE_HELP = {
     "delayq_pending_jobs": "Jobs on the schedule, due or not.",

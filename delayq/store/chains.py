@@ -9,10 +9,21 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import NamedTuple
 
 from ..errors import BadInput
-from .queries import exclusive, insert_retry
+from .queries import exclusive, insert_next_occurrence, insert_retry
+from .recurrence import is_recurring, next_due
 from .table import Job, Status, Table, status_word, utc_stamp
+
+
+class Attempt(NamedTuple):
+    """The chain's pending attempt, and where a recurring series it left goes on: (id, due)
+    of the series' next occurrence, for the caller to index."""
+
+    id: int
+    queue: str
+    series: tuple[int, float] | None = None
 
 
 @contextmanager
@@ -24,22 +35,23 @@ def chain_locked(table: Table, job: Job) -> Iterator[None]:
 
 def retry_chain(
     table: Table, job: Job, run_at: float, now: float, repeating: int | None = None
-) -> tuple[int, str]:
-    """(id, queue) of the chain's one pending attempt, due at `run_at`; call under
-    `chain_locked`. A pending latest attempt moves ("retry now"), a finished one gets a new
-    attempt. BadInput while an attempt runs, or when `repeating` (the attempt the caller
-    meant to repeat) is no longer the latest: another requeue got there first."""
+) -> Attempt:
+    """The chain's one pending attempt, due at `run_at`; call under `chain_locked`. A
+    pending latest attempt moves ("retry now"), a finished one gets a new attempt. BadInput
+    while an attempt runs, or when `repeating` (the attempt the caller meant to repeat) is no
+    longer the latest: another requeue got there first."""
     Job = table.model
     root = job.chain_id or job.id
     chain = Job.select().where((Job.id == root) | (Job.chain_id == root))
     latest = chain.order_by(Job.id.desc()).first() or job
     if latest.status == Status.PENDING:
+        # Locked until the transaction ends: a run cannot claim it between read and move.
         still_pending = (Job.id == latest.id) & (Job.status == Status.PENDING)
-        moved = Job.update(run_at=run_at, modified=utc_stamp(now)).where(still_pending).execute()
-        # MySQL counts changed rows, not matched ones: a retry repeating the previous one's
-        # values changes nothing, and the row is still ours to report.
-        if moved or Job.select(Job.id).where(still_pending).exists():
-            return latest.id, latest.queue
+        if (row := Job.select().where(still_pending).for_update(table.mysql).first()) is not None:
+            series = _leave_series(table, row, now)
+            moved = {"run_at": run_at, "modified": utc_stamp(now)}
+            Job.update(**moved, every=None, schedule=None).where(Job.id == row.id).execute()
+            return Attempt(row.id, row.queue, series)
     if latest.status in (Status.PENDING, Status.RUNNING):
         # A pending attempt that would not move was claimed meanwhile: it runs now.
         raise BadInput(
@@ -50,4 +62,15 @@ def retry_chain(
             f"job {repeating} already has a later attempt {latest.id} "
             f"({status_word(latest.status)}); not repeated"
         )
-    return insert_retry(table, latest, run_at, now), latest.queue
+    return Attempt(insert_retry(table, latest, run_at, now), latest.queue)
+
+
+def _leave_series(table: Table, row: Job, now: float) -> tuple[int, float] | None:
+    """A pending occurrence moved by a retry runs as a one-off; its series goes on from a new
+    occurrence due when it was (or, if that is past, at the next time after now), so the
+    retry shifts neither a period's phase nor a cron time. None for a one-off job."""
+    if not is_recurring(row):
+        return None
+    due = row.run_at if row.run_at is not None and row.run_at > now else next_due(row, now)
+    occurrence = insert_next_occurrence(table, row, due, now)
+    return None if occurrence is None else (occurrence, due)

@@ -15,7 +15,9 @@ from .policies import fresh_policy
 from .table import ClaimedJob, Job, Status, Table, due_column, id_batches, tuples, utc_stamp
 
 
-def insert_next_occurrence(table: Table, job: ClaimedJob, run_at: float, now: float) -> int | None:
+def insert_next_occurrence(
+    table: Table, job: Job | ClaimedJob, run_at: float, now: float
+) -> int | None:
     """The next occurrence of a recurring job, unless its series was stopped meanwhile. In
     the transaction recording the outcome, its locking read orders it against `stop_series`,
     so a cancel never loses to a re-arm."""

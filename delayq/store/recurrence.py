@@ -20,7 +20,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 
 from ..errors import BadInput
-from .table import ClaimedJob
+from .table import ClaimedJob, Job
 
 DEFAULT_ZONE = "UTC"
 CRON_MAX = 120  # characters; with the longest zone name it fits the column's 255
@@ -126,12 +126,12 @@ def _shown(text: str) -> str:
     return repr(text[:40] + ("..." if len(text) > 40 else ""))
 
 
-def is_recurring(job: ClaimedJob) -> bool:
+def is_recurring(job: Job | ClaimedJob) -> bool:
     """Whether settling `job` re-arms a series: it has a period or a cron schedule."""
     return job.every is not None or job.schedule is not None
 
 
-def next_due(job: ClaimedJob, now: float) -> float:
+def next_due(job: Job | ClaimedJob, now: float) -> float:
     """The due time of recurring `job`'s next occurrence, from its own due time. BadInput
     if its schedule column holds no schedule delayq can read (another writer left it)."""
     due = job.run_at or now

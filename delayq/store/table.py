@@ -133,6 +133,9 @@ class Job(Model):
             (("status", "modified"), False),
             # The sweep for committed rows the schedule lacks reads only the marked ones.
             (("unindexed",), False),
+            # The web page's from/to and since search over every status, newest first: a
+            # range on this, not a walk down the primary key past every row outside it.
+            (("modified",), False),
         )
 
 

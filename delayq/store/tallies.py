@@ -42,7 +42,7 @@ LATENESS_BOUNDS: tuple[float, ...] = (
 )
 # The handler's wall time spans the same milliseconds-to-minutes range, so the same bounds.
 DURATION_BOUNDS = LATENESS_BOUNDS
-OUTCOMES = ("succeeded", "failed", "retried", "missed")
+OUTCOMES = ("succeeded", "failed", "retried", "missed", "recovered", "poisoned")
 # A minute's aggregates outlive the day a dashboard draws by an hour, whatever the clocks do.
 MINUTE_TTL = 25 * 3600
 # Handlers with a label of their own across every run; the rest share OTHER_HANDLERS, so a
@@ -112,12 +112,13 @@ class Tally:
             self.minute_sums[minute][name] += seconds
 
     def observe_retried(self, handler: str, at: float) -> None:
-        self._count(handler, "retried", at)
+        self.count(handler, "retried", at)
 
     def observe_missed(self, handler: str, at: float) -> None:
-        self._count(handler, "missed", at)
+        self.count(handler, "missed", at)
 
-    def _count(self, handler: str, outcome: str, at: float) -> None:
+    def count(self, handler: str, outcome: str, at: float) -> None:
+        """One job of `handler` to count under `outcome`, with no histogram sample."""
         self.counts[outcome, handler] += 1
         self.minute_counts[minute_of(at)][outcome] += 1
 

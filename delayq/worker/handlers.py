@@ -67,11 +67,7 @@ def locate(class_path: str, method: str, allowed: Sequence[str]) -> tuple[Any, A
 
 def check_allowed(class_path: str, method: str, allowed: Sequence[str]) -> None:
     """Refuse, without importing anything, a path outside the allowlist or of a bad shape."""
-    if not all(_is_plain_name(part) for part in [*class_path.split("."), method]):
-        raise HandlerNotAllowed(
-            f"handler {class_path!r}.{method!r} must be a dotted path of plain names "
-            "(no dots at the ends, no leading underscores)"
-        )
+    check_shape(class_path, method)
     if not allowed:
         raise HandlerNotAllowed(EMPTY_ALLOWLIST)
     for prefix in allowed:
@@ -79,6 +75,15 @@ def check_allowed(class_path: str, method: str, allowed: Sequence[str]) -> None:
     if not _is_under(class_path, allowed):
         raise HandlerNotAllowed(
             f"DELAYQ_HANDLERS ({','.join(allowed)}) does not allow {class_path!r}; add its prefix"
+        )
+
+
+def check_shape(class_path: str, method: str) -> None:
+    """Refuse a handler path that could never be allowed, whatever the allowlist."""
+    if not all(_is_plain_name(part) for part in [*class_path.split("."), method]):
+        raise HandlerNotAllowed(
+            f"handler {class_path!r}.{method!r} must be a dotted path of plain names "
+            "(no dots at the ends, no leading underscores)"
         )
 
 

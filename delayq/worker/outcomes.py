@@ -8,9 +8,12 @@ was running can run twice.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass
+
+import redis
 
 from ..store.index import Index
 from ..store.outcomes import Outcome, Written, write_outcomes
@@ -129,7 +132,11 @@ class OutcomeBuffer:
                 pending += commit.outcomes
         self.waiting, self.journaled = [], []
         self.in_flight.clear()
-        return write_outcomes(self.table, pending, self.token)
+        written = write_outcomes(self.table, pending, self.token)
+        # Best-effort, as tallies are: Redis may be what failed, and the table has them now.
+        with contextlib.suppress(redis.RedisError):
+            self.index.tallies.add(tally_of(self.queue, pending, set(written.lost)))
+        return written
 
 
 @dataclass
@@ -141,8 +148,10 @@ class GroupCommit:
     table_written: bool = False  # set on the bookkeeper's thread once the table has them
 
 
-def tally_of(queue: str, outcomes: list[Outcome], lost: set[int]) -> Tally:
-    """What these outcomes add to the metrics, leaving out those the table refused."""
+def tally_of(queue: str, outcomes: list[Outcome], lost: set[int], timed: bool = True) -> Tally:
+    """What these outcomes add to the metrics, leaving out those the table refused. Not
+    `timed`: read back from a dead run's journal, whose record keeps no wall time or
+    lateness, so they are counted without a histogram sample."""
     tally = Tally(queue)
     for outcome in outcomes:
         # A RetryLater deferral (PENDING) is neither: the same attempt runs again later.
@@ -150,7 +159,10 @@ def tally_of(queue: str, outcomes: list[Outcome], lost: set[int]) -> Tally:
             continue
         word = "succeeded" if outcome.status == Status.SUCCESS else "failed"
         at = outcome.finished_at
-        tally.observe(outcome.handler, word, outcome.lateness, outcome.duration, at)
+        if timed:
+            tally.observe(outcome.handler, word, outcome.lateness, outcome.duration, at)
+        else:
+            tally.count(outcome.handler, word, at)
         if word == "failed" and outcome.next_in is not None:
             tally.observe_retried(outcome.handler, at)
     return tally

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from ..store import leases, queries
@@ -19,6 +19,9 @@ from ..store.outcomes import Outcome, rearm, write_outcomes
 from ..store.policies import RetryPolicy
 from ..store.recurrence import is_recurring
 from ..store.table import ClaimedJob, Status, Table, tuples
+from ..store.tallies import Tally
+from .claims import handler_label
+from .outcomes import tally_of
 from .retry import effective_policy, retry_delay
 
 logger = logging.getLogger(__name__)
@@ -34,6 +37,7 @@ SWEEP_LIMIT = 1000
 
 @dataclass
 class Recovered:
+    tally: Tally  # the same for the metrics: the dead run's own tally never reached Redis
     requeued: int = 0  # lapsed leases put back on the schedule
     journaled: int = 0  # outcomes found in a dead run's journal and written
     poisoned: int = 0  # jobs failed after MAX_LOST_LEASES deaths
@@ -60,7 +64,7 @@ def _calling_before_each(items: Iterator[T], call: Callable[[], None]) -> Iterat
 def recover_leases(table: Table, index: Index, queue: str, now: float) -> Recovered:
     """Settle the jobs of runs that died: from their journal if the outcome is there,
     otherwise back onto the schedule (or failed, for a job that keeps killing its run)."""
-    result = Recovered()
+    result = Recovered(Tally(queue))
     lapsed = leases.expired_leases(table, queue, now, SWEEP_LIMIT)
     journal = index.journal.journaled(queue, [item.job.id for item in lapsed])
     outcomes: dict[str | None, list[Outcome]] = {}
@@ -75,13 +79,7 @@ def recover_leases(table: Table, index: Index, queue: str, now: float) -> Recove
             outcomes.setdefault(item.token, []).append(journaled_outcome(item.job, record))
     running = _were_running(index, queue, unsettled_by_token)
     for item in unsettled:
-        was_running = item.job.id in running
-        if was_running and item.lost_leases + 1 >= MAX_LOST_LEASES:
-            result.poisoned += _fail_poison(table, index, item, now)
-        elif leases.reclaim(table, item, now, was_running):
-            index.schedule.add(queue, item.job.id, now)
-            result.requeued += 1
-            logger.warning("job %d: its run died (lease lapsed); scheduled again", item.job.id)
+        _put_back(table, index, item, item.job.id in running, now, result)
     for token, items in unsettled_by_token.items():
         if token is not None:
             index.journal.forget(queue, [], (token, sorted(items)))  # their start notes
@@ -89,12 +87,39 @@ def recover_leases(table: Table, index: Index, queue: str, now: float) -> Recove
     for token, settled_outcomes in outcomes.items():
         written = write_outcomes(table, settled_outcomes, token)
         ids = [outcome.job.id for outcome in settled_outcomes]
-        index.committed(queue, ids, written.scheduled, None if token is None else (token, ids))
+        settled = tally_of(queue, settled_outcomes, set(written.lost), timed=False)
+        started = None if token is None else (token, ids)
+        index.committed(queue, ids, written.scheduled, started, settled)
         result.journaled += written.succeeded + written.failed + len(written.deferred)
         logger.warning("recorded %d journaled outcomes of a run that died", len(settled_outcomes))
     for token in dead_runs - leases.tokens_holding(table, queue, dead_runs):
         index.journal.forget_order(queue, token)  # its batch order and start mark
+    index.tallies.add(result.tally)
     return result
+
+
+def _put_back(
+    table: Table,
+    index: Index,
+    item: leases.Lapsed,
+    was_running: bool,
+    now: float,
+    result: Recovered,
+) -> None:
+    """A dead run's job with no journaled outcome: back on the schedule, or failed as a
+    poison job when its handler was running for the last death it is allowed."""
+    tally = result.tally
+    handler = handler_label(item.job.params)
+    if was_running and item.lost_leases + 1 >= MAX_LOST_LEASES:
+        if _fail_poison(table, index, item, now):
+            result.poisoned += 1
+            tally.count(handler, "failed", now)
+            tally.count(handler, "poisoned", now)
+    elif leases.reclaim(table, item, now, was_running):
+        index.schedule.add(item.job.queue, item.job.id, now)
+        result.requeued += 1
+        tally.count(handler, "recovered", now)
+        logger.warning("job %d: its run died (lease lapsed); scheduled again", item.job.id)
 
 
 def journaled_outcome(job: ClaimedJob, record: str) -> Outcome:
@@ -104,7 +129,9 @@ def journaled_outcome(job: ClaimedJob, record: str) -> Outcome:
     def retry_in(job: ClaimedJob) -> float | None:
         return retry_delay(effective_policy(job.retry_policy, RetryPolicy()), job.retry_times)
 
-    return Outcome.from_record(job, record, retry_in)
+    outcome = Outcome.from_record(job, record, retry_in)
+    class_path, _, method = handler_label(job.params).rpartition(".")
+    return replace(outcome, class_path=class_path or "?", method=method)
 
 
 def _were_running(index: Index, queue: str, ids_by_token: dict[str | None, set[int]]) -> set[int]:

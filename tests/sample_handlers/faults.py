@@ -3,6 +3,7 @@ connections of the run, report their own context. Each appends to data["log"] fi
 
 from __future__ import annotations
 
+import ctypes
 import os
 import subprocess
 import sys
@@ -13,7 +14,7 @@ from urllib.parse import urlparse
 import pymysql
 
 import delayq
-from tests.sample_handlers.jobs import _append
+from tests.sample_handlers.jobs import _append, read_log
 
 
 def die(data: dict[str, Any]) -> None:
@@ -89,3 +90,16 @@ def starve_heartbeat(data: dict[str, Any]) -> str:
     ).execute()
     _append(data["log"], "starved")
     return "starved"
+
+
+def hold_the_gil(data: dict[str, Any]) -> str:
+    """On its first call, sleep data["seconds"] in C without releasing the GIL (ctypes.PyDLL
+    keeps it), as a long C call that holds it does: no other thread of the run, its
+    heartbeat included, runs meanwhile. Later calls return at once."""
+    if read_log(data["log"]):
+        _append(data["log"], "again")
+        return "ran again"
+    _append(data["log"], "holding")
+    ctypes.PyDLL(None).sleep(int(data["seconds"]))
+    _append(data["log"], "held")
+    return "held"
