@@ -65,11 +65,11 @@ class Cluster:
             stdout=subprocess.DEVNULL,
             timeout=60,
         )
-        wait_for(self._settled, 30, "every node to see the cluster whole, replicas in sync")
+        wait_for(self.settled, 30, "every node to see the cluster whole, replicas in sync")
 
     def _node(self, port: int) -> None:
         directory = self.workdir / str(port)
-        directory.mkdir()
+        directory.mkdir(exist_ok=True)  # a restart finds it, and nodes.conf in it
         command = ["redis-server", "--port", str(port), "--bind", "127.0.0.1"]
         command += ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
         command += ["--cluster-port", str(self.bus_ports[port])]
@@ -87,7 +87,7 @@ class Cluster:
             return bool(client.ping())
         return False
 
-    def _settled(self) -> bool:
+    def settled(self) -> bool:
         for port in self.processes:
             client = self.client(port)
             with contextlib.suppress(redis.RedisError), contextlib.closing(client):
@@ -129,7 +129,7 @@ class Cluster:
         with contextlib.closing(client):
             client.execute_command("CLUSTER", "FAILOVER")
         wait_for(lambda: self.master_of(key) == new, 30, f"node {new} to take over {key!r}")
-        wait_for(self._settled, 30, "the cluster to settle after the failover")
+        wait_for(self.settled, 30, "the cluster to settle after the failover")
         return new
 
     def kill_master_of(self, key: str) -> int:
@@ -154,6 +154,12 @@ class Cluster:
 
         wait_for(moved, 30, f"a replica to take over {key!r} from node {old}")
         return self.master_of(key)
+
+    def restart(self, port: int) -> None:
+        """Start the node of `port` again: with its nodes.conf it rejoins the cluster, as a
+        replica of the master that took its slots. Waits until the cluster has settled."""
+        self._node(port)
+        wait_for(self.settled, 60, f"node {port} to rejoin the cluster")
 
     def stop(self) -> None:
         for process in self.processes.values():

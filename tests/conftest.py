@@ -67,6 +67,7 @@ SERIAL_FILES = {
     "test_concurrency.py",
     "test_embedded.py",
     "test_embedded_fallback.py",
+    "test_failover_soak.py",
     "test_faults.py",
     "test_forks.py",
     "test_hooks.py",

@@ -1,6 +1,6 @@
-"""A Sentinel group of its own for a test: a primary, one replica and three sentinels
-(down-after-milliseconds 1000), each a redis-server on a free 127.0.0.1 port, so that it
-can be failed over and killed without touching anybody else's Redis."""
+"""A Sentinel group of its own for a test: a primary, one replica (or more) and three
+sentinels (down-after-milliseconds 1000), each a redis-server on a free 127.0.0.1 port, so
+that it can be failed over, killed and stopped without touching anybody else's Redis."""
 
 from __future__ import annotations
 
@@ -21,10 +21,10 @@ DOWN_AFTER_MS = 1000
 class SentinelGroup:
     """The servers of one group; `stop` ends every one still running."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, replicas: int = 1) -> None:
         self.workdir = workdir
         self.processes: dict[int, subprocess.Popen[bytes]] = {}
-        self.data_ports = [free_port(), free_port()]
+        self.data_ports = [free_port() for _ in range(1 + replicas)]
         self.sentinel_ports = [free_port() for _ in range(3)]
 
     @property
@@ -33,27 +33,34 @@ class SentinelGroup:
         return f"redis+sentinel://{hosts}/{SERVICE}/0"
 
     def start(self) -> None:
-        primary, replica = self.data_ports
+        primary, *replicas = self.data_ports
         self._server(primary, [])
-        self._server(replica, ["--replicaof", "127.0.0.1", str(primary)])
+        for replica in replicas:
+            self._server(replica, ["--replicaof", "127.0.0.1", str(primary)])
         for port in self.sentinel_ports:
             self._sentinel(port, primary)
-        replica_client = self.client(replica)
-        wait_for(lambda: _in_sync(replica_client), 20, "the replica to sync")
-        replica_client.close()
-        wait_for(self._ready, 30, "the sentinels to know the replica and each other")
+        for replica in replicas:
+            self.wait_in_sync(replica)
+        wait_for(self._ready, 30, "the sentinels to know the replicas and each other")
+
+    def wait_in_sync(self, replica: int) -> None:
+        client = self.client(replica)
+        wait_for(lambda: _in_sync(client), 30, f"the replica on port {replica} to sync")
+        client.close()
 
     def _server(self, port: int, extra: list[str]) -> None:
         directory = self.workdir / str(port)
-        directory.mkdir()
+        directory.mkdir(exist_ok=True)  # a restart finds it
         command = ["redis-server", "--port", str(port), "--bind", "127.0.0.1"]
         command += ["--save", "", "--appendonly", "no", "--dir", str(directory), *extra]
+        command += ["--logfile", str(directory / "redis.log")]
         self.processes[port] = subprocess.Popen(command, stdout=subprocess.DEVNULL)
 
     def _sentinel(self, port: int, primary: int) -> None:
         config = self.workdir / f"sentinel-{port}.conf"
         config.write_text(
             f"port {port}\nbind 127.0.0.1\ndir {self.workdir}\n"
+            f"logfile {self.workdir / f'sentinel-{port}.log'}\n"
             f"sentinel monitor {SERVICE} 127.0.0.1 {primary} 2\n"
             f"sentinel down-after-milliseconds {SERVICE} {DOWN_AFTER_MS}\n"
             f"sentinel failover-timeout {SERVICE} 5000\n"
@@ -71,12 +78,12 @@ class SentinelGroup:
                 return False
             finally:
                 client.close()
-            if master["num-other-sentinels"] < 2 or not any(
-                replica["port"] == self.data_ports[1]
-                and replica["master-link-status"] == "ok"
-                and not replica["is_sdown"]
+            healthy = {
+                replica["port"]
                 for replica in replicas
-            ):
+                if replica["master-link-status"] == "ok" and not replica["is_sdown"]
+            }
+            if master["num-other-sentinels"] < 2 or not set(self.data_ports[1:]) <= healthy:
                 return False
         return True
 
@@ -106,9 +113,7 @@ class SentinelGroup:
         sentinel.execute_command("SENTINEL", "FAILOVER", SERVICE)
         sentinel.close()
         new = self.wait_for_new_primary(old)
-        demoted = self.client(old)
-        wait_for(lambda: _in_sync(demoted), 30, f"the old primary on port {old} to be a replica")
-        demoted.close()
+        self.wait_in_sync(old)
         return new
 
     def kill_primary(self) -> int:
@@ -124,19 +129,28 @@ class SentinelGroup:
         return old
 
     def wait_for_new_primary(self, old: int) -> int:
-        new = next(port for port in self.data_ports if port != old)
-        client = self.client(new)
+        """The port of the replica promoted in place of `old`, once it says it is the
+        primary and every sentinel names it."""
+        named: list[int] = []
 
         def promoted() -> bool:
             with contextlib.suppress(redis.RedisError):
-                if client.info("replication")["role"] != "master":
+                named[:] = [self._named_by(port) for port in self.sentinel_ports]
+                if len(set(named)) != 1 or named[0] == old:
                     return False
-                return all(self._named_by(port) == new for port in self.sentinel_ports)
+                client = self.client(named[0])
+                with contextlib.closing(client):
+                    return bool(client.info("replication")["role"] == "master")
             return False
 
-        wait_for(promoted, 30, f"the replica on port {new} to be promoted")
-        client.close()
-        return new
+        wait_for(promoted, 30, f"a replica to be promoted in place of port {old}")
+        return named[0]
+
+    def restart(self, port: int) -> None:
+        """Start the server of `port` again (empty: nothing is saved), as a replica of the
+        current primary, as the sentinels would make it; wait until it is in sync."""
+        self._server(port, ["--replicaof", "127.0.0.1", str(self.primary_port())])
+        self.wait_in_sync(port)
 
     def _named_by(self, sentinel_port: int) -> int:
         client = self.client(sentinel_port)

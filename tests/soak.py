@@ -34,8 +34,6 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from urllib.parse import urlparse
 
-import redis
-
 import delayq
 from delayq.config import Settings
 from delayq.store.table import Job, Status
@@ -173,13 +171,13 @@ def prepare(args: argparse.Namespace) -> delayq.Queue:
         cursor.execute(f"CREATE DATABASE IF NOT EXISTS `{name}`")
         cursor.execute(f"DROP TABLE IF EXISTS `{name}`.delay_queue")
     conn.close()
-    redis.Redis.from_url(args.redis_url).flushdb()
     settings = Settings(
         database_url=args.database_url,
         redis_url=args.redis_url,
         handlers=(HANDLERS, soak_mix.HOSTILE),
     )
     queue = delayq.connect(settings)
+    queue.index.client.flushdb()  # on a Cluster, every master's
     queue.init()
     Job.bind(queue.db)  # the soak reads rows through the unbound model, on this database
     return queue
@@ -281,7 +279,7 @@ def unexplained_duplicates(log: Path, exposed_ids: set[int]) -> int:
     calls: Counter[int] = Counter()
     for line in log.read_text().splitlines() if log.exists() else []:
         parts = line.split()
-        if len(parts) == 5 and parts[0] in ("ok", "refused", "tick", "bounce", "probe"):
+        if len(parts) == 6 and parts[0] in ("ok", "refused", "tick", "bounce", "probe"):
             calls[int(parts[4])] += 1
     return sum(count - 1 for job_id, count in calls.items() if job_id not in exposed_ids)
 
@@ -317,7 +315,7 @@ def check(expected: dict[int, str], log: Path) -> dict[str, int]:
     successes: Counter[int] = Counter()
     for line in log.read_text().splitlines() if log.exists() else []:
         parts = line.split()
-        if len(parts) == 5 and parts[0] == "ok":
+        if len(parts) == 6 and parts[0] == "ok":
             successes[int(parts[1])] += 1
     rows_by_ext: dict[int, list[Job]] = defaultdict(list)
     for row in Job.select().where(Job.ext_string.startswith("soak:")).order_by(Job.id):

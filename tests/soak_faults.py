@@ -169,7 +169,7 @@ def begun_by(log: Path, pid: int) -> set[int]:
     begun = set()
     for line in log.read_text().splitlines() if log.exists() else []:
         parts = line.split()
-        if len(parts) == 5 and int(parts[3]) == pid:
+        if len(parts) == 6 and int(parts[3]) == pid:
             begun.add(int(parts[4]))
     return begun
 

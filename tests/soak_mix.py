@@ -174,7 +174,7 @@ def executions(log: Path, kind: str) -> tuple[Counter[int], set[str]]:
     seen = set()
     for line in log.read_text().splitlines() if log.exists() else []:
         parts = line.split()
-        if len(parts) == 5 and parts[0] == kind:
+        if len(parts) == 6 and parts[0] == kind:
             calls[int(parts[4])] += 1
             seen.add(parts[1])
     return calls, seen

@@ -9,7 +9,9 @@ not what these tests are about.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -33,6 +35,7 @@ from tests.topologies import (
     run_through_a_failover,
     status_doctor_and_the_web_page_show_the_topology,
 )
+from tests.waiting import wait_for
 
 FAULTS: dict[str, Callable[[SentinelGroup], int]] = {
     "sentinel-failover": SentinelGroup.fail_over,
@@ -177,3 +180,28 @@ def test_doctor_fails_a_url_that_names_a_replica(group, queue, env):
         " (or drops them at its next sync); name the primary, or the sentinels with"
         " redis+sentinel://",
     ]
+
+
+def test_a_command_cut_off_by_the_primarys_death_is_retried_on_the_new_primary(group):
+    # redis-py reconnects a connection that broke mid-command to the address it had and
+    # retries there until its budget is spent, then fails the command; in the failover soak
+    # a looping run stalled 10 s and more after a kill -9 of the primary.
+    client = open_redis(group.url, socket_connect_timeout=5, socket_timeout=30)
+    client.ping()
+    result: list[object] = []
+    waiting = threading.Thread(target=lambda: result.append(client.blpop(["nothing"], 4)))
+    waiting.start()  # blocked on the primary when it dies
+    wait_for(lambda: _blocked_clients(group) == 1, 10, "the BLPOP to block")
+
+    new = group.wait_for_new_primary(group.kill_primary_now())
+    waiting.join(timeout=20)
+
+    assert not waiting.is_alive() and result == [None]  # given again to the new primary
+    assert client.connection_pool.get_master_address()[1] == new
+    client.close()
+
+
+def _blocked_clients(group: SentinelGroup) -> int:
+    primary = group.client(group.primary_port())
+    with contextlib.closing(primary):
+        return int(primary.info("clients")["blocked_clients"])

@@ -42,19 +42,24 @@ def run_soak(mariadb_url: str, *options: str) -> str:
     """A short soak on a database named after the test database, so suites run side by side
     on one server (each with its own DELAYQ_TEST_MARIADB_URL) do not drop each other's soak
     table; its summary line, asserted OK."""
+    return run_summary(
+        *("tests.soak", "--jobs", "300", "--window", "12"),
+        *("--max-seconds", "120", "--database-url", f"{mariadb_url}_soak"),
+        *("--redis-url", soak_redis_url(), *options),
+    )
+
+
+def run_summary(*module_and_options: str) -> str:
+    """`python -m` a soak from the repository; its summary line, asserted OK."""
     result = subprocess.run(
-        [
-            *(sys.executable, "-m", "tests.soak", "--jobs", "300", "--window", "12"),
-            *("--max-seconds", "120", "--database-url", f"{mariadb_url}_soak"),
-            *("--redis-url", soak_redis_url(), *options),
-        ],
+        [sys.executable, "-m", *module_and_options],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=240,
     )
     summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else result.stderr
-    assert result.returncode == 0, summary
+    assert result.returncode == 0, summary + "\n" + result.stderr[-3000:]
     assert " lost=0 " in summary and summary.endswith("OK"), summary
     return summary
 

@@ -13,7 +13,7 @@ from urllib.parse import parse_qsl, unquote
 import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
-from redis.sentinel import Sentinel
+from redis.sentinel import Sentinel, SentinelManagedConnection
 
 SCHEME = "redis+sentinel"
 SENTINEL_PORT = 26379
@@ -28,6 +28,21 @@ RETRIED = (redis.ConnectionError,)
 # A sentinel answers SENTINEL MASTERS at once; one that does not is skipped for the next.
 SENTINEL_TIMEOUT = 2.0
 _HOST = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[^:\[\]]+)(?::([^:]*))?$")
+
+
+class PrimaryConnection(SentinelManagedConnection):
+    """A connection that asks the sentinels for the primary whenever it reconnects.
+
+    redis-py (8.1) reconnects a connection that broke in the middle of a command to the
+    address it had, and its retries stay there: after a kill -9 of the primary a command
+    (a run's BLPOP, its next write) retried the dead or demoted server for its whole budget
+    and stalled the run for 10 s and more. connect() is the sentinel-aware way in.
+    """
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        if not self._sock:
+            self.connect()
+        super().send_packed_command(command, check_health)
 
 
 class BadUrl(ValueError):
@@ -101,5 +116,6 @@ def open_sentinel(netloc: str, path: str, query: str, **options: Any) -> redis.R
         username=unquote(user) or None,
         password=unquote(password) if colon else None,
         retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), FAILOVER_RETRIES, RETRIED),
+        connection_class=PrimaryConnection,
         **options,
     )

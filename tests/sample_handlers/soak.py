@@ -1,7 +1,7 @@
-"""Handlers for the soak: each execution appends "<kind> <n> <attempt> <pid> <row id>" to
-data["log"] as it starts, so the soak counts executions from the handlers' own record, not
-from delayq's, and knows which jobs a process it kills had begun. Each kind comes as a plain
-function and as an `async def` (`<kind>_async`) that behaves the same."""
+"""Handlers for the soak: each execution appends "<kind> <n> <attempt> <pid> <row id> <time>"
+to data["log"] as it starts, so the soak counts executions from the handlers' own record, not
+from delayq's, knows which jobs a process it kills had begun, and when each began. Each kind
+comes as a plain function and as an `async def` (`<kind>_async`) that behaves the same."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from tests.sample_handlers.jobs import _append
 def _note(data: dict[str, Any], kind: str) -> int:
     job = delayq.current_job()
     attempt, job_id = (job.attempt, job.id) if job else (-1, -1)
-    _append(data["log"], f"{kind} {data['n']} {attempt} {os.getpid()} {job_id}")
+    line = f"{kind} {data['n']} {attempt} {os.getpid()} {job_id} {time.time():.3f}"
+    _append(data["log"], line)
     return attempt
 
 
