@@ -152,5 +152,5 @@ def tally_of(queue: str, outcomes: list[Outcome], lost: set[int]) -> Tally:
         at = outcome.finished_at
         tally.observe(outcome.handler, word, outcome.lateness, outcome.duration, at)
         if word == "failed" and outcome.next_in is not None:
-            tally.observe_retried(outcome.handler, at)
+            tally.count(outcome.handler, "retried", at)
     return tally
