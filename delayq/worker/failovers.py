@@ -18,7 +18,7 @@ from ..store import queries
 from ..store.index import Index
 from ..store.registry import ServerNote
 from ..store.table import Table
-from .recovery import ORPHAN_GRACE, SWEEP_LIMIT
+from .recovery import SWEEP_LIMIT, put_back_lost
 
 logger = logging.getLogger(__name__)
 
@@ -56,14 +56,8 @@ def reindex_after_failover(table: Table, index: Index, queue: str, now: float) -
 
 
 def _reindex_changed(table: Table, index: Index, queue: str, since: float, now: float) -> int:
-    found = 0
-    for batch in queries.pending_changed_since(table, queue, since, SWEEP_LIMIT):
-        due = dict(batch)
-        missing = index.schedule.lost(queue, list(due), claimed_before=now - ORPHAN_GRACE)
-        # A run may have claimed and leased one since we read the table.
-        missing = queries.still_pending(table, missing)
-        index.schedule.add_many(queue, [(job_id, due[job_id]) for job_id in missing])
-        found += len(missing)
+    batches = queries.pending_changed_since(table, queue, since, SWEEP_LIMIT)
+    found = sum(put_back_lost(table, index, queue, dict(batch), now) for batch in batches)
     if found:
         logger.warning("queue %s: put back %d jobs a failover took off the schedule", queue, found)
     return found

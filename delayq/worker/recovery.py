@@ -156,15 +156,22 @@ def reindex_orphans(table: Table, index: Index, queue: str, now: float) -> int:
     ids = queries.pending_without_run_at(table, queue, SWEEP_LIMIT)
     queries.adopt_run_at(table, index.schedule.scores(queue, ids))
     overdue = dict(queries.overdue_pending(table, queue, now - ORPHAN_GRACE, SWEEP_LIMIT))
-    missing = index.schedule.lost(queue, list(overdue), claimed_before=now - ORPHAN_GRACE)
+    found = put_back_lost(table, index, queue, overdue, now)
+    if found:
+        logger.warning("queue %s: re-indexed %d pending jobs the index had lost", queue, found)
+    return found
+
+
+def put_back_lost(
+    table: Table, index: Index, queue: str, due_by_id: dict[int, float], now: float
+) -> int:
+    """Put back on the schedule the jobs of `due_by_id` neither on it nor claimed lately and
+    still pending; how many."""
+    missing = index.schedule.lost(queue, list(due_by_id), claimed_before=now - ORPHAN_GRACE)
     # A run may have claimed and leased a job between our read of the table and our look at
     # Redis; only a job still pending after Redis said it is nowhere is really lost.
     missing = queries.still_pending(table, missing)
-    if missing:
-        index.schedule.add_many(queue, [(job_id, overdue[job_id]) for job_id in missing])
-        logger.warning(
-            "queue %s: re-indexed %d pending jobs the index had lost", queue, len(missing)
-        )
+    index.schedule.add_many(queue, [(job_id, due_by_id[job_id]) for job_id in missing])
     return len(missing)
 
 
