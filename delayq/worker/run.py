@@ -219,8 +219,7 @@ class Run:
         self.report.deferred += len(written.deferred)
         for job_id in written.lost:
             logger.error(
-                "job %d finished but its lease had been taken over; this outcome is refused",
-                job_id,
+                "job %d finished but its lease had been taken over; this outcome is refused", job_id
             )
 
 
