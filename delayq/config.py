@@ -194,7 +194,9 @@ def _read_file(path: str | Path | None) -> dict[str, Any]:
             raise ConfigError(f"DELAYQ_CONFIG names {str(candidate)!r}, which does not exist")
         return {}
     try:
-        data = _toml_module().loads(candidate.read_text())
+        # tomli before Python 3.11; imported only now, so a run without a file does without it
+        toml = importlib.import_module("tomllib" if sys.version_info >= (3, 11) else "tomli")
+        data = toml.loads(candidate.read_text())
     except (OSError, ValueError) as exc:  # TOMLDecodeError is a ValueError
         raise ConfigError(f"cannot read config file {str(candidate)!r}: {exc}") from None
     if unknown := sorted(set(data) - set(DEFAULTS)):
@@ -213,12 +215,6 @@ def _beside(config_file: Path, item: Any) -> Any:
         return item  # left for _directories to refuse or skip
     directory = Path(item).expanduser()
     return str(directory if directory.is_absolute() else config_file.parent / directory)
-
-
-def _toml_module() -> Any:
-    """tomllib, or its backport tomli before Python 3.11; imported only when there is a file
-    to read, so a run without one does not pay for it."""
-    return importlib.import_module("tomllib" if sys.version_info >= (3, 11) else "tomli")
 
 
 def _coerce(values: dict[str, Any]) -> dict[str, Any]:

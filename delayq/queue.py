@@ -22,11 +22,11 @@ from .store.index import Index
 from .store.params import read_call
 from .store.table import TABLE_NAME, Status, Table, create_tables, utc_stamp
 from .store.upgrade import upgrade_table
+from .worker import looping
 from .worker.allowlist import check_allowlist
 from .worker.handlers import locate
 from .worker.interrupts import GracefulStop
 from .worker.liveness import Liveness
-from .worker.looping import run_loop, run_once
 from .worker.options import RunOptions
 from .worker.report import OutcomeCallback, RunReport
 
@@ -282,9 +282,7 @@ class Queue(QueueReads):
         """A pass, or with `options.loop` a loop of passes, as the options ask."""
         check_allowlist(self.settings.handlers)
         store = (self.settings, self.table, self.index, options)
-        if options.loop:
-            return run_loop(*store, on_outcome=on_outcome, stop=stop, liveness=liveness)
-        return run_once(*store, now=now, on_outcome=on_outcome, stop=stop, liveness=liveness)
+        return looping.run(*store, now=now, on_outcome=on_outcome, stop=stop, liveness=liveness)
 
     @backend_errors
     def reconcile(self) -> Reconciled:

@@ -63,8 +63,7 @@ def add(
         str | None, typer.Option("--retries", help="Retries after failures (0: none).")
     ] = None,
     retry_delays: Annotated[
-        str | None,
-        typer.Option("--retry-delays", help="Waits before each retry, e.g. 10s,1m,5m."),
+        str | None, typer.Option("--retry-delays", help="Waits before each retry, e.g. 10s,1m,5m.")
     ] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the job as one JSON object, not just its id.")

@@ -327,8 +327,7 @@ def requeue(
     ] = None,
     dry_run: DryRunOption = False,
     everything: Annotated[
-        bool,
-        typer.Option("--all", help="Without --class, --queue or --since: every such chain."),
+        bool, typer.Option("--all", help="Without --class, --queue or --since: every such chain.")
     ] = False,
 ) -> None:
     """Retry the latest attempt of every matching chain; prints how many (would be) requeued."""

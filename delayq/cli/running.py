@@ -59,8 +59,7 @@ def run(
         str | None, typer.Option("--metrics-file", help="Write Prometheus metrics here.")
     ] = None,
     metrics_interval: Annotated[
-        str,
-        typer.Option("--metrics-interval", help="With --loop, rewrite the metrics this often."),
+        str, typer.Option("--metrics-interval", help="With --loop, rewrite the metrics this often.")
     ] = "15s",
     log_file: Annotated[
         str | None, typer.Option("--log-file", help="Append log records here, not stderr.")
@@ -74,8 +73,7 @@ def run(
         typer.Option("--on-failure", help="Call this function (a dotted path) on each failure."),
     ] = None,
     concurrency: Annotated[
-        int | None,
-        typer.Option("--concurrency", "-c", help="Jobs in flight at once (default 1)."),
+        int | None, typer.Option("--concurrency", "-c", help="Jobs in flight at once (default 1).")
     ] = None,
     grace: Annotated[
         str | None,
@@ -85,8 +83,7 @@ def run(
         int, typer.Option("--processes", "-p", help="Runner processes under one parent.")
     ] = 1,
     weighted: Annotated[
-        str | None,
-        typer.Option("--queues", help="Queues served in turn, batches a turn: a:3,b:1."),
+        str | None, typer.Option("--queues", help="Queues served in turn, batches a turn: a:3,b:1.")
     ] = None,
     liveness_fd: Annotated[
         int | None,

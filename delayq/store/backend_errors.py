@@ -56,12 +56,7 @@ def mysql_error_number(exc: BaseException) -> int | None:
 
 # A Redis that is failing over: a replica refusing writes, a Cluster with slots that no master
 # serves yet or in migration, a client (not a RedisError) that finds no node for a slot.
-FAILING_OVER = (
-    ReadOnlyError,
-    ClusterDownError,
-    TryAgainError,
-    RedisClusterException,
-)
+FAILING_OVER = (ReadOnlyError, ClusterDownError, TryAgainError, RedisClusterException)
 
 
 def is_disconnect(exc: BaseException) -> bool:

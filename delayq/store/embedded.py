@@ -25,6 +25,7 @@ from pathlib import Path
 
 import redis
 
+from ..config import Settings
 from ..errors import BackendUnavailable, ConfigError
 from .urls import open_redis
 
@@ -33,7 +34,6 @@ SOCKET_NAME = "redis.sock"
 # directory under the temporary directory instead.
 MAX_SOCKET_PATH = 100
 PRIVATE = 0o077  # no bit for group or others: files 0600, directories 0700
-DEFAULT_IDLE_LIMIT = 600.0  # seconds without a client before the keeper stops the server
 KEEPER = Path(__file__).with_name("watchdog.py")
 SERVERS_ON_PATH = ("redis-server", "valkey-server")  # both take redis-server's options
 
@@ -62,7 +62,7 @@ def private_directory(home: Path) -> Path:
     return Path(tempfile.gettempdir()) / f"delayq-{os.geteuid()}-{digest}"
 
 
-def redis_url(home: Path, idle_limit: float = DEFAULT_IDLE_LIMIT) -> str:
+def redis_url(home: Path, idle_limit: float = Settings.embedded_idle) -> str:
     """The URL of the embedded server, starting it first if it is not running; a server
     started here stops by itself after `idle_limit` seconds without a client."""
     _make_home(home)
@@ -82,7 +82,7 @@ def redis_url(home: Path, idle_limit: float = DEFAULT_IDLE_LIMIT) -> str:
     return url
 
 
-def open_client(home: Path, idle_limit: float = DEFAULT_IDLE_LIMIT) -> redis.Redis:
+def open_client(home: Path, idle_limit: float = Settings.embedded_idle) -> redis.Redis:
     """A client of the embedded server, connected: its pooled connection stays open while
     the client does, so the keeper sees a client and never stops the server under it."""
     client = open_redis(redis_url(home, idle_limit), socket_connect_timeout=5, socket_timeout=30)

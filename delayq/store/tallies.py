@@ -23,23 +23,8 @@ from .keys import METRICS_HANDLERS_KEY, minute_key, queue_key, text
 
 # Upper bounds, in seconds, of the lateness histogram (due -> start); the last is +Inf.
 LATENESS_BOUNDS: tuple[float, ...] = (
-    0.001,
-    0.005,
-    0.01,
-    0.02,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1,
-    2.5,
-    5,
-    10,
-    30,
-    60,
-    300,
-    math.inf,
-)
+    0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, math.inf
+)  # fmt: skip
 # The handler's wall time spans the same milliseconds-to-minutes range, so the same bounds.
 DURATION_BOUNDS = LATENESS_BOUNDS
 OUTCOMES = ("succeeded", "failed", "retried", "missed", "recovered", "poisoned")
@@ -110,12 +95,6 @@ class Tally:
         for name, seconds in (("lateness_sum", lateness), ("duration_sum", duration)):
             self.sums[name, handler] += seconds
             self.minute_sums[minute][name] += seconds
-
-    def observe_retried(self, handler: str, at: float) -> None:
-        self.count(handler, "retried", at)
-
-    def observe_missed(self, handler: str, at: float) -> None:
-        self.count(handler, "missed", at)
 
     def count(self, handler: str, outcome: str, at: float) -> None:
         """One job of `handler` to count under `outcome`, with no histogram sample."""

@@ -117,7 +117,7 @@ class Claimer:
         )
         tally = Tally(queue)
         for job in missed:
-            tally.observe_missed(handler_label(job.params), now)
+            tally.count(handler_label(job.params), "missed", now)
         try:
             self.index.tallies.add(tally)
         except Exception as exc:  # noqa: BLE001 - metrics are best-effort; the table has them

@@ -56,9 +56,8 @@ def reindex_after_failover(table: Table, index: Index, queue: str, now: float) -
 
 
 def _reindex_changed(table: Table, index: Index, queue: str, since: float, now: float) -> int:
-    found = 0
-    for batch in queries.pending_changed_since(table, queue, since, SWEEP_LIMIT):
-        found += put_back_lost(table, index, queue, dict(batch), now)
+    batches = queries.pending_changed_since(table, queue, since, SWEEP_LIMIT)
+    found = sum(put_back_lost(table, index, queue, dict(batch), now) for batch in batches)
     if found:
         logger.warning("queue %s: put back %d jobs a failover took off the schedule", queue, found)
     return found

@@ -1,7 +1,7 @@
-"""A pass of `delayq run` (run_once) and `delayq run --loop` (run_loop: passes back to back,
-sleeping between them until the head of the schedule is due or an adder wakes the loop
-because it added a job due sooner). No fixed polling step: the wait is computed from the
-schedule, so a job starts within milliseconds of its due time.
+"""A pass of `delayq run`, or with `--loop` passes back to back, sleeping between them until
+the head of the schedule is due or an adder wakes the loop because it added a job due sooner.
+No fixed polling step: the wait is computed from the schedule, so a job starts within
+milliseconds of its due time.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ OUTAGE_PAUSE_MAX = 30.0
 logger = logging.getLogger(__name__)
 
 
-def run_once(
+def run(
     settings: Settings,
     table: Table,
     index: Index,
@@ -49,23 +49,23 @@ def run_once(
     on_outcome: OutcomeCallback | None = None,
     stop: GracefulStop | None = None,
     liveness: Liveness | None = None,
-    sweep: bool = True,
 ) -> RunReport:
-    """One pass over the options' queues (default: every queue the index knows); `liveness`:
-    beats for a supervising parent; `sweep`: recover leases and re-index orphans first."""
+    """One pass over the options' queues (default: every queue the index knows), or with
+    `options.loop` a loop of passes; `liveness`: beats for a supervising parent."""
+    if options.loop:
+        return _run_loop(settings, table, index, options, on_outcome, stop, liveness)
     clock = (lambda: now) if now is not None else index.clock.now
-    return Run(settings, table, index, options, clock, on_outcome, stop, liveness, sweep).execute()
+    return Run(settings, table, index, options, clock, on_outcome, stop, liveness).execute()
 
 
-def run_loop(
+def _run_loop(
     settings: Settings,
     table: Table,
     index: Index,
     options: RunOptions,
-    *,
-    on_outcome: OutcomeCallback | None = None,
-    stop: GracefulStop | None = None,
-    liveness: Liveness | None = None,
+    on_outcome: OutcomeCallback | None,
+    stop: GracefulStop | None,
+    liveness: Liveness | None,
 ) -> RunReport:
     """Run passes until the options' duration has passed (None: until stopped), noting the
     loop for `delayq status` as one run: when it started, when it last beat, its jobs."""
@@ -81,6 +81,7 @@ def run_loop(
     try:
         deadline = None if options.duration is None else time.monotonic() + options.duration
         last_sweep = float("-inf")
+        clock = index.clock.now
         asked = options.applied_to(settings)
         outage = Outage(stop, liveness, asked.lease + asked.grace)
         while True:
@@ -90,16 +91,8 @@ def run_loop(
             sweep = time.monotonic() - last_sweep >= SWEEP_EVERY
             budget = replace(options, max_seconds=min(asked.max_seconds, remaining))
             try:
-                report = run_once(
-                    settings,
-                    table,
-                    index,
-                    budget,
-                    on_outcome=on_outcome,
-                    stop=stop,
-                    liveness=liveness,
-                    sweep=sweep,
-                )
+                each = Run(settings, table, index, budget, clock, on_outcome, stop, liveness, sweep)
+                report = each.execute()
             except Exception as exc:
                 outage.wait_out(exc, remaining)  # re-raises what is not an outage
                 continue

@@ -164,5 +164,5 @@ def tally_of(queue: str, outcomes: list[Outcome], lost: set[int], timed: bool = 
         else:
             tally.count(outcome.handler, word, at)
         if word == "failed" and outcome.next_in is not None:
-            tally.observe_retried(outcome.handler, at)
+            tally.count(outcome.handler, "retried", at)
     return tally

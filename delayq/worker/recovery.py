@@ -228,18 +228,10 @@ class Reconciled:
 def reconcile(table: Table, index: Index) -> Reconciled:
     """Compare the whole index with the table both ways and fix both kinds of difference."""
     result = Reconciled(Counter(), Counter())
-    for batch in queries.iter_pending(table):
-        by_queue: dict[str, dict[int, float]] = {}
-        for queue, job_id, due in batch:
-            by_queue.setdefault(queue, {})[job_id] = due
-        for queue, due_by_id in by_queue.items():
-            missing = index.schedule.missing(queue, list(due_by_id))
-            index.schedule.add_many(queue, [(job_id, due_by_id[job_id]) for job_id in missing])
-            result.reindexed[queue] += len(missing)
-    for queue in sorted(set(index.registry.queues()) | set(queries.pending_queues(table))):
-        result.removed[queue] += _remove_stale(table, index, queue)
     index.registry.register(queries.pending_queues(table))
-    index.registry.mark_complete()
+    index.rebuild_from(queries.iter_pending(table), missing_only=True, added=result.reindexed)
+    for queue in index.registry.queues():
+        result.removed[queue] += _remove_stale(table, index, queue)
     return result
 
 

@@ -1,37 +1,12 @@
-"""What a run reports: counters, the lateness of the jobs it started, and each job's outcome
-as it happens (for `run -v`, logs and metrics)."""
+"""What a run reports: counters, and each job's outcome as it happens (for `run -v`, logs and
+metrics)."""
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 
 from ..store.outcomes import Outcome
-from ..store.tallies import LATENESS_BOUNDS  # shared with the tallies in Redis
-
-
-@dataclass
-class Lateness:
-    """A fixed-bucket histogram, so memory stays flat however many jobs a run starts."""
-
-    counts: list[int] = field(default_factory=lambda: [0] * len(LATENESS_BOUNDS))
-    total: float = 0.0
-    count: int = 0
-    worst: float = 0.0
-
-    def observe(self, seconds: float) -> None:
-        seconds = max(seconds, 0.0)
-        self.counts[bisect.bisect_left(LATENESS_BOUNDS, seconds)] += 1
-        self.total += seconds
-        self.count += 1
-        self.worst = max(self.worst, seconds)
-
-    def merge(self, other: Lateness) -> None:
-        self.counts = [a + b for a, b in zip(self.counts, other.counts, strict=True)]
-        self.total += other.total
-        self.count += other.count
-        self.worst = max(self.worst, other.worst)
 
 
 @dataclass
@@ -51,7 +26,6 @@ class RunReport:
     interrupted: int | None = None  # the signal that stopped the run, if one did
     stuck: int = 0  # handler threads stuck past their time limit when the run gave up
     elapsed: float = 0.0
-    lateness: Lateness = field(default_factory=Lateness)
 
     @property
     def ran(self) -> int:
@@ -59,12 +33,11 @@ class RunReport:
 
     def merge(self, other: RunReport) -> None:
         for name in [counter.name for counter in fields(self)]:  # the counts add up
-            if name not in ("stopped_early", "interrupted", "stuck", "lateness"):
+            if name not in ("stopped_early", "interrupted", "stuck"):
                 setattr(self, name, getattr(self, name) + getattr(other, name))
         self.stopped_early = other.stopped_early
         self.stuck = max(self.stuck, other.stuck)
         self.interrupted = other.interrupted or self.interrupted
-        self.lateness.merge(other.lateness)
 
 
 OutcomeCallback = Callable[[Outcome], None]

@@ -171,10 +171,9 @@ class Run:
         self.report.dropped += batch.dropped
         self.deadline.leased(batch.leased_at)
 
-    def starting(self, job: ClaimedJob, due: float) -> None:
-        """A job is about to start: count it against --limit and observe how late it is."""
+    def starting(self, job: ClaimedJob) -> None:
+        """A job is about to start: count it against --limit."""
         self.calls += 1
-        self.report.lateness.observe(self.clock() - due)
 
     def should_stop(self) -> bool:
         if self.stop is not None and self.stop.requested:
@@ -222,8 +221,7 @@ class Run:
         self.report.deferred += len(written.deferred)
         for job_id in written.lost:
             logger.error(
-                "job %d finished but its lease had been taken over; this outcome is refused",
-                job_id,
+                "job %d finished but its lease had been taken over; this outcome is refused", job_id
             )
 
 
