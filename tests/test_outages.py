@@ -395,3 +395,26 @@ def test_outcomes_stuck_behind_a_failed_commit_are_written_to_the_table_alone(
     assert written.succeeded == 1  # the one not in the table yet; the commits wrote theirs
     assert [queue.show(job_id)["status"] for job_id in ids] == ["success"] * 3
     queue.close()
+
+
+def test_what_a_failed_pass_held_comes_back_at_the_next_pass_not_when_its_lease_lapses(
+    queue, log
+):
+    # A pass broken by a failover between leasing a batch and noting it in Redis leaves rows
+    # RUNNING under its token for a lease (a minute); the loop ends those leases once a pass
+    # reaches the table again, and that pass's sweep recovers them.
+    now = time.time()
+    job_id = queue.add(H, "record", {"log": log, "n": "held"}, now=now - 1)
+    assert queue.index.schedule.claim_due("default", now, 10) == [(str(job_id), now - 1)]
+    leases.mark_running(queue.table, [job_id], "failed-pass", now + 3600, now)
+    queue.run(now=now + 1)
+    assert read_log(log) == []  # the lease holds it
+
+    outage = Outage(None, None, slack=0.0)
+    outage.held.append("failed-pass")
+    assert outage.let_go(queue.table, lambda: now + 2) is True
+    queue.run(now=now + 3)
+
+    assert read_log(log) == ["held"]
+    assert queue.show(job_id)["status"] == "success"
+    assert (outage.held, outage.let_go(queue.table, lambda: now + 4)) == ([], False)

@@ -176,6 +176,16 @@ def tokens_holding(table: Table, queue: str, tokens: set[str]) -> set[str]:
     return {token for (token,) in tuples(query.distinct())}
 
 
+def lapse(table: Table, tokens: Sequence[str], now: float) -> int:
+    """End now the leases of runs that have stopped (passes that failed) on the rows they
+    still hold, so the next sweep recovers them instead of waiting the leases out."""
+    Job = table.model
+    query = Job.update(lease_until=now).where(
+        Job.status == Status.RUNNING, Job.lease_token.in_(list(tokens)), Job.lease_until > now
+    )
+    return int(run_reconnecting(table.db, query.execute)) if tokens else 0
+
+
 def expired_leases(table: Table, queue: str, now: float, limit: int) -> list[Lapsed]:
     """RUNNING rows of `queue` whose lease has lapsed: the run holding them died."""
     Job = table.model

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from ..config import Settings
+from ..store import leases
 from ..store.backend_errors import is_lock_conflict, is_outage, one_line
 from ..store.index import Index
 from ..store.table import Table
@@ -88,13 +89,14 @@ def _run_loop(
             remaining = float("inf") if deadline is None else deadline - time.monotonic()
             if remaining <= 0 or (stop is not None and stop.requested):
                 break
-            sweep = time.monotonic() - last_sweep >= SWEEP_EVERY
+            sweep = outage.let_go(table, clock) or time.monotonic() - last_sweep >= SWEEP_EVERY
             budget = replace(options, max_seconds=min(asked.max_seconds, remaining))
+            each = Run(settings, table, index, budget, clock, on_outcome, stop, liveness, sweep)
             try:
-                each = Run(settings, table, index, budget, clock, on_outcome, stop, liveness, sweep)
                 report = each.execute()
             except Exception as exc:
                 outage.wait_out(exc, remaining)  # re-raises what is not an outage
+                outage.held.append(each.token)
                 continue
             outage.end()
             if sweep:
@@ -147,7 +149,9 @@ class LoopRecord:
 class Outage:
     """The loop's patience while Redis or the database is away: each failed pass is
     followed by a pause, doubled each time, and one log line; a pass that works ends it.
-    What the failed pass held comes back by lease recovery on a later sweep."""
+    What a failed pass held and could not hand back (its servers were away) comes back by
+    lease recovery: at the next pass that reaches the table, which ends those leases at once,
+    not when they would lapse (a failover breaks passes for seconds; a lease is a minute)."""
 
     def __init__(self, stop: GracefulStop | None, liveness: Liveness | None, slack: float) -> None:
         self.stop = stop
@@ -155,6 +159,20 @@ class Outage:
         self.slack = slack
         self.pause = OUTAGE_PAUSE_FIRST
         self.failed = 0
+        self.held: list[str] = []  # lease tokens of the failed passes
+
+    def let_go(self, table: Table, clock: Callable[[], float]) -> bool:
+        """End the failed passes' leases; whether there were any, so the next pass sweeps
+        (its recovery reads their journal first, as for any run that died)."""
+        if not self.held:
+            return False
+        try:
+            leases.lapse(table, self.held, clock())
+        except Exception as exc:  # noqa: BLE001 - still away: the next pass tries again
+            logger.debug("could not end the failed passes' leases yet: %s", exc)
+            return False
+        self.held.clear()
+        return True
 
     def wait_out(self, exc: Exception, remaining: float) -> None:
         # A deadlock the statement's own retries did not get past (a crowd of runs let go
