@@ -397,9 +397,7 @@ def test_outcomes_stuck_behind_a_failed_commit_are_written_to_the_table_alone(
     queue.close()
 
 
-def test_what_a_failed_pass_held_comes_back_at_the_next_pass_not_when_its_lease_lapses(
-    queue, log
-):
+def test_what_a_failed_pass_held_comes_back_at_the_next_pass_not_when_its_lease_lapses(queue, log):
     # A pass broken by a failover between leasing a batch and noting it in Redis leaves rows
     # RUNNING under its token for a lease (a minute); the loop ends those leases once a pass
     # reaches the table again, and that pass's sweep recovers them.
