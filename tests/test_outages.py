@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -37,7 +36,7 @@ from delayq.worker.looping import Outage
 from delayq.worker.outcomes import OutcomeBuffer
 from tests.conftest import HANDLERS, IN_CI, mysql_connect
 from tests.sample_handlers.jobs import read_log
-from tests.servers import PrivateRedis, free_port
+from tests.servers import PrivateRedis, Proxy, free_port
 from tests.test_processes import start
 from tests.waiting import wait_for
 
@@ -219,57 +218,6 @@ def test_a_loop_pauses_while_redis_is_down_and_backs_off(
     assert stderr == b""
     assert queue.show(job_id)["status"] == "success"
     queue.close()
-
-
-class Proxy:
-    """A TCP forwarder from a free 127.0.0.1 port to MariaDB: `cut()` drops every link and
-    refuses new ones, as a server restart does to its clients; `restore()` lets them in."""
-
-    def __init__(self, target: tuple[str, int]) -> None:
-        self.target = target
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = int(self.listener.getsockname()[1])
-        self.links: list[socket.socket] = []
-        self.open = threading.Event()
-        self.open.set()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            if not self.open.is_set():
-                client.close()
-                continue
-            server = socket.create_connection(self.target)
-            self.links += [client, server]
-            for source, sink in ((client, server), (server, client)):
-                threading.Thread(target=_pump, args=(source, sink), daemon=True).start()
-
-    def cut(self) -> None:
-        self.open.clear()
-        for link in self.links:
-            with contextlib.suppress(OSError):
-                link.shutdown(socket.SHUT_RDWR)
-        self.links.clear()
-
-    def restore(self) -> None:
-        self.open.set()
-
-    def close(self) -> None:
-        self.cut()
-        self.listener.close()
-
-
-def _pump(source: socket.socket, sink: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        while data := source.recv(65536):
-            sink.sendall(data)
-    for link in (source, sink):
-        with contextlib.suppress(OSError):
-            link.shutdown(socket.SHUT_RDWR)
 
 
 @pytest.mark.parametrize("backend", ["mariadb"], indirect=True)  # a file has no server to lose
