@@ -74,6 +74,7 @@ SERIAL_FILES = {
     "test_lapsed_leases.py",
     "test_leases.py",
     "test_outages.py",
+    "test_partitions.py",
     "test_processes.py",
     "test_readme.py",
     "test_recurring.py",
