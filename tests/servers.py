@@ -76,7 +76,8 @@ def free_port() -> int:
 class Proxy:
     """A TCP forwarder from a free port on `address` to `target` (MariaDB, say): `cut()` drops
     every link and refuses new ones, as a server restart does to its clients; `restore()`
-    lets them in."""
+    lets them in. `hold()` keeps the links open but passes nothing on until `release()`, as
+    a partition that came after a request was acknowledged: its reply never comes."""
 
     def __init__(self, target: tuple[str, int], address: str = "127.0.0.1") -> None:
         self.target = target
@@ -85,6 +86,8 @@ class Proxy:
         self.links: list[socket.socket] = []
         self.open = threading.Event()
         self.open.set()
+        self.flowing = threading.Event()
+        self.flowing.set()
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -99,7 +102,9 @@ class Proxy:
             server = socket.create_connection(self.target)
             self.links += [client, server]
             for source, sink in ((client, server), (server, client)):
-                threading.Thread(target=_pump, args=(source, sink), daemon=True).start()
+                threading.Thread(
+                    target=_pump, args=(source, sink, self.flowing), daemon=True
+                ).start()
 
     def cut(self) -> None:
         self.open.clear()
@@ -111,6 +116,12 @@ class Proxy:
     def restore(self) -> None:
         self.open.set()
 
+    def hold(self) -> None:
+        self.flowing.clear()
+
+    def release(self) -> None:
+        self.flowing.set()
+
     def close(self) -> None:
         self.cut()
         with contextlib.suppress(OSError):
@@ -118,9 +129,10 @@ class Proxy:
         self.listener.close()
 
 
-def _pump(source: socket.socket, sink: socket.socket) -> None:
+def _pump(source: socket.socket, sink: socket.socket, flowing: threading.Event) -> None:
     with contextlib.suppress(OSError):
         while data := source.recv(65536):
+            flowing.wait()
             sink.sendall(data)
     for link in (source, sink):
         with contextlib.suppress(OSError):

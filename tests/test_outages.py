@@ -28,6 +28,7 @@ import delayq
 from delayq import Status
 from delayq.config import Settings
 from delayq.store import leases
+from delayq.store.database import RUN_REPLY_TIMEOUT
 from delayq.store.journal import Journal
 from delayq.store.keys import queue_key
 from delayq.store.outcomes import Outcome
@@ -221,22 +222,29 @@ def test_a_loop_pauses_while_redis_is_down_and_backs_off(
 
 
 @pytest.mark.parametrize("backend", ["mariadb"], indirect=True)  # a file has no server to lose
-def test_a_loop_waits_out_a_database_outage_and_goes_on(queue, backend, cli_env, log, tmp_path):
+@pytest.mark.parametrize("fault", ["cut", "hold"])
+def test_a_loop_waits_out_a_database_outage_and_goes_on(
+    queue, backend, cli_env, log, tmp_path, fault
+):
+    # "cut": the links are reset and new ones refused, as a restart does. "hold": a request
+    # is acknowledged and its reply never comes, as across a partition; PyMySQL would wait
+    # for ever but for the run's read timeout (RUN_REPLY_TIMEOUT; 2 s here, from the URL).
     parts = urlsplit(backend["database_url"])
     proxy = Proxy((parts.hostname or "127.0.0.1", parts.port or 3306))
-    through_proxy = parts._replace(netloc=f"{parts.username}@127.0.0.1:{proxy.port}").geturl()
+    netloc = f"{parts.username}@127.0.0.1:{proxy.port}"
+    through_proxy = parts._replace(netloc=netloc, query="read_timeout=2").geturl()
     log_file = tmp_path / "run.log"
     env = {**cli_env, "DELAYQ_DATABASE_URL": through_proxy}
     runner = start(env, "run", "--loop", "--log-file", str(log_file))
     queue.add(H, "record", {"log": log, "n": "before"})
     wait_for(lambda: read_log(log) == ["before"], 30, "the first job")
 
-    proxy.cut()
+    (proxy.cut if fault == "cut" else proxy.hold)()
     job_id = queue.add(H, "record", {"log": log, "n": "during"})  # straight to MariaDB
     away = lambda: [x for x in read_log(log_file) if "a server is away" in x]  # noqa: E731
     wait_for(lambda: len(away()) >= 2, 30, "failed tries logged")
     assert runner.poll() is None, "the loop must stay up while the database is away"
-    proxy.restore()
+    (proxy.restore if fault == "cut" else proxy.release)()
     wait_for(lambda: read_log(log) == ["before", "during"], 90, "the job added during the outage")
 
     runner.send_signal(signal.SIGTERM)
@@ -245,6 +253,19 @@ def test_a_loop_waits_out_a_database_outage_and_goes_on(queue, backend, cli_env,
     assert runner.returncode == 128 + signal.SIGTERM
     assert stderr == b""
     assert queue.show(job_id)["status"] == "success"
+
+
+@pytest.mark.parametrize("backend", ["mariadb"], indirect=True)
+def test_a_run_bounds_its_wait_for_a_database_reply_unless_the_url_sets_it(
+    queue, backend, make_queue
+):
+    timeouts = ("read_timeout", "write_timeout")
+    assert not set(timeouts) & set(queue.db.connect_params)  # `init` may take longer
+    queue.run()
+    assert [queue.db.connect_params[key] for key in timeouts] == [RUN_REPLY_TIMEOUT] * 2
+    own = make_queue(database_url=backend["database_url"] + "?read_timeout=7")
+    own.run()
+    assert [own.db.connect_params[key] for key in timeouts] == [7, RUN_REPLY_TIMEOUT]
 
 
 @pytest.mark.parametrize("concurrency", ["1", "4"])

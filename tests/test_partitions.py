@@ -224,6 +224,6 @@ def figures(cut: Cut, runs: list[tuple[int, str, float]]) -> str:
     again = sum(1 for n, _, _ in runs if n in cut.running) - len(cut.running)
     return (
         f"cut {cut.what}: host {cut.host} off {cut.restored_at - cut.at:.1f}s, "
-        f"held {len(cut.held)} rows, running {len(cut.running)} handlers, taken over after "
+        f"running {len(cut.running)} handlers, rows held then out of its hands after "
         f"{taken}, first start {back} after the restore, re-run {again}"
     )
