@@ -21,6 +21,7 @@ import subprocess
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from tests.servers import PrivateRedis, Proxy, free_port
 
@@ -124,9 +125,10 @@ class Hosts:
     def database_url(self, host: Host, url: str) -> str:
         """`url` (a mysql:// URL of MariaDB on loopback) as `host` reaches it: via its relay."""
         assert host.relay is not None
-        user, _, _ = url.partition("://")[2].partition("@")
-        database = url.rsplit("/", 1)[1]
-        return f"mysql://{user}@{host.root_address}:{host.relay.port}/{database}"
+        parts = urlsplit(url)
+        credentials = parts.netloc.rpartition("@")[0]
+        at = f"{credentials}@" if credentials else ""
+        return parts._replace(netloc=f"{at}{host.root_address}:{host.relay.port}").geturl()
 
 
 def cut_ports(hosts: Hosts, host: Host, what: str) -> list[int]:
