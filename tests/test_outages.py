@@ -268,6 +268,53 @@ def test_a_run_bounds_its_wait_for_a_database_reply_unless_the_url_sets_it(
     assert [own.db.connect_params[key] for key in timeouts] == [7, RUN_REPLY_TIMEOUT]
 
 
+@pytest.mark.parametrize("backend", ["mariadb"], indirect=True)
+def test_the_heartbeat_renews_leases_while_redis_is_away_and_its_clock_reading_due(
+    backend, private_redis, log, tmp_path
+):
+    # A host cut off from Redis only still reaches the table: its running job must keep
+    # its lease, also when the clock's once-a-minute reading of Redis falls due meanwhile.
+    proxy = Proxy(("127.0.0.1", private_redis.port))
+    settings = Settings(
+        database_url=backend["database_url"],
+        redis_url=f"redis://127.0.0.1:{proxy.port}/0",
+        handlers=HANDLERS,
+        home=tmp_path / "home",
+        lease=3.0,
+    )
+    queue = delayq.connect(settings)
+    queue.init()
+    gate = tmp_path / "gate"
+    job_id = queue.add(H, "gated", {"log": log, "n": 1, "gate": str(gate), "seconds": 60})
+    run = threading.Thread(target=queue.run)
+    run.start()
+    wait_for(lambda: read_log(log) == ["start 1"], 30, "the job to start")
+
+    queue.index.clock._checked = float("-inf")  # a reading falls due, as once a minute
+    proxy.hold()
+    held_until = lease_until(backend["database_url"], job_id)
+    wait_for(
+        lambda: lease_until(backend["database_url"], job_id) > held_until + 3,
+        10,
+        "the lease renewed while Redis is away",
+    )
+    proxy.release()
+    gate.touch()
+    run.join(60)
+    proxy.close()
+    assert queue.show(job_id)["status"] == "success"
+    queue.close()
+
+
+def lease_until(database_url: str, job_id: int) -> float:
+    conn = mysql_connect(database_url)
+    with conn.cursor() as cursor:
+        cursor.execute("SELECT lease_until FROM delay_queue WHERE id = %s", (job_id,))
+        (until,) = cursor.fetchone()
+    conn.close()
+    return float(until)
+
+
 @pytest.mark.parametrize("concurrency", ["1", "4"])
 def test_a_job_that_finishes_while_redis_is_away_runs_once(
     backend, private_redis, cli_env, log, tmp_path, concurrency
