@@ -18,6 +18,7 @@ from .jobspec import JobSpec, check_key, run_at_of, to_row
 from .reading import QueueReads
 from .store import chains, inserts, queries, transactions
 from .store.backend_errors import backend_errors, one_line
+from .store.database import bound_replies
 from .store.index import Index
 from .store.params import read_call
 from .store.table import TABLE_NAME, Status, Table, create_tables, utc_stamp
@@ -281,6 +282,7 @@ class Queue(QueueReads):
     ) -> RunReport:
         """A pass, or with `options.loop` a loop of passes, as the options ask."""
         check_allowlist(self.settings.handlers)
+        bound_replies(self.table.db)
         store = (self.settings, self.table, self.index, options)
         return looping.run(*store, now=now, on_outcome=on_outcome, stop=stop, liveness=liveness)
 

@@ -77,6 +77,7 @@ SERIAL_FILES = {
     "test_listen.py",
     "test_leases.py",
     "test_outages.py",
+    "test_partitions.py",
     "test_processes.py",
     "test_readme.py",
     "test_recurring.py",

@@ -1,11 +1,13 @@
 """A private redis-server on a free 127.0.0.1 port, for tests and the soak that restart
-Redis: killing it touches nobody else's data."""
+Redis: killing it touches nobody else's data; and a TCP forwarder a test can cut."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import socket
 import subprocess
+import threading
 from pathlib import Path
 
 import redis
@@ -14,12 +16,16 @@ from tests.waiting import wait_for
 
 
 class PrivateRedis:
-    """A redis-server on 127.0.0.1:`port` with no persistence, started and stopped at will."""
+    """A redis-server on 127.0.0.1:`port` (and the other `addresses`) with no persistence,
+    started and stopped at will."""
 
-    def __init__(self, port: int, workdir: Path, *options: str) -> None:
+    def __init__(
+        self, port: int, workdir: Path, *options: str, addresses: tuple[str, ...] = ()
+    ) -> None:
         self.port = port
         self.workdir = workdir
         self.options = options  # more redis-server options, e.g. ("--rename-command", ...)
+        self.addresses = addresses
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -34,9 +40,12 @@ class PrivateRedis:
                 str(self.port),
                 "--bind",
                 "127.0.0.1",
+                *self.addresses,
                 "--save",
                 "",
                 "--appendonly",
+                "no",
+                "--protected-mode",  # the other addresses are a test's own namespaces
                 "no",
                 "--dir",
                 str(self.workdir),
@@ -66,3 +75,69 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+class Proxy:
+    """A TCP forwarder from a free port on `address` to `target` (MariaDB, say): `cut()` drops
+    every link and refuses new ones, as a server restart does to its clients; `restore()`
+    lets them in. `hold()` keeps the links open but passes nothing on until `release()`, as
+    a partition that came after a request was acknowledged: its reply never comes."""
+
+    def __init__(self, target: tuple[str, int], address: str = "127.0.0.1") -> None:
+        self.target = target
+        self.listener = socket.create_server((address, 0))
+        self.port = int(self.listener.getsockname()[1])
+        self.links: list[socket.socket] = []
+        self.open = threading.Event()
+        self.open.set()
+        self.flowing = threading.Event()
+        self.flowing.set()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            if not self.open.is_set():
+                client.close()
+                continue
+            server = socket.create_connection(self.target)
+            self.links += [client, server]
+            for source, sink in ((client, server), (server, client)):
+                threading.Thread(
+                    target=_pump, args=(source, sink, self.flowing), daemon=True
+                ).start()
+
+    def cut(self) -> None:
+        self.open.clear()
+        for link in self.links:
+            with contextlib.suppress(OSError):
+                link.shutdown(socket.SHUT_RDWR)
+        self.links.clear()
+
+    def restore(self) -> None:
+        self.open.set()
+
+    def hold(self) -> None:
+        self.flowing.clear()
+
+    def release(self) -> None:
+        self.flowing.set()
+
+    def close(self) -> None:
+        self.cut()
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread (Linux)
+        self.listener.close()
+
+
+def _pump(source: socket.socket, sink: socket.socket, flowing: threading.Event) -> None:
+    with contextlib.suppress(OSError):
+        while data := source.recv(65536):
+            flowing.wait()
+            sink.sendall(data)
+    for link in (source, sink):
+        with contextlib.suppress(OSError):
+            link.shutdown(socket.SHUT_RDWR)

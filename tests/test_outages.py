@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -29,6 +28,7 @@ import delayq
 from delayq import Status
 from delayq.config import Settings
 from delayq.store import leases
+from delayq.store.database import RUN_REPLY_TIMEOUT
 from delayq.store.journal import Journal
 from delayq.store.keys import queue_key
 from delayq.store.outcomes import Outcome
@@ -37,7 +37,7 @@ from delayq.worker.looping import Outage
 from delayq.worker.outcomes import OutcomeBuffer
 from tests.conftest import HANDLERS, IN_CI, mysql_connect
 from tests.sample_handlers.jobs import read_log
-from tests.servers import PrivateRedis, free_port
+from tests.servers import PrivateRedis, Proxy, free_port
 from tests.test_processes import start
 from tests.waiting import wait_for
 
@@ -221,74 +221,30 @@ def test_a_loop_pauses_while_redis_is_down_and_backs_off(
     queue.close()
 
 
-class Proxy:
-    """A TCP forwarder from a free 127.0.0.1 port to MariaDB: `cut()` drops every link and
-    refuses new ones, as a server restart does to its clients; `restore()` lets them in."""
-
-    def __init__(self, target: tuple[str, int]) -> None:
-        self.target = target
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = int(self.listener.getsockname()[1])
-        self.links: list[socket.socket] = []
-        self.open = threading.Event()
-        self.open.set()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            if not self.open.is_set():
-                client.close()
-                continue
-            server = socket.create_connection(self.target)
-            self.links += [client, server]
-            for source, sink in ((client, server), (server, client)):
-                threading.Thread(target=_pump, args=(source, sink), daemon=True).start()
-
-    def cut(self) -> None:
-        self.open.clear()
-        for link in self.links:
-            with contextlib.suppress(OSError):
-                link.shutdown(socket.SHUT_RDWR)
-        self.links.clear()
-
-    def restore(self) -> None:
-        self.open.set()
-
-    def close(self) -> None:
-        self.cut()
-        self.listener.close()
-
-
-def _pump(source: socket.socket, sink: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        while data := source.recv(65536):
-            sink.sendall(data)
-    for link in (source, sink):
-        with contextlib.suppress(OSError):
-            link.shutdown(socket.SHUT_RDWR)
-
-
 @pytest.mark.parametrize("backend", ["mariadb"], indirect=True)  # a file has no server to lose
-def test_a_loop_waits_out_a_database_outage_and_goes_on(queue, backend, cli_env, log, tmp_path):
+@pytest.mark.parametrize("fault", ["cut", "hold"])
+def test_a_loop_waits_out_a_database_outage_and_goes_on(
+    queue, backend, cli_env, log, tmp_path, fault
+):
+    # "cut": the links are reset and new ones refused, as a restart does. "hold": a request
+    # is acknowledged and its reply never comes, as across a partition; PyMySQL would wait
+    # for ever but for the run's read timeout (RUN_REPLY_TIMEOUT; 2 s here, from the URL).
     parts = urlsplit(backend["database_url"])
     proxy = Proxy((parts.hostname or "127.0.0.1", parts.port or 3306))
-    through_proxy = parts._replace(netloc=f"{parts.username}@127.0.0.1:{proxy.port}").geturl()
+    netloc = f"{parts.username}@127.0.0.1:{proxy.port}"
+    through_proxy = parts._replace(netloc=netloc, query="read_timeout=2").geturl()
     log_file = tmp_path / "run.log"
     env = {**cli_env, "DELAYQ_DATABASE_URL": through_proxy}
     runner = start(env, "run", "--loop", "--log-file", str(log_file))
     queue.add(H, "record", {"log": log, "n": "before"})
     wait_for(lambda: read_log(log) == ["before"], 30, "the first job")
 
-    proxy.cut()
+    (proxy.cut if fault == "cut" else proxy.hold)()
     job_id = queue.add(H, "record", {"log": log, "n": "during"})  # straight to MariaDB
     away = lambda: [x for x in read_log(log_file) if "a server is away" in x]  # noqa: E731
     wait_for(lambda: len(away()) >= 2, 30, "failed tries logged")
     assert runner.poll() is None, "the loop must stay up while the database is away"
-    proxy.restore()
+    (proxy.restore if fault == "cut" else proxy.release)()
     wait_for(lambda: read_log(log) == ["before", "during"], 90, "the job added during the outage")
 
     runner.send_signal(signal.SIGTERM)
@@ -297,6 +253,66 @@ def test_a_loop_waits_out_a_database_outage_and_goes_on(queue, backend, cli_env,
     assert runner.returncode == 128 + signal.SIGTERM
     assert stderr == b""
     assert queue.show(job_id)["status"] == "success"
+
+
+@pytest.mark.parametrize("backend", ["mariadb"], indirect=True)
+def test_a_run_bounds_its_wait_for_a_database_reply_unless_the_url_sets_it(
+    queue, backend, make_queue
+):
+    timeouts = ("read_timeout", "write_timeout")
+    assert not set(timeouts) & set(queue.db.connect_params)  # `init` may take longer
+    queue.run()
+    assert [queue.db.connect_params[key] for key in timeouts] == [RUN_REPLY_TIMEOUT] * 2
+    own = make_queue(database_url=backend["database_url"] + "?read_timeout=7")
+    own.run()
+    assert [own.db.connect_params[key] for key in timeouts] == [7, RUN_REPLY_TIMEOUT]
+
+
+@pytest.mark.parametrize("backend", ["mariadb"], indirect=True)
+def test_the_heartbeat_renews_leases_while_redis_is_away_and_its_clock_reading_due(
+    backend, private_redis, log, tmp_path
+):
+    # A host cut off from Redis only still reaches the table: its running job must keep
+    # its lease, also when the clock's once-a-minute reading of Redis falls due meanwhile.
+    proxy = Proxy(("127.0.0.1", private_redis.port))
+    settings = Settings(
+        database_url=backend["database_url"],
+        redis_url=f"redis://127.0.0.1:{proxy.port}/0",
+        handlers=HANDLERS,
+        home=tmp_path / "home",
+        lease=3.0,
+    )
+    queue = delayq.connect(settings)
+    queue.init()
+    gate = tmp_path / "gate"
+    job_id = queue.add(H, "gated", {"log": log, "n": 1, "gate": str(gate), "seconds": 60})
+    run = threading.Thread(target=queue.run)
+    run.start()
+    wait_for(lambda: read_log(log) == ["start 1"], 30, "the job to start")
+
+    queue.index.clock._checked = float("-inf")  # a reading falls due, as once a minute
+    proxy.hold()
+    held_until = lease_until(backend["database_url"], job_id)
+    wait_for(
+        lambda: lease_until(backend["database_url"], job_id) > held_until + 3,
+        10,
+        "the lease renewed while Redis is away",
+    )
+    proxy.release()
+    gate.touch()
+    run.join(60)
+    proxy.close()
+    assert queue.show(job_id)["status"] == "success"
+    queue.close()
+
+
+def lease_until(database_url: str, job_id: int) -> float:
+    conn = mysql_connect(database_url)
+    with conn.cursor() as cursor:
+        cursor.execute("SELECT lease_until FROM delay_queue WHERE id = %s", (job_id,))
+        (until,) = cursor.fetchone()
+    conn.close()
+    return float(until)
 
 
 @pytest.mark.parametrize("concurrency", ["1", "4"])

@@ -28,6 +28,11 @@ class Clock:
             self._checked = time.monotonic()
         return local + self._offset
 
+    def known(self) -> float:
+        """now() on the offset last read, never asking Redis: for the lease heartbeat, which
+        renews leases in the table alone and must not wait on a Redis that is away."""
+        return time.time() + self._offset
+
 
 def clock_offset(before: float, server: float, after: float) -> float:
     """How far the server's clock is ahead of ours, from one reading of it taken between two

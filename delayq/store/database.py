@@ -25,6 +25,11 @@ SQLITE_PRAGMAS = {
 }
 LOOPBACK = ("localhost", "127.0.0.1", "::1")
 LOCK_RETRIES = 4
+# How long a run's MySQL connection waits for a reply. PyMySQL waits for ever by default, so a
+# reply lost across a partition (the request was acknowledged, the answer never came) held a
+# runner until the kernel's keepalive gave up, two hours on. Past InnoDB's default lock wait
+# (50 s), the longest a run's statement waits by design.
+RUN_REPLY_TIMEOUT = 120.0
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -77,6 +82,18 @@ def run_reconnecting(db: Database, work: Callable[[], T], reconnect: bool = True
             _reconnect(db)
             return work()
     raise AssertionError("unreachable")
+
+
+def bound_replies(db: Database, seconds: float = RUN_REPLY_TIMEOUT) -> None:
+    """Make `db`'s MySQL connections give up on a reply (or a send) after `seconds`, unless
+    its URL sets `read_timeout` / `write_timeout`: for runs only, since `init` may rebuild a
+    large table for longer. Closes this thread's connection, so the next one has them."""
+    if not isinstance(db, MySQLDatabase):
+        return
+    for key in ("read_timeout", "write_timeout"):
+        db.connect_params.setdefault(key, seconds)
+    if not db.in_transaction():
+        db.close()
 
 
 def open_database(url: str) -> Database:

@@ -42,6 +42,16 @@ def slow(data: dict[str, Any]) -> str:
     return "slept"
 
 
+def timed(data: dict[str, Any]) -> str:
+    """As slow, each line also naming the runner's host (its DELAYQ_TEST_HOST) and the time:
+    "start <n> <host> <epoch seconds>", then "done ..." the same."""
+    host = os.environ.get("DELAYQ_TEST_HOST", "?")
+    _append(data["log"], f"start {data['n']} {host} {time.time():.3f}")
+    time.sleep(float(data["seconds"]))
+    _append(data["log"], f"done {data['n']} {host} {time.time():.3f}")
+    return "slept"
+
+
 def gated(data: dict[str, Any]) -> str:
     """Mark the start, wait until the file data["gate"] exists (at most data["seconds"],
     default 30), then record the finish: a job that ends when the test says so."""
