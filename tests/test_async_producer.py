@@ -17,6 +17,8 @@ import redis
 import delayq
 from delayq.ops.overview import JobFilter
 from delayq.store.table import Job
+from tests.callers import open_transaction
+from tests.sample_handlers.jobs import read_log
 from tests.waiting import wait_for
 
 H = "tests.sample_handlers.jobs"
@@ -216,3 +218,27 @@ def test_a_call_after_aclose_fails_in_one_line_and_writes_nothing(queue):
     with pytest.raises(delayq.DelayqError, match="^this AsyncQueue is closed; open another"):
         asyncio.run(add_after_close())
     assert Job.select().count() == 0
+
+
+@pytest.mark.parametrize("backend", ["mariadb"], indirect=True)
+def test_an_async_add_joins_the_callers_open_transaction(queue, backend, log):
+    # `using=` passes through to the Queue's add on a producer thread: the row is the
+    # caller's until it commits, and runs after.
+    transaction = open_transaction("dbapi", backend["database_url"])
+
+    async def add_in_transaction() -> list[int]:
+        async with delayq.connect_async(queue.settings) as aq:
+            first = await aq.add(H, "record", {"log": log, "n": 1}, using=transaction.using)
+            specs = [delayq.JobSpec(H, "record", {"log": log, "n": 2})]
+            return [first, *await aq.add_many(specs, using=transaction.using)]
+
+    try:
+        ids = asyncio.run(add_in_transaction())
+        assert (Job.select().count(), queue.run().ran) == (0, 0)
+        transaction.commit()
+    finally:
+        transaction.close()
+
+    assert queue.run().succeeded == 2
+    assert sorted(read_log(log)) == ["1", "2"]
+    assert [job.status for job in Job.select().where(Job.id.in_(ids))] == [10, 10]
