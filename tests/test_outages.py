@@ -432,3 +432,33 @@ def test_what_a_failed_pass_held_comes_back_at_the_next_pass_not_when_its_lease_
     assert read_log(log) == ["held"]
     assert queue.show(job_id)["status"] == "success"
     assert (outage.held, outage.let_go(queue.table, lambda: now + 4)) == ([], False)
+
+
+@pytest.mark.parametrize("backend", ["mariadb"], indirect=True)
+def test_an_outcome_the_table_cannot_take_is_journaled_not_run_again(backend, make_queue, log):
+    # The last outcome of a batch goes straight to the table, unjournaled. With the database
+    # away that write and `salvage` fail; journaled then, the recovery of its lease (early,
+    # once the loop reaches the table again) records it instead of running the job again.
+    parts = urlsplit(backend["database_url"])
+    proxy = Proxy((parts.hostname or "127.0.0.1", parts.port or 3306))
+    netloc = f"{parts.username}@127.0.0.1:{proxy.port}"
+    queue = make_queue(database_url=parts._replace(netloc=netloc, query="read_timeout=2").geturl())
+    job_id = queue.add(H, "record", {"log": log, "n": 1}, delay=0)
+    now = time.time()
+    (job,) = leases.mark_running(queue.table, [job_id], "run-a", now + 60, now)
+    buffer = OutcomeBuffer(queue.table, queue.index, "default", "run-a")
+    outcome = Outcome(job=job, status=Status.SUCCESS, message="ok", next_in=None, finished_at=now)
+
+    proxy.cut()
+    with pytest.raises(peewee.PeeweeException):
+        buffer.add_many([outcome], more_coming=False)
+    with pytest.raises(peewee.PeeweeException):
+        buffer.salvage()
+    proxy.restore()
+    other = make_queue()
+    assert leases.lapse(other.table, ["run-a"], now + 1) == 1
+    other.run(now=now + 2)
+
+    assert read_log(log) == []
+    assert (other.show(job_id)["status"], other.show(job_id)["message"]) == ("success", "ok")
+    proxy.close()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import time
 
-from ..store.outcomes import Outcome, write_outcomes
+from ..store.outcomes import Outcome
 from ..store.table import ClaimedJob
 from .calls import Caller
 from .claims import Batch
@@ -152,9 +152,11 @@ class ConcurrentDrain(Drain):
         if not finished:
             return
         try:
-            written = write_outcomes(self.run.table, finished, self.run.token)
+            written = self.buffer.write_alone(finished)
         except Exception as exc:  # noqa: BLE001 - already failing
-            logger.error("could not record %d outcomes (%s); their leases will", len(finished), exc)
+            logger.error(
+                "could not record %d outcomes (%s); their leases settle them", len(finished), exc
+            )
             return
         for outcome in finished:
             self.due_by_id.pop(outcome.job.id, None)

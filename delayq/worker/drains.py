@@ -190,7 +190,7 @@ class Drain:
             self.run.count(self.buffer.salvage())
             fallback = "wrote them to the table alone"
         except Exception as exc:  # noqa: BLE001 - already failing
-            # What was journaled is settled by the next run's recovery; the rest by leases.
+            # Journaled (by now, if Redis answers), they are settled by lease recovery.
             fallback = f"nor to the table alone ({exc}); the next run settles them"
         if not quietly:
             raise failure

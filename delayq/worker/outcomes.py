@@ -121,6 +121,18 @@ class OutcomeBuffer:
             del self.in_flight[future]
         return merged
 
+    def write_alone(self, outcomes: list[Outcome]) -> Written:
+        """Write `outcomes` to the table, without Redis. If the table is what is away, they
+        are journaled, so the recovery of their leases records them instead of running them
+        again, and the failure is raised."""
+        try:
+            return write_outcomes(self.table, outcomes, self.token)
+        except Exception:
+            with contextlib.suppress(Exception):  # Redis away too: then nothing can keep them
+                records = [(outcome.job.id, outcome.to_record()) for outcome in outcomes]
+                self.index.journal.write_many(self.queue, records)
+            raise
+
     def salvage(self) -> Written:
         """The run is failing (a server went away): write straight to the table, in one
         transaction and without Redis, the outcomes not known to be there (not handed over, or
@@ -132,7 +144,7 @@ class OutcomeBuffer:
                 pending += commit.outcomes
         self.waiting, self.journaled = [], []
         self.in_flight.clear()
-        written = write_outcomes(self.table, pending, self.token)
+        written = self.write_alone(pending)
         # Best-effort, as tallies are: Redis may be what failed, and the table has them now.
         with contextlib.suppress(redis.RedisError):
             self.index.tallies.add(tally_of(self.queue, pending, set(written.lost)))
