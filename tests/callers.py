@@ -119,6 +119,9 @@ def _django(url: str) -> Transaction:
         database = {"ENGINE": "django.db.backends.sqlite3", "NAME": path}
     else:
         pymysql.install_as_MySQLdb()  # Django's MySQL backend, on the driver delayq uses
+        # Django asks for mysqlclient 1.4.3; PyMySQL before 1.1 (delayq's floor is 1.0.1)
+        # names itself 1.4.0 there, 1.1 and later 1.4.6.
+        pymysql.version_info = max(pymysql.version_info, (1, 4, 6, "final", 0))
         args = _mysql_args(url)
         database = {
             "ENGINE": "django.db.backends.mysql",
