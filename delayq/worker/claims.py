@@ -72,7 +72,7 @@ class Claimer:
         batch.leased_at = time.monotonic()
         jobs = leases.mark_running(self.table, runnable, self.token, now + self.lease, now)
         batch.dropped += len(runnable) - len(jobs)
-        batch.jobs = without_jobs_in_hand(jobs, before)
+        batch.jobs = without_jobs_in_hand(jobs, set(before))
         batch.jobs.sort(key=lambda job: (batch.due_by_id[job.id], job.id))
         order = before + [job.id for job in batch.jobs]
         members = [member for member, _ in claimed]
