@@ -165,16 +165,19 @@ def tally_of(queue: str, outcomes: list[Outcome], lost: set[int], timed: bool = 
     `timed`: read back from a dead run's journal, whose record keeps no wall time or
     lateness, so they are counted without a histogram sample."""
     tally = Tally(queue)
+    handlers: dict[tuple[str, str], str] = {}  # each label escaped once, not once a job
     for outcome in outcomes:
         # A RetryLater deferral (PENDING) is neither: the same attempt runs again later.
         if outcome.job.id in lost or outcome.status == Status.PENDING:
             continue
+        call = (outcome.class_path, outcome.method)
+        handler = handlers.get(call) or handlers.setdefault(call, outcome.handler)
         word = "succeeded" if outcome.status == Status.SUCCESS else "failed"
         at = outcome.finished_at
         if timed:
-            tally.observe(outcome.handler, word, outcome.lateness, outcome.duration, at)
+            tally.observe(handler, word, outcome.lateness, outcome.duration, at)
         else:
-            tally.count(outcome.handler, word, at)
+            tally.count(handler, word, at)
         if word == "failed" and outcome.next_in is not None:
-            tally.count(outcome.handler, "retried", at)
+            tally.count(handler, "retried", at)
     return tally
