@@ -207,4 +207,7 @@ def start_field(token: str, job_id: int) -> bytes:
 
 def pack(*args: bytes) -> bytes:
     """One RESP command: an array of bulk strings."""
-    return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(arg), arg) for arg in args)
+    parts = [b"*%d\r\n" % len(args)]
+    for arg in args:  # a loop, not a generator: this runs for every job
+        parts += (b"$%d\r\n" % len(arg), arg, b"\r\n")
+    return b"".join(parts)

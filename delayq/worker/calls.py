@@ -131,7 +131,8 @@ class Caller:
             if self.time_limits:
                 interrupts.arm(limit)
             result = handler(data)
-            if inspect.isawaitable(result):  # an async def handler: called on the run's loop
+            # An async def handler: called on the run's loop (most results are None: no check).
+            if result is not None and inspect.isawaitable(result):
                 return self._event_loop().run(
                     self._call_on_loop(job, call, started, lambda: result)
                 )
@@ -181,8 +182,18 @@ class Caller:
         """Log a finished call and hand it to the run's callback (on the run's own thread)."""
         # A failure is a warning: a log file gets it at the default level. On stderr,
         # logs.py keeps job records out unless --log-level info asks for them.
+        level = logging.WARNING if outcome.status == Status.FAILED else logging.INFO
+        if logger.isEnabledFor(level):  # most runs log no job: skip building its arguments
+            self._log(level, outcome)
+        if outcome.status == Status.FAILED:
+            for reporter in self.reporters:
+                reporter.call(outcome)
+        if self.on_outcome is not None:
+            self.on_outcome(outcome)
+
+    def _log(self, level: int, outcome: Outcome) -> None:
         logger.log(
-            logging.WARNING if outcome.status == Status.FAILED else logging.INFO,
+            level,
             "job %d %s.%s attempt %d: %s in %.3fs%s",
             outcome.id,
             outcome.class_path,
@@ -193,11 +204,6 @@ class Caller:
             "; will retry" if outcome.will_retry else "",
             extra={"job_outcome": outcome},  # logs.JsonLinesFormatter turns it into fields
         )
-        if outcome.status == Status.FAILED:
-            for reporter in self.reporters:
-                reporter.call(outcome)
-        if self.on_outcome is not None:
-            self.on_outcome(outcome)
 
     def _raised(
         self, job: ClaimedJob, call: Call, started: float, exc: BaseException, limit: float
