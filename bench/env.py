@@ -140,13 +140,15 @@ class Finished:
     cpu_s: float = 0.0  # the child's own user + system time: what a busy machine inflates least
 
 
-def run_process(args: list[str], timeout: float, env: dict[str, str] | None = None) -> Finished:
+def run_process(
+    args: list[str], timeout: float, env: dict[str, str] | None = None, cwd: Path = ROOT
+) -> Finished:
     """Run a command to completion; its own rusage (os.wait4), not that of every child."""
     with tempfile.TemporaryFile() as err:
         ticks = cores.busy_ticks()
         started = time.perf_counter()
         proc = subprocess.Popen(
-            args, cwd=ROOT, env=env or child_env(), stdout=subprocess.DEVNULL, stderr=err
+            args, cwd=cwd, env=env or child_env(), stdout=subprocess.DEVNULL, stderr=err
         )
         killer = threading.Timer(timeout, proc.kill)
         killer.start()
