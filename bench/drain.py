@@ -6,14 +6,17 @@ the jobs are loaded as workload 2 loads them.
 
 Per tree and variant (extra `delayq run` arguments; the default runs it bare) it prints the
 median jobs/s, the runner's CPU µs a job (its own rusage, children included: what a busy
-machine inflates least) and Redis's (INFO's used_cpu, meaningful on a private server), each
-with its ratio to the first REV, or to this checkout when no REV is given. No peers: a
-regression between two commits shows in a few minutes.
+machine inflates least), Redis's (INFO's used_cpu) and MariaDB's (from /proc, when the server
+runs here), each with its ratio to the first REV, or to this checkout when no REV is given.
+The servers' figures count whatever else they serve meanwhile: on private servers
+(BENCH_REDIS_URL, BENCH_DATABASE_URL) they are the drain's own. No peers: a regression between
+two commits shows in a few minutes.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import statistics
 import subprocess
@@ -40,6 +43,7 @@ class Drained:
     rate: float  # jobs/s, from spawn to exit
     cpu_us: float  # the runner's user + system CPU a job
     redis_us: float  # the Redis server's CPU a job
+    database_us: float  # the MariaDB server's, when it runs here (0.0 where it cannot be read)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -101,17 +105,36 @@ def drain(tree: Path, variant: str, n: int) -> Drained:
     subprocess.run(init, cwd=tree, env=child, check=True, capture_output=True)
     now = time.time()
     loader.load("incr", [now - 10 + 10 * i / n for i in range(n)])
-    redis_before = redis_cpu(server)
+    redis_before, database_before = redis_cpu(server), database_cpu()
     command = [python, "-m", "delayq", "run", "--max-seconds", "600", *shlex.split(variant)]
     finished = env.run_process(command, 900.0, child, cwd=tree)
     if finished.returncode == 2 and "No such option" in finished.stderr:
         raise Unsupported(f"its `delayq run` has no {variant!r}")
     env.require_ok(finished, f"{tree}: {shlex.join(command)}")
-    redis_used = redis_cpu(server) - redis_before
+    redis_used, database_used = redis_cpu(server) - redis_before, database_cpu() - database_before
     counted = int(handlers.client().get(handlers.COUNTER_KEY) or 0)
     if counted != n:
         raise RuntimeError(f"{tree} {variant}: the counter is at {counted}, not {n}")
-    return Drained(n / finished.wall, finished.cpu_s / n * 1e6, redis_used / n * 1e6)
+    per_job = [used / n * 1e6 for used in (finished.cpu_s, redis_used, database_used)]
+    return Drained(n / finished.wall, *per_job)
+
+
+def database_cpu() -> float:
+    """CPU seconds the MariaDB server has used, read from /proc by the pid file it names;
+    0.0 where that cannot be read (a server in a container, another user's)."""
+    db = connect_mysql(env.DATABASE_URL)
+    try:
+        with db.cursor() as cursor:
+            cursor.execute("SELECT @@pid_file")
+            pid_file = str(cursor.fetchone()[0])
+        pid = Path(pid_file).read_text().strip()
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except (OSError, ValueError):
+        return 0.0
+    finally:
+        db.close()
+    # utime and stime, the 14th and 15th fields (the 12th and 13th after the name)
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def redis_cpu(client: redis.Redis) -> float:
@@ -125,7 +148,7 @@ def table(found: dict[tuple[str, str], list[Drained]], base: str) -> str:
 
     lines = [
         f"{'tree':16} {'run':8} {'jobs/s':>8} {'ratio':>6} {'CPU µs/job':>11} {'ratio':>6} "
-        f"{'Redis µs/job':>12} {'ratio':>6} {'vs bare':>7}"
+        f"{'Redis µs/job':>12} {'ratio':>6} {'MariaDB µs/job':>14} {'ratio':>6} {'vs bare':>7}"
     ]
     for name, variant in found:
         cells = [f"{name[:16]:16} {variant or 'bare':8}"]
@@ -133,6 +156,7 @@ def table(found: dict[tuple[str, str], list[Drained]], base: str) -> str:
             ("rate", 8, ",.0f"),
             ("cpu_us", 11, ".1f"),
             ("redis_us", 12, ".1f"),
+            ("database_us", 14, ".1f"),
         ):
             value = median(name, variant, field)
             against = median(base, variant, field) if (base, variant) in found else 0.0

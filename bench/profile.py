@@ -27,6 +27,7 @@ from pathlib import Path
 import delayq
 
 from . import env, handlers, loader
+from .against import export
 
 # (step, the functions of it, the file they are in), innermost match wins: a frame looks like
 # "Class.function (delayq/worker/calls.py:123)".
@@ -66,6 +67,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--n", type=int, default=20000, help="due jobs to drain")
     parser.add_argument("--concurrency", type=int, default=1, help="delayq run -c")
     parser.add_argument("--rate", type=int, default=250, help="py-spy samples a second")
+    parser.add_argument("--rev", help="profile this earlier commit's tree instead (bench.against)")
     parser.add_argument("--keep", help="also write py-spy's raw stacks to KEEP--idle.txt, ...")
     return parser.parse_args(argv)
 
@@ -75,27 +77,32 @@ def main(argv: list[str] | None = None) -> int:
     env.check_loopback()
     env.ensure_database()
     env.compile_sources()
-    wall, on_main = drain_sampled(args, "--idle")
-    _, holding = drain_sampled(args, "--gil")
+    tree = export(args.rev) if args.rev else env.ROOT
+    wall, on_main = drain_sampled(args, "--idle", tree)
+    _, holding = drain_sampled(args, "--gil", tree)
     print(report(args.n, args.rate, wall, on_main, holding))
     return 0
 
 
-def drain_sampled(args: argparse.Namespace, mode: str) -> tuple[float, collections.Counter[str]]:
+def drain_sampled(
+    args: argparse.Namespace, mode: str, tree: Path
+) -> tuple[float, collections.Counter[str]]:
     """One drain of n due no-op jobs under py-spy in `mode` (--idle: every thread at every
     sample, waiting or not; --gil: only the thread holding the GIL); its wall time and the
     samples per step (main thread's, or with --gil any thread's)."""
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    python = sys.executable if tree == env.ROOT else str(tree / ".venv-bench" / "bin" / "python")
     with tempfile.NamedTemporaryFile(suffix=".txt") as raw, env.fresh_queue() as queue:
         now = time.time()
         loader.load("incr", [now - 10 + 10 * i / args.n for i in range(args.n)])
         command = [
             py_spy, "record", mode, "--threads", "--nonblocking", "--format", "raw",
             "--rate", str(args.rate), "--output", raw.name, "--",
-            *env.python("-m", "delayq", "run", "-c", str(args.concurrency)),
+            python, "-m", "delayq", "run", "-c", str(args.concurrency),
         ]  # fmt: skip
+        child = env.child_env(PYTHONPATH=str(tree))
         started = time.perf_counter()
-        subprocess.run(command, cwd=env.ROOT, env=env.child_env(), check=True, capture_output=True)
+        subprocess.run(command, cwd=tree, env=child, check=True, capture_output=True)
         wall = time.perf_counter() - started
         succeeded = env.count_status(queue, delayq.Status.SUCCESS)
         counted = int(handlers.client().get(handlers.COUNTER_KEY) or 0)
