@@ -34,6 +34,5 @@ CREATE TABLE IF NOT EXISTS `delay_queue` (
   KEY `job_ext_string` (`ext_string`),
   KEY `job_chain_id` (`chain_id`),
   KEY `job_status_modified` (`status`, `modified`),
-  KEY `job_unindexed` (`unindexed`),
-  KEY `job_modified` (`modified`)
+  KEY `job_unindexed` (`unindexed`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;

@@ -10,9 +10,9 @@ from bench.profile import step_of, steps
 
 def test_ratios_against_the_first_tree_per_variant_and_each_variant_against_bare():
     found = {
-        ("90de023", ""): [Drained(5000, 100.0, 20.0), Drained(5400, 90.0, 22.0)],
-        ("this checkout", ""): [Drained(6000, 80.0, 20.0), Drained(6480, 81.0, 22.0)],
-        ("this checkout", "-c 8"): [Drained(6240, 85.0, 18.0)],
+        ("90de023", ""): [Drained(5000, 100.0, 20.0, 0.0), Drained(5400, 90.0, 22.0, 0.0)],
+        ("this checkout", ""): [Drained(6000, 80.0, 20.0, 0.0), Drained(6480, 81.0, 22.0, 0.0)],
+        ("this checkout", "-c 8"): [Drained(6240, 85.0, 18.0, 0.0)],
     }
     rows = table(found, "90de023").splitlines()
     old, new, eight = rows[1].split(), rows[2].split(), rows[3].split()

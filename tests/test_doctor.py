@@ -44,7 +44,7 @@ def test_a_healthy_setup_is_all_ok(queue, cli_env):
         "handlers": ["ok"],
         "database": ["ok"],
         "columns": ["ok"],
-        "index": ["ok"] * 6,
+        "index": ["ok"] * 5,
         "redis": ["ok"],
         "topology": ["ok"],
         "eviction": ["ok"],

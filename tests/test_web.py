@@ -294,8 +294,9 @@ def test_search_by_a_range_of_last_change_in_utc_pages_and_refuses_bad_ranges(qu
 
 @pytest.mark.parametrize(
     ("statuses", "width", "index"),
-    # A day of failed jobs (about 290 rows), or an hour of any status (about 60).
-    [((Status.FAILED,), 86400, "job_status_modified"), ((), 3600, "job_modified")],
+    # A day of failed jobs (about 290 rows), or an hour of any status (about 60): the
+    # (status, modified) ranges of the statuses present.
+    [((Status.FAILED,), 86400, "job_status_modified"), ((), 3600, "job_status_modified")],
     ids=["one-status", "any-status"],
 )
 def test_a_time_range_search_reads_an_index_on_modified(queue, backend, statuses, width, index):

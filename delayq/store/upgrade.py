@@ -16,7 +16,7 @@ from ..errors import ConfigError
 from . import queries
 from .index import Index
 from .keys import schedule_key
-from .table import TABLE_NAME, Status, Table, id_batches, utc_stamp
+from .table import RETIRED_INDEXES, TABLE_NAME, Status, Table, id_batches, utc_stamp
 
 BATCH = 1000
 # A job the seed's cron would never have run: its row says waiting, but its id is not on
@@ -184,6 +184,10 @@ def _add_indexes(table: Table) -> list[str]:
         if tuple(fields) not in indexed:
             migrate(migrator.add_index(TABLE_NAME, fields, unique))
             changes.append(f"added index ({', '.join(fields)})")
+    for index in table.db.get_indexes(TABLE_NAME):
+        if tuple(index.columns) in RETIRED_INDEXES:
+            migrate(migrator.drop_index(TABLE_NAME, index.name))
+            changes.append(f"dropped index ({', '.join(index.columns)})")
     return changes
 
 
