@@ -149,12 +149,13 @@ def format_instant(epoch: float | None) -> str:
 
 
 def format_duration(seconds: float) -> str:
-    """A duration as one would write it: in the largest unit it is a whole number of
-    (`1d`, `36h`, `90m`, `45s`), so a setting reads back as it was most likely written."""
-    for unit, size in sorted(_UNITS.items(), key=lambda item: -item[1]):
-        if seconds and seconds % size == 0 and unit != "w":
-            return f"{seconds / size:g}{unit}"
-    return f"{seconds:g}s"
+    """A duration as one would write it: in the largest unit it is a whole number of (`1d`,
+    `36h`, `90m`, `45s`, `0.25s`), so a setting reads back as it was most likely written and
+    a period exactly, as `--every` takes it."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds and seconds % size == 0:
+            return f"{seconds // size:.0f}{unit}"
+    return f"{seconds:.6f}".rstrip("0").rstrip(".") + "s"
 
 
 def format_delta(seconds: float) -> str:

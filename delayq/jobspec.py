@@ -18,6 +18,7 @@ from .durations import (
     Duration,
     Instant,
     check_due,
+    format_duration,
     instant_of,
     seconds_of,
 )
@@ -115,16 +116,8 @@ def schedule_text(job: Job) -> str | None:
     if job.schedule:
         return job.schedule
     if job.every:
-        return f"every {_period(job.every)}"
+        return f"every {format_duration(job.every)}"
     return None
-
-
-def _period(seconds: float) -> str:
-    """A period in the largest unit it is a whole number of, so that it reads back exactly."""
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size and seconds % size == 0:
-            return f"{seconds // size:.0f}{unit}"
-    return f"{seconds:.6f}".rstrip("0").rstrip(".") + "s"
 
 
 def row_view(job: Job) -> dict[str, Any]:
