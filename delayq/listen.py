@@ -110,18 +110,12 @@ def seed_call(key: str, php_classes: dict[str, str]) -> Call | None:
     return Call(class_path, method, {"key": key, "args": args.split("@") if args else []})
 
 
-def missing_flags(current: str) -> str:
-    """The flags of NEEDED_FLAGS that the setting's value `current` lacks."""
-    covered = set(current) | (set(ALL_CLASSES) if "A" in current else set())
-    return "".join(flag for flag in NEEDED_FLAGS if flag not in covered)
-
-
 def enable_notifications(client: redis.Redis) -> None:
     """Add the flags the bridge needs to the server's keyspace events, keeping those set."""
     try:
         current = text(client.config_get(SETTING).get(SETTING) or "")
-        missing = missing_flags(current)
-        if missing:
+        covered = set(current) | (set(ALL_CLASSES) if "A" in current else set())
+        if missing := "".join(flag for flag in NEEDED_FLAGS if flag not in covered):
             client.config_set(SETTING, current + missing)
     except redis.ResponseError as exc:  # CONFIG renamed away, or an ACL without it
         raise ConfigError(
