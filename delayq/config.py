@@ -213,8 +213,7 @@ def _read_file(path: str | Path | None) -> dict[str, Any]:
 def _beside(config_file: Path, item: Any) -> Any:
     if not isinstance(item, str) or not item.strip():
         return item  # left for _directories to refuse or skip
-    directory = Path(item).expanduser()
-    return str(directory if directory.is_absolute() else config_file.parent / directory)
+    return str(config_file.parent / Path(item).expanduser())  # an absolute one stays as it is
 
 
 def _coerce(values: dict[str, Any]) -> dict[str, Any]:
