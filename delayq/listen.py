@@ -245,12 +245,11 @@ class Bridge:
         BackendUnavailable once the timers' Redis has not answered for `retry_for` seconds."""
         down_since: float | None = None
         while True:
-            pubsub = None
             try:
-                pubsub = self.subscribe()
-                down_since = None
-                on_ready(self.adopt_all())
-                self.pump(pubsub)
+                with self.subscribe() as pubsub:
+                    down_since = None
+                    on_ready(self.adopt_all())
+                    self.pump(pubsub)
             except (redis.ConnectionError, redis.TimeoutError) as exc:
                 if down_since is None:  # one warning an outage, not one a second
                     down_since = time.monotonic()
@@ -265,9 +264,6 @@ class Bridge:
                         f"{format_duration(retry_for)}: {one_line(exc, self.url)}"
                     ) from None
                 time.sleep(RECONNECT_PAUSE)
-            finally:
-                if pubsub is not None:
-                    pubsub.close()
 
 
 def open_bridge(queue: Queue, url: str, matches: Sequence[Match], name: str) -> Bridge:
