@@ -103,21 +103,25 @@ def check_due(run_at: float, now: float, name: str = "the due time") -> float:
     return run_at
 
 
-def parse_instant(text: str, name: str = "--at") -> float:
+def parse_instant(text: str, name: str = "--at", naive_utc: bool = False) -> float:
     """Epoch seconds of an ISO 8601 date-time with its offset (`Z` or `+HH:MM`); without one,
-    which zone `add` ran in (another machine, a container) would be a guess."""
+    which zone `add` ran in (another machine, a container) would be a guess, so it is refused,
+    unless `naive_utc`: then it is UTC, and a date alone its midnight (the web page's filters)."""
     try:
         # Python before 3.11 reads no `Z`; it is UTC.
         moment = datetime.fromisoformat(re.sub(r"[zZ]$", "+00:00", text.strip()))
     except ValueError:
+        example = "2026-11-22T18:30:00" + ("" if naive_utc else "+01:00")
         raise BadInput(
-            f"{name} {shown(text)} is not an ISO 8601 date-time; use e.g. 2026-11-22T18:30:00+01:00"
+            f"{name} {shown(text)} is not an ISO 8601 date-time; use e.g. {example}"
         ) from None
     if moment.utcoffset() is None:
-        raise BadInput(
-            f"{name} {shown(text)} has no time zone; add Z (UTC) or +HH:MM, "
-            "e.g. 2026-11-22T18:30:00Z"
-        )
+        if not naive_utc:
+            raise BadInput(
+                f"{name} {shown(text)} has no time zone; add Z (UTC) or +HH:MM, "
+                "e.g. 2026-11-22T18:30:00Z"
+            )
+        moment = moment.replace(tzinfo=timezone.utc)
     try:
         return moment.timestamp()
     except (OverflowError, OSError):  # a date the platform's time functions cannot place
@@ -125,16 +129,7 @@ def parse_instant(text: str, name: str = "--at") -> float:
 
 
 def parse_utc_instant(text: str, name: str) -> float:
-    """Epoch seconds of an ISO 8601 date-time or date; without an offset it is UTC."""
-    try:
-        moment = datetime.fromisoformat(text.strip())
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=timezone.utc)
-        return moment.timestamp()
-    except (ValueError, OverflowError, OSError):
-        raise BadInput(
-            f"{name} {shown(text)} is not an ISO 8601 date-time; use e.g. 2026-11-22T18:30:00"
-        ) from None
+    return parse_instant(text, name, naive_utc=True)
 
 
 def format_instant(epoch: float | None) -> str:
