@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from .config import DEFAULT_QUEUE, validate_queue_name, window_text
+from .config import DEFAULT_QUEUE, validate_queue_name
 from .durations import (
     HORIZON,
     MAX_DURATION,
@@ -238,7 +238,7 @@ def check_at(at: Instant, now: float, since: float | None, name: str) -> float:
     run_at = check_due(instant_of(at, name), now, name)
     if since is not None and run_at < now - since:
         raise BadInput(
-            f"{name} is more than {window_text(since)} ago, before the window a run looks "
-            "back over, so the job could only end missed; give a later time"
+            f"{name} is more than {format_duration(since)} (DELAYQ_SINCE) ago, before the window "
+            "a run looks back over, so the job could only end missed; give a later time"
         )
     return run_at
