@@ -41,7 +41,14 @@ def seconds_of(value: Any, name: str) -> float:
     if isinstance(value, timedelta):
         return value.total_seconds()
     if isinstance(value, str):
-        return _duration_text(value, name)
+        if len(value) > 64:
+            # A megabyte of digits is not parsed, and 64 characters keep the number finite.
+            raise BadInput(
+                f"{name} {shown(value)} is {len(value)} characters, too long for a duration"
+            )
+        if match := _DURATION.match(value):
+            return float(match.group(1)) * _UNITS[(match.group(2) or "s").lower()]
+        raise BadInput(f"{name} {shown(value)} is not a duration; use seconds or 90s, 15m, 2h, 1d")
     return _finite_number(value, name, "a number of seconds, a timedelta or a duration")
 
 
@@ -70,16 +77,6 @@ def _finite_number(value: Any, name: str, expected: str) -> float:
     if not math.isfinite(number):
         raise BadInput(f"{name} must be a finite number, not {number}")
     return number
-
-
-def _duration_text(text: str, name: str) -> float:
-    if len(text) > 64:
-        # A megabyte of digits is not parsed, and 64 characters keep the number finite.
-        raise BadInput(f"{name} {shown(text)} is {len(text)} characters, too long for a duration")
-    match = _DURATION.match(text)
-    if not match:
-        raise BadInput(f"{name} {shown(text)} is not a duration; use seconds or 90s, 15m, 2h, 1d")
-    return float(match.group(1)) * _UNITS[(match.group(2) or "s").lower()]
 
 
 def shown(value: Any, limit: int = 40) -> str:
