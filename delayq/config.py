@@ -15,12 +15,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from .durations import format_duration, parse_duration
+from .durations import parse_duration
 from .errors import BadInput, ConfigError
 
 MIN_WEB_TOKEN = 16
 MAX_CONCURRENCY = 1000
-ENV_PREFIX = "DELAYQ_"
 CONFIG_FILE = "delayq.toml"
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 PHP_CLASS_NAME = re.compile(r"^\\?[A-Za-z_][A-Za-z0-9_]*(\\[A-Za-z_][A-Za-z0-9_]*)*$")
@@ -99,9 +98,9 @@ def load_settings(
 ) -> Settings:
     """Settings from the config file overlaid by DELAYQ_* variables."""
     environ = os.environ if environ is None else environ
-    values = _read_file(config_path or environ.get(ENV_PREFIX + "CONFIG"))
+    values = _read_file(config_path or environ.get("DELAYQ_CONFIG"))
     for name in DEFAULTS:
-        if raw := environ.get(ENV_PREFIX + name.upper()):  # an empty variable counts as unset
+        if raw := environ.get(f"DELAYQ_{name.upper()}"):  # an empty variable counts as unset
             values[name] = raw
     return Settings(**_coerce(values)).validate()
 
@@ -111,11 +110,6 @@ def validate_queue_name(name: str) -> str:
     if not isinstance(name, str) or not QUEUE_NAME.fullmatch(name):
         raise BadInput(f"queue name {name!r} must be 1-64 characters of A-Z a-z 0-9 _ . : -")
     return name
-
-
-def window_text(since: float) -> str:
-    """The run's window as its setting reads, e.g. `1d (DELAYQ_SINCE)`."""
-    return f"{format_duration(since)} ({ENV_PREFIX}SINCE)"
 
 
 def validate_text(value: str, name: str) -> str:
@@ -213,8 +207,7 @@ def _read_file(path: str | Path | None) -> dict[str, Any]:
 def _beside(config_file: Path, item: Any) -> Any:
     if not isinstance(item, str) or not item.strip():
         return item  # left for _directories to refuse or skip
-    directory = Path(item).expanduser()
-    return str(directory if directory.is_absolute() else config_file.parent / directory)
+    return str(config_file.parent / Path(item).expanduser())  # an absolute one stays as it is
 
 
 def _coerce(values: dict[str, Any]) -> dict[str, Any]:
@@ -232,7 +225,7 @@ def _coerce(values: dict[str, Any]) -> dict[str, Any]:
             try:
                 out[name] = parse_duration(out[name], name)
             except BadInput as exc:
-                raise ConfigError(f"{ENV_PREFIX}{name.upper()}: {exc}") from None
+                raise ConfigError(f"DELAYQ_{name.upper()}: {exc}") from None
     for name in ("batch_size", "concurrency"):
         if name in out:
             out[name] = _integer(name, out[name])
@@ -243,7 +236,7 @@ def _integer(name: str, value: Any) -> int:
     if isinstance(value, int | str) and not isinstance(value, bool):
         with suppress(ValueError):
             return int(value)
-    raise ConfigError(f"{ENV_PREFIX}{name.upper()} must be a whole number")
+    raise ConfigError(f"DELAYQ_{name.upper()} must be a whole number")
 
 
 def _directories(value: Any) -> tuple[Path, ...]:

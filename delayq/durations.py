@@ -41,7 +41,14 @@ def seconds_of(value: Any, name: str) -> float:
     if isinstance(value, timedelta):
         return value.total_seconds()
     if isinstance(value, str):
-        return _duration_text(value, name)
+        if len(value) > 64:
+            # A megabyte of digits is not parsed, and 64 characters keep the number finite.
+            raise BadInput(
+                f"{name} {shown(value)} is {len(value)} characters, too long for a duration"
+            )
+        if match := _DURATION.match(value):
+            return float(match.group(1)) * _UNITS[(match.group(2) or "s").lower()]
+        raise BadInput(f"{name} {shown(value)} is not a duration; use seconds or 90s, 15m, 2h, 1d")
     return _finite_number(value, name, "a number of seconds, a timedelta or a duration")
 
 
@@ -72,16 +79,6 @@ def _finite_number(value: Any, name: str, expected: str) -> float:
     return number
 
 
-def _duration_text(text: str, name: str) -> float:
-    if len(text) > 64:
-        # A megabyte of digits is not parsed, and 64 characters keep the number finite.
-        raise BadInput(f"{name} {shown(text)} is {len(text)} characters, too long for a duration")
-    match = _DURATION.match(text)
-    if not match:
-        raise BadInput(f"{name} {shown(text)} is not a duration; use seconds or 90s, 15m, 2h, 1d")
-    return float(match.group(1)) * _UNITS[(match.group(2) or "s").lower()]
-
-
 def shown(value: Any, limit: int = 40) -> str:
     """`value` as an error message may quote it: its repr (escaping control characters and
     lone surrogates), cut short, so a hostile or huge input still makes one short line."""
@@ -103,21 +100,25 @@ def check_due(run_at: float, now: float, name: str = "the due time") -> float:
     return run_at
 
 
-def parse_instant(text: str, name: str = "--at") -> float:
+def parse_instant(text: str, name: str = "--at", naive_utc: bool = False) -> float:
     """Epoch seconds of an ISO 8601 date-time with its offset (`Z` or `+HH:MM`); without one,
-    which zone `add` ran in (another machine, a container) would be a guess."""
+    which zone `add` ran in (another machine, a container) would be a guess, so it is refused,
+    unless `naive_utc`: then it is UTC, and a date alone its midnight (the web page's filters)."""
     try:
         # Python before 3.11 reads no `Z`; it is UTC.
         moment = datetime.fromisoformat(re.sub(r"[zZ]$", "+00:00", text.strip()))
     except ValueError:
+        example = "2026-11-22T18:30:00" + ("" if naive_utc else "+01:00")
         raise BadInput(
-            f"{name} {shown(text)} is not an ISO 8601 date-time; use e.g. 2026-11-22T18:30:00+01:00"
+            f"{name} {shown(text)} is not an ISO 8601 date-time; use e.g. {example}"
         ) from None
     if moment.utcoffset() is None:
-        raise BadInput(
-            f"{name} {shown(text)} has no time zone; add Z (UTC) or +HH:MM, "
-            "e.g. 2026-11-22T18:30:00Z"
-        )
+        if not naive_utc:
+            raise BadInput(
+                f"{name} {shown(text)} has no time zone; add Z (UTC) or +HH:MM, "
+                "e.g. 2026-11-22T18:30:00Z"
+            )
+        moment = moment.replace(tzinfo=timezone.utc)
     try:
         return moment.timestamp()
     except (OverflowError, OSError):  # a date the platform's time functions cannot place
@@ -125,16 +126,7 @@ def parse_instant(text: str, name: str = "--at") -> float:
 
 
 def parse_utc_instant(text: str, name: str) -> float:
-    """Epoch seconds of an ISO 8601 date-time or date; without an offset it is UTC."""
-    try:
-        moment = datetime.fromisoformat(text.strip())
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=timezone.utc)
-        return moment.timestamp()
-    except (ValueError, OverflowError, OSError):
-        raise BadInput(
-            f"{name} {shown(text)} is not an ISO 8601 date-time; use e.g. 2026-11-22T18:30:00"
-        ) from None
+    return parse_instant(text, name, naive_utc=True)
 
 
 def format_instant(epoch: float | None) -> str:
@@ -149,12 +141,13 @@ def format_instant(epoch: float | None) -> str:
 
 
 def format_duration(seconds: float) -> str:
-    """A duration as one would write it: in the largest unit it is a whole number of
-    (`1d`, `36h`, `90m`, `45s`), so a setting reads back as it was most likely written."""
-    for unit, size in sorted(_UNITS.items(), key=lambda item: -item[1]):
-        if seconds and seconds % size == 0 and unit != "w":
-            return f"{seconds / size:g}{unit}"
-    return f"{seconds:g}s"
+    """A duration as one would write it: in the largest unit it is a whole number of (`1d`,
+    `36h`, `90m`, `45s`, `0.25s`), so a setting reads back as it was most likely written and
+    a period exactly, as `--every` takes it."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds and seconds % size == 0:
+            return f"{seconds // size:.0f}{unit}"
+    return f"{seconds:.6f}".rstrip("0").rstrip(".") + "s"
 
 
 def format_delta(seconds: float) -> str:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from .config import DEFAULT_QUEUE, validate_queue_name, window_text
+from .config import DEFAULT_QUEUE, validate_queue_name
 from .durations import (
     HORIZON,
     MAX_DURATION,
@@ -18,6 +18,7 @@ from .durations import (
     Duration,
     Instant,
     check_due,
+    format_duration,
     instant_of,
     seconds_of,
 )
@@ -115,16 +116,8 @@ def schedule_text(job: Job) -> str | None:
     if job.schedule:
         return job.schedule
     if job.every:
-        return f"every {_period(job.every)}"
+        return f"every {format_duration(job.every)}"
     return None
-
-
-def _period(seconds: float) -> str:
-    """A period in the largest unit it is a whole number of, so that it reads back exactly."""
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size and seconds % size == 0:
-            return f"{seconds // size:.0f}{unit}"
-    return f"{seconds:.6f}".rstrip("0").rstrip(".") + "s"
 
 
 def row_view(job: Job) -> dict[str, Any]:
@@ -245,7 +238,7 @@ def check_at(at: Instant, now: float, since: float | None, name: str) -> float:
     run_at = check_due(instant_of(at, name), now, name)
     if since is not None and run_at < now - since:
         raise BadInput(
-            f"{name} is more than {window_text(since)} ago, before the window a run looks "
-            "back over, so the job could only end missed; give a later time"
+            f"{name} is more than {format_duration(since)} (DELAYQ_SINCE) ago, before the window "
+            "a run looks back over, so the job could only end missed; give a later time"
         )
     return run_at

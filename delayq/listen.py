@@ -110,18 +110,12 @@ def seed_call(key: str, php_classes: dict[str, str]) -> Call | None:
     return Call(class_path, method, {"key": key, "args": args.split("@") if args else []})
 
 
-def missing_flags(current: str) -> str:
-    """The flags of NEEDED_FLAGS that the setting's value `current` lacks."""
-    covered = set(current) | (set(ALL_CLASSES) if "A" in current else set())
-    return "".join(flag for flag in NEEDED_FLAGS if flag not in covered)
-
-
 def enable_notifications(client: redis.Redis) -> None:
     """Add the flags the bridge needs to the server's keyspace events, keeping those set."""
     try:
         current = text(client.config_get(SETTING).get(SETTING) or "")
-        missing = missing_flags(current)
-        if missing:
+        covered = set(current) | (set(ALL_CLASSES) if "A" in current else set())
+        if missing := "".join(flag for flag in NEEDED_FLAGS if flag not in covered):
             client.config_set(SETTING, current + missing)
     except redis.ResponseError as exc:  # CONFIG renamed away, or an ACL without it
         raise ConfigError(
@@ -251,12 +245,11 @@ class Bridge:
         BackendUnavailable once the timers' Redis has not answered for `retry_for` seconds."""
         down_since: float | None = None
         while True:
-            pubsub = None
             try:
-                pubsub = self.subscribe()
-                down_since = None
-                on_ready(self.adopt_all())
-                self.pump(pubsub)
+                with self.subscribe() as pubsub:
+                    down_since = None
+                    on_ready(self.adopt_all())
+                    self.pump(pubsub)
             except (redis.ConnectionError, redis.TimeoutError) as exc:
                 if down_since is None:  # one warning an outage, not one a second
                     down_since = time.monotonic()
@@ -271,9 +264,6 @@ class Bridge:
                         f"{format_duration(retry_for)}: {one_line(exc, self.url)}"
                     ) from None
                 time.sleep(RECONNECT_PAUSE)
-            finally:
-                if pubsub is not None:
-                    pubsub.close()
 
 
 def open_bridge(queue: Queue, url: str, matches: Sequence[Match], name: str) -> Bridge:

@@ -56,8 +56,7 @@ class Queue(QueueReads):
         missed)."""
         changes = [f"created table {TABLE_NAME}"]
         if not create_tables(self.table):
-            now = self.index.clock.now() if now is None else now
-            changes = upgrade_table(self.table, self.index, now, schedule_lost)
+            changes = upgrade_table(self.table, self.index, self._now(now), schedule_lost)
         if not self.index.registry.is_complete():
             self.index.registry.register(queries.pending_queues(self.table))
             count = self.index.rebuild_from(queries.iter_pending(self.table))
@@ -106,7 +105,7 @@ class Queue(QueueReads):
     def _replace(self, spec: JobSpec, now: float | None, check: bool) -> int:
         if not spec.ext:
             raise BadInput("--replace needs --ext: the key of the job to replace")
-        now = self.index.clock.now() if now is None else now
+        now = self._now(now)
         since = self.settings.since
         row = to_row(spec, now, self.settings.handlers, set(), since=since, check=check)
         with queries.exclusive(self.table, f"{spec.queue}\0{spec.ext}"):
@@ -128,7 +127,7 @@ class Queue(QueueReads):
         for `add`. `using`: a connection to delayq's database (DB-API, peewee, SQLAlchemy or
         Django) whose open transaction the rows join: they run once it commits, never if it
         rolls back."""
-        now = self.index.clock.now() if now is None else now
+        now = self._now(now)
         located: set[tuple[str, str]] = set()
         stamp = utc_stamp(now)
         allowed, since = self.settings.handlers, self.settings.since
@@ -179,7 +178,7 @@ class Queue(QueueReads):
         key = None if ext is None else check_key(ext)
         if queue is not None:
             validate_queue_name(queue)
-        now = self.index.clock.now() if now is None else now
+        now = self._now(now)
         if key is None:
             job = self._get(job_id or 0)
             targets = [(job.id, job.queue)] if job.status == Status.PENDING else []
@@ -196,7 +195,7 @@ class Queue(QueueReads):
         """Run the job's chain again after `delay` seconds; the id of its pending attempt: the
         pending one moved ("retry now"), or a new one for a finished chain. Refused while an
         attempt runs; concurrent retries take the chain's lock in turn, leaving one pending."""
-        now = self.index.clock.now() if now is None else now
+        now = self._now(now)
         run_at = run_at_of(delay, None, now)
         job = self._get(job_id)
         call = read_call(job.params, dict(self.settings.php_classes))
@@ -307,7 +306,7 @@ class Queue(QueueReads):
         from .ops import maintenance
 
         age = parse_duration(older_than, "--older-than")
-        before = (self.index.clock.now() if now is None else now) - age
+        before = self._now(now) - age
         statuses = maintenance.PURGEABLE if statuses is None else statuses
         if dry_run:
             return sum(len(ids) for ids in maintenance.purgeable_ids(self.table, statuses, before))
@@ -327,7 +326,7 @@ class Queue(QueueReads):
             filters,
             self.settings.handlers,
             self.index,
-            self.index.clock.now() if now is None else now,
+            self._now(now),
             dry_run,
             php_classes=dict(self.settings.php_classes),
         )

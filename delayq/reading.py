@@ -58,9 +58,7 @@ class QueueReads:
         """Every queue's counts, backlog and next due time, and what the last run recorded."""
         from .ops import overview
 
-        return overview.status_report(
-            self.table, self.index, self.index.clock.now() if now is None else now
-        )
+        return overview.status_report(self.table, self.index, self._now(now))
 
     @backend_errors
     def list_jobs(
@@ -76,12 +74,10 @@ class QueueReads:
             raise BadInput(f"--limit must be between 1 and {MAX_PAGE}")
         if before_id is not None and not 1 <= before_id <= MAX_ID:
             raise BadInput(f"--before-id must be between 1 and {MAX_ID}")
-        now = self.index.clock.now() if now is None else now
         from .ops import overview
 
-        return [
-            row_view(row) for row in overview.list_jobs(self.table, filters, now, limit, before_id)
-        ]
+        rows = overview.list_jobs(self.table, filters, self._now(now), limit, before_id)
+        return [row_view(row) for row in rows]
 
     @backend_errors
     def peek(self, count: int = 10, *, queues: Sequence[str] | None = None) -> list[Upcoming]:
@@ -109,6 +105,9 @@ class QueueReads:
         """How many jobs are due now on the schedule of `queues` (default: all)."""
         names = list(queues) if queues else self.index.registry.known_queues()
         return self.index.schedule.due_count(names, self.index.clock.now())
+
+    def _now(self, now: float | None) -> float:
+        return self.index.clock.now() if now is None else now
 
     def _get(self, job_id: int) -> Job:
         # An id no column can hold names no job; asked as it is, the database would fail.

@@ -10,7 +10,13 @@ from datetime import datetime, timezone
 
 import pytest
 
-from delayq.durations import format_delta, format_instant, parse_duration, parse_instant
+from delayq.durations import (
+    format_delta,
+    format_duration,
+    format_instant,
+    parse_duration,
+    parse_instant,
+)
 from delayq.errors import BadInput
 
 # 2026-01-01T00:00:00Z
@@ -130,3 +136,13 @@ def test_format_instant_of_an_unknown_time_is_a_dash():
 )
 def test_format_delta_is_short(seconds, text):
     assert format_delta(seconds) == text
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0, "0s"), (0.25, "0.25s"), (45, "45s"), (5400, "90m"), (129600, "36h"), (86400, "1d")]
+    + [(1_234_567, "1234567s"), (60_000_060, "1000001m"), (3650 * 86400, "3650d")],
+)
+def test_format_duration_is_the_largest_whole_unit_and_reads_back(seconds, text):
+    assert format_duration(seconds) == text
+    assert parse_duration(text) == seconds
