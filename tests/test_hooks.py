@@ -118,6 +118,20 @@ def test_a_hook_that_raises_is_logged_and_the_queue_goes_on(queue, cli_env, log,
     assert len(hook_calls(hook_log)) == 2
 
 
+def test_a_hook_runs_with_the_runs_signals_blocked(queue, cli_env, log, hook_log):
+    """A hook left behind, hung, runs beside the next jobs: a SIGALRM the kernel gave its
+    thread would leave a handler asleep past its time limit."""
+    queue.add(H, "fail", {"log": log, "n": 1})
+
+    completed = delayq(
+        cli_env, "run", DELAYQ_ON_FAILURE=f"{HOOKS}.blocked_signals", HOOK_LOG=str(hook_log)
+    )
+
+    assert completed.returncode == 0
+    (call,) = hook_calls(hook_log)
+    assert {"SIGALRM", "SIGINT", "SIGTERM"} <= set(call["blocked"])
+
+
 def test_a_hook_that_hangs_is_left_behind_and_the_outcome_kept(queue, cli_env, log, hook_log):
     failed = queue.add(H, "fail", {"log": log, "n": 1})
     after = queue.add(H, "record", {"log": log, "n": "after"})

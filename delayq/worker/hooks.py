@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from ..config import Settings
 from ..errors import BadInput, ConfigError
 from ..store.outcomes import Outcome
+from ..threads import keep_signals_off_this_thread
 from .handlers import locate
 from .sentry import load_sentry
 from .tracebacks import describe
@@ -66,6 +67,8 @@ class FailureHook:
             )
 
     def _run(self, report: Outcome) -> None:
+        # A hook left behind, hung, must not take the next job's SIGALRM from the main thread.
+        keep_signals_off_this_thread()
         try:
             self.function(failure_info(report), report.error)
         except BaseException as exc:  # noqa: BLE001 - a hook's error is logged, never the run's

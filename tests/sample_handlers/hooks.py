@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import threading
 from typing import Any
 
@@ -23,6 +24,13 @@ def broken(job: dict[str, Any], error: BaseException | None) -> None:
 def hang(job: dict[str, Any], error: BaseException | None) -> None:
     record(job, error)
     threading.Event().wait()
+
+
+def blocked_signals(job: dict[str, Any], error: BaseException | None) -> None:
+    """Records the signals its thread blocks, by name."""
+    blocked = sorted(signal.Signals(number).name for number in signal.pthread_sigmask(0, []))
+    with open(os.environ["HOOK_LOG"], "a", encoding="utf-8") as log:
+        log.write(json.dumps({"job": job, "blocked": blocked}) + "\n")
 
 
 NOT_CALLABLE = "a hook that is not a function"
