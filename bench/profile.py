@@ -116,10 +116,12 @@ def drain_sampled(
 def steps(raw: str, main_only: bool) -> collections.Counter[str]:
     """Samples per step; those of threads other than the main one marked as such."""
     found: collections.Counter[str] = collections.Counter()
+    # py-spy names a thread once Python has; before that (the imports) only by its id.
+    main_ids = {line.split(":")[0] for line in raw.splitlines() if ": MainThread;" in line}
     for line in raw.splitlines():
         stack, _, count = line.rpartition(" ")
         thread, *frames = stack.split(";")
-        is_main = thread.endswith(": MainThread")
+        is_main = thread.split(":")[0] in main_ids
         if main_only and not is_main:
             continue
         step = step_of(frames)

@@ -45,7 +45,7 @@ def test_samples_by_thread_the_main_one_apart():
             "thread (2): delayq-bookkeeper_0;_WorkItem.run (concurrent/futures/thread.py:58);"
             "OutcomeBuffer._commit (delayq/worker/outcomes.py:104);"
             "tally_of (delayq/worker/outcomes.py:190) 3",
-            "thread (1): MainThread;<module> (delayq/__init__.py:6) 2",
+            "thread (1);<module> (delayq/__init__.py:6) 2",
         ]
     )
     assert steps(raw, main_only=True) == {
