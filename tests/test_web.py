@@ -615,7 +615,7 @@ def test_without_aggregates_the_overview_says_so(queue):
 
 
 def test_the_overviews_index_only_figures_match_status(queue, log):
-    from delayq.ops.dashboard import dashboard_report
+    from delayq.ops.overview import LIVE_STATUSES, status_report
 
     for name in ("default", "mail"):
         queue.add(H, "record", {"log": log}, queue=name, delay=0)
@@ -626,7 +626,7 @@ def test_the_overviews_index_only_figures_match_status(queue, log):
     now = queue.index.clock.now()
     full = queue.status(now=now)
 
-    live = dashboard_report(queue.table, queue.index, now)
+    live = status_report(queue.table, queue.index, now, LIVE_STATUSES)
     fields = ("pending", "pending_due", "running", "failed", "failed_last_hour", "oldest_due_id")
     for name, stats in full.queues.items():
         for field in (*fields, "next_due_at", "scheduled"):

@@ -14,10 +14,9 @@ from starlette.responses import RedirectResponse, Response
 
 from ..durations import parse_duration, parse_utc_instant
 from ..errors import BadInput
-from ..ops.dashboard import dashboard_report
 from ..ops.doctor import topology_words
 from ..ops.minutes import Minute, per_minute
-from ..ops.overview import JobFilter, StatusReport
+from ..ops.overview import LIVE_STATUSES, JobFilter, StatusReport, status_report
 from ..store.backend_errors import backend_errors
 from ..store.sentinels import SCHEME as SENTINEL
 from ..store.table import Status
@@ -60,7 +59,7 @@ def overview(request: Request) -> Response:
 @backend_errors
 def _read_overview(queue: Queue, window: str) -> tuple[StatusReport, list[Minute]]:
     """The queues' live figures (index ranges only) and the window's per-minute aggregates."""
-    report = dashboard_report(queue.table, queue.index, queue.index.clock.now())
+    report = status_report(queue.table, queue.index, queue.index.clock.now(), LIVE_STATUSES)
     return report, per_minute(queue, minutes=charts.WINDOWS[window][0])
 
 
