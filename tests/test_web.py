@@ -599,7 +599,7 @@ def test_the_charts_draw_what_the_last_runs_did_from_the_per_minute_aggregates(q
 
 def test_a_lateness_line_at_the_top_of_its_chart_is_drawn_at_zero_not_minus_zero():
     # 120 - 120 * v / v is -1.4e-14 for v = 0.0007 s: formatted, that was "-0.0".
-    chart = lateness_chart([Bin(0.0, 1, 0, 0.0007, 0.0007)], label=str)
+    chart = lateness_chart([Bin(0.0, 1, 0, 0.0007, 0.0007)])
 
     for name, points in chart.lines.items():
         x, y = points.split(",")

@@ -4,7 +4,6 @@ job with its retry chain. Each asks the Queue what the CLI asks, so the two neve
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 from urllib.parse import urlencode, urlsplit
 
@@ -50,8 +49,8 @@ def overview(request: Request) -> Response:
         upcoming=queue.peek(UPCOMING),
         window=window,
         lateness=charts.lateness_by_queue(read, report.now - 3600),
-        throughput=charts.throughput_chart(bins, bin_label),
-        late=charts.lateness_chart(bins, bin_label),
+        throughput=charts.throughput_chart(bins),
+        late=charts.lateness_chart(bins),
         chart=charts,
     )
 
@@ -73,11 +72,6 @@ def redis_topology(queue: Queue) -> str:
         return "not known (INFO is refused)"
     through_sentinel = urlsplit(queue.settings.redis_url or "").scheme == SENTINEL
     return f"{words}, named by the sentinels" if through_sentinel else words
-
-
-def bin_label(epoch: float) -> str:
-    """How a bin's start reads in a chart's tooltip: the time of day, UTC."""
-    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%H:%M UTC")
 
 
 def search(request: Request) -> Response:
