@@ -81,8 +81,7 @@ def search(request: Request) -> Response:
     filters = job_filter(given)
     before_id = _positive(given["before_id"], "before_id") if "before_id" in given else None
     rows = request.app.state.queue.list_jobs(filters, limit=PAGE_SIZE, before_id=before_id)
-    full = len(rows) == PAGE_SIZE
-    next_page = urlencode(dict(given, before_id=rows[-1]["id"])) if full else None
+    next_page = urlencode(dict(given, before_id=rows[-1]["id"])) if len(rows) == PAGE_SIZE else None
     return render(
         request,
         "search.html",
