@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     from ..queue import Queue
 
 PAGE_SIZE = 50
-UPCOMING = 10
 SEARCH_FIELDS = ("id", "ext", "handler", "status", "queue", "since", "from", "to", "before_id")
 MAX_FIELD = 1000  # longer than any ext (255) or class path a search could match
 
@@ -46,7 +45,7 @@ def overview(request: Request) -> Response:
         "overview_live.html" if fragment else "overview.html",
         topology=None if fragment else redis_topology(queue),
         report=report,
-        upcoming=queue.peek(UPCOMING),
+        upcoming=queue.peek(),  # as many as `delayq peek` shows
         window=window,
         lateness=charts.lateness_by_queue(read, report.now - 3600),
         throughput=charts.throughput_chart(bins),
