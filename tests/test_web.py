@@ -600,7 +600,7 @@ def test_the_charts_draw_what_the_last_runs_did_from_the_per_minute_aggregates(q
 
 def test_a_lateness_line_at_the_top_of_its_chart_is_drawn_at_zero_not_minus_zero():
     # 120 - 120 * v / v is -1.4e-14 for v = 0.0007 s: formatted, that was "-0.0".
-    chart = lateness_chart([Bin(0.0, 1, 0, 0.0007, 0.0007)], label=str)
+    chart = lateness_chart([Bin(0.0, 1, 0, 0.0007, 0.0007)])
 
     for name, points in chart.lines.items():
         x, y = points.split(",")
@@ -616,7 +616,7 @@ def test_without_aggregates_the_overview_says_so(queue):
 
 
 def test_the_overviews_index_only_figures_match_status(queue, log):
-    from delayq.ops.dashboard import dashboard_report
+    from delayq.ops.overview import LIVE_STATUSES, status_report
 
     for name in ("default", "mail"):
         queue.add(H, "record", {"log": log}, queue=name, delay=0)
@@ -627,7 +627,7 @@ def test_the_overviews_index_only_figures_match_status(queue, log):
     now = queue.index.clock.now()
     full = queue.status(now=now)
 
-    live = dashboard_report(queue.table, queue.index, now)
+    live = status_report(queue.table, queue.index, now, LIVE_STATUSES)
     fields = ("pending", "pending_due", "running", "failed", "failed_last_hour", "oldest_due_id")
     for name, stats in full.queues.items():
         for field in (*fields, "next_due_at", "scheduled"):

@@ -130,12 +130,27 @@ def redis_checks(index: Index, settings: Settings) -> list[Check]:
     except ValueError:
         too_old = False
     running = f"Redis {', '.join(versions)} at {where}"
+    evicting = sorted({server.eviction for server in found} - {"noeviction"})
+    kept = sorted({server.persistence or "not known (CONFIG is refused)" for server in found})
     counts = ", ".join(f"{queue} {count}" for queue, count in strays.items() if count)
     return [
         verdict(not too_old, "redis", running, f"{running}; delayq needs 6.2 or later", FAIL),
         _topology_check(found, where),
-        _eviction_check(found),
-        _persistence_check(found),
+        verdict(
+            not evicting,
+            "eviction",
+            "maxmemory-policy is noeviction",
+            f"maxmemory-policy is {', '.join(evicting)}: an evicting Redis silently drops "
+            "schedule entries (the table keeps the jobs, but they run late); set "
+            "maxmemory-policy noeviction",
+        ),
+        verdict(
+            "none" not in kept,
+            "disk",
+            f"Redis keeps the schedule on disk: {', '.join(kept)}",
+            "Redis keeps nothing on disk: a restart empties the schedule and the next run "
+            "rebuilds it from the table, jobs waiting meanwhile; turn on appendonly (or save)",
+        ),
         verdict(
             complete,
             "schedule",
@@ -168,14 +183,14 @@ def topology_words(found: list[Server]) -> str:
 def _topology_check(found: list[Server], where: str) -> Check:
     words = topology_words(found)
     if len(found) == 1 and not found[0].address:
-        if found[0].role != "master":
-            return Check(
-                FAIL,
-                "topology",
-                f"{where} is {words}: it takes no writes (or drops them at its next sync); "
-                "name the primary, or the sentinels with redis+sentinel://",
-            )
-        return Check(OK, "topology", words)
+        return verdict(
+            found[0].role == "master",
+            "topology",
+            words,
+            f"{where} is {words}: it takes no writes (or drops them at its next sync); "
+            "name the primary, or the sentinels with redis+sentinel://",
+            FAIL,
+        )
     alone = [server.address for server in found if not server.replicas]
     return verdict(
         not alone,
@@ -190,29 +205,6 @@ def _replicas(server: Server) -> str:
         return "no replica"
     return f"{len(server.replicas)} replica{'s' * (len(server.replicas) > 1)}: " + ", ".join(
         server.replicas
-    )
-
-
-def _eviction_check(found: list[Server]) -> Check:
-    evicting = {server.eviction for server in found} - {"noeviction"}
-    return verdict(
-        not evicting,
-        "eviction",
-        "maxmemory-policy is noeviction",
-        f"maxmemory-policy is {', '.join(sorted(evicting))}: an evicting Redis silently drops "
-        "schedule entries (the table keeps the jobs, but they run late); set maxmemory-policy "
-        "noeviction",
-    )
-
-
-def _persistence_check(found: list[Server]) -> Check:
-    kept = sorted({server.persistence or "not known (CONFIG is refused)" for server in found})
-    return verdict(
-        "none" not in kept,
-        "disk",
-        f"Redis keeps the schedule on disk: {', '.join(kept)}",
-        "Redis keeps nothing on disk: a restart empties the schedule and the next run "
-        "rebuilds it from the table, jobs waiting meanwhile; turn on appendonly (or save)",
     )
 
 

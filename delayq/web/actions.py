@@ -48,16 +48,13 @@ def guarded(action: Action) -> Action:
     return checked
 
 
-async def login_form(request: Request) -> Response:
-    if request.app.state.token is None:
-        return error_page(request, 403, message=NO_TOKEN)
-    return render(request, "login.html")
-
-
 async def login(request: Request) -> Response:
+    """GET: the form; POST: the token, checked against the address's recent wrong ones."""
     token = request.app.state.token
     if token is None:
         return error_page(request, 403, message=NO_TOKEN)
+    if request.method == "GET":
+        return render(request, "login.html")
     throttle = request.app.state.login_throttle
     address = request.client.host if request.client else "unknown"
     wait = throttle.retry_after(address)

@@ -5,7 +5,7 @@ aggregates. Classes give the colours, no style attribute, so the page's CSP hold
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime, timezone
 
 from ..ops.minutes import Minute, merge
 
@@ -43,13 +43,13 @@ class Chart:
     top: float
 
 
-def lateness_by_queue(read: list[Minute], since: float) -> dict[str, Minute]:
-    """{queue: its minutes from `since` on, merged}, for the overview's p50 and p99."""
+def lateness_by_queue(read: list[Minute], since: float) -> dict[str, tuple[float | None, ...]]:
+    """{queue: (p50, p99) of its minutes from `since` on}, for the overview's table."""
     by_queue: dict[str, list[Minute]] = {}
     for minute in read:
         if minute.start >= since:
             by_queue.setdefault(minute.queue, []).append(minute)
-    return {name: merge(items) for name, items in by_queue.items()}
+    return {name: _quantiles(merge(items)) for name, items in by_queue.items()}
 
 
 def bins_of(read: list[Minute], window: str) -> list[Bin]:
@@ -61,21 +61,14 @@ def bins_of(read: list[Minute], window: str) -> list[Bin]:
     grouped: dict[int, list[Minute]] = {}
     for minute in read:
         grouped.setdefault(int((minute.start - first) // span), []).append(minute)
-    return [_bin(first + span * slot, grouped[slot]) for slot in sorted(grouped)]
+    merged = [(first + span * slot, merge(grouped[slot])) for slot in sorted(grouped)]
+    return [
+        Bin(start, total.succeeded + total.failed, total.failed, *_quantiles(total))
+        for start, total in merged
+    ]
 
 
-def _bin(start: float, minutes: list[Minute]) -> Bin:
-    total = merge(minutes)
-    return Bin(
-        start=start,
-        finished=total.succeeded + total.failed,
-        failed=total.failed,
-        p50=total.lateness_quantile(0.5),
-        p99=total.lateness_quantile(0.99),
-    )
-
-
-def throughput_chart(bins: list[Bin], label: Any) -> Chart:
+def throughput_chart(bins: list[Bin]) -> Chart:
     """A bar per bin, as tall as the jobs that finished in it."""
     top = float(max((item.finished for item in bins), default=0)) or 1.0
     step = WIDTH / max(len(bins), 1)
@@ -85,38 +78,48 @@ def throughput_chart(bins: list[Bin], label: Any) -> Chart:
             y=round(HEIGHT - HEIGHT * item.finished / top, 1),
             width=round(max(step - 1, 1), 1),
             height=round(HEIGHT * item.finished / top, 1),
-            label=f"{label(item.start)}: {item.finished} finished, {item.failed} failed",
+            label=f"{_label(item.start)}: {item.finished} finished, {item.failed} failed",
         )
         for index, item in enumerate(bins)
     ]
     return Chart(bars, {}, top)
 
 
-def lateness_chart(bins: list[Bin], label: Any) -> Chart:
+def lateness_chart(bins: list[Bin]) -> Chart:
     """Lines of each bin's p50 and p99 lateness; bins without jobs leave gaps in neither."""
     values = [value for item in bins for value in (item.p50, item.p99) if value is not None]
     top = max(values, default=0.0) or 1.0
     step = WIDTH / max(len(bins), 1)
-    lines = {}
-    for name in ("p50", "p99"):
-        points = [
+    lines = {
+        name: " ".join(
             f"{index * step + step / 2:.1f},{_y(value, top):.1f}"
             for index, item in enumerate(bins)
             if (value := getattr(item, name)) is not None
-        ]
-        lines[name] = " ".join(points)
+        )
+        for name in ("p50", "p99")
+    }
     bars = [
         Bar(
             x=round(index * step, 1),
             y=0.0,
             width=round(max(step, 1), 1),
             height=HEIGHT,
-            label=f"{label(item.start)}: p50 {_ms(item.p50)}, p99 {_ms(item.p99)}",
+            label=f"{_label(item.start)}: p50 {_ms(item.p50)}, p99 {_ms(item.p99)}",
         )
         for index, item in enumerate(bins)
         if item.p99 is not None
     ]
     return Chart(bars, lines, top)
+
+
+def _quantiles(total: Minute) -> tuple[float | None, ...]:
+    """The p50 and p99 lateness the charts and the queues' table show."""
+    return total.lateness_quantile(0.5), total.lateness_quantile(0.99)
+
+
+def _label(epoch: float) -> str:
+    """How a bin's start reads in a chart's tooltip: the time of day, UTC."""
+    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%H:%M UTC")
 
 
 def _y(value: float, top: float) -> float:

@@ -4,7 +4,6 @@ job with its retry chain. Each asks the Queue what the CLI asks, so the two neve
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 from urllib.parse import urlencode, urlsplit
 
@@ -14,10 +13,9 @@ from starlette.responses import RedirectResponse, Response
 
 from ..durations import parse_duration, parse_utc_instant
 from ..errors import BadInput
-from ..ops.dashboard import dashboard_report
 from ..ops.doctor import topology_words
 from ..ops.minutes import Minute, per_minute
-from ..ops.overview import JobFilter, StatusReport
+from ..ops.overview import LIVE_STATUSES, JobFilter, StatusReport, status_report
 from ..store.backend_errors import backend_errors
 from ..store.sentinels import SCHEME as SENTINEL
 from ..store.table import Status
@@ -29,7 +27,6 @@ if TYPE_CHECKING:
     from ..queue import Queue
 
 PAGE_SIZE = 50
-UPCOMING = 10
 SEARCH_FIELDS = ("id", "ext", "handler", "status", "queue", "since", "from", "to", "before_id")
 MAX_FIELD = 1000  # longer than any ext (255) or class path a search could match
 
@@ -48,11 +45,11 @@ def overview(request: Request) -> Response:
         "overview_live.html" if fragment else "overview.html",
         topology=None if fragment else redis_topology(queue),
         report=report,
-        upcoming=queue.peek(UPCOMING),
+        upcoming=queue.peek(),  # as many as `delayq peek` shows
         window=window,
         lateness=charts.lateness_by_queue(read, report.now - 3600),
-        throughput=charts.throughput_chart(bins, bin_label),
-        late=charts.lateness_chart(bins, bin_label),
+        throughput=charts.throughput_chart(bins),
+        late=charts.lateness_chart(bins),
         chart=charts,
     )
 
@@ -60,7 +57,7 @@ def overview(request: Request) -> Response:
 @backend_errors
 def _read_overview(queue: Queue, window: str) -> tuple[StatusReport, list[Minute]]:
     """The queues' live figures (index ranges only) and the window's per-minute aggregates."""
-    report = dashboard_report(queue.table, queue.index, queue.index.clock.now())
+    report = status_report(queue.table, queue.index, queue.index.clock.now(), LIVE_STATUSES)
     return report, per_minute(queue, minutes=charts.WINDOWS[window][0])
 
 
@@ -76,11 +73,6 @@ def redis_topology(queue: Queue) -> str:
     return f"{words}, named by the sentinels" if through_sentinel else words
 
 
-def bin_label(epoch: float) -> str:
-    """How a bin's start reads in a chart's tooltip: the time of day, UTC."""
-    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%H:%M UTC")
-
-
 def search(request: Request) -> Response:
     given = search_fields(request)
     if "id" in given:
@@ -88,8 +80,7 @@ def search(request: Request) -> Response:
     filters = job_filter(given)
     before_id = _positive(given["before_id"], "before_id") if "before_id" in given else None
     rows = request.app.state.queue.list_jobs(filters, limit=PAGE_SIZE, before_id=before_id)
-    full = len(rows) == PAGE_SIZE
-    next_page = urlencode(dict(given, before_id=rows[-1]["id"])) if full else None
+    next_page = urlencode(dict(given, before_id=rows[-1]["id"])) if len(rows) == PAGE_SIZE else None
     return render(
         request,
         "search.html",
