@@ -13,7 +13,7 @@ import typer
 
 from ..durations import format_delta, format_instant, parse_duration, shown
 from ..errors import BadInput
-from ..store.table import Status, status_word
+from ..store.table import Status
 from .app import (
     Command,
     JsonOption,
@@ -274,20 +274,15 @@ def peek(
 
 
 def _upcoming_view(entry: Upcoming, now: float) -> dict[str, Any]:
-    from ..jobspec import schedule_text
-    from ..store.params import payload_or_empty
+    from ..jobspec import job_view
 
-    payload = payload_or_empty(entry.row.params) if entry.row else {}
+    row = job_view(entry.row) if entry.row else {}
     return {
         "id": entry.id,
         "queue": entry.queue,
         "run_at": entry.run_at,
         "due_in": entry.run_at - now,
-        "class": payload.get("class"),
-        "method": payload.get("method"),
-        "ext": entry.row.ext_string if entry.row else None,
-        "status": status_word(entry.row.status) if entry.row else None,
-        "schedule": schedule_text(entry.row) if entry.row else None,
+        **{key: row.get(key) for key in ("class", "method", "ext", "status", "schedule")},
     }
 
 
