@@ -82,18 +82,19 @@ class Command(OneLineUsageErrors, TyperCommand):
         return pieces
 
 
-CONTEXT_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"]}
-# Help in rich's boxes on a terminal only: in a pager, a file or cron mail they are noise.
-# Both streams count, since `delayq` alone prints its help to stderr.
-HELP_MARKUP: Any = "rich" if sys.stdout.isatty() and sys.stderr.isatty() else None
-
+# What the app and `delayq run` built alone (cli/__init__.py) share.
+TYPER_SETTINGS: dict[str, Any] = {
+    "pretty_exceptions_enable": False,
+    "context_settings": {"help_option_names": ["-h", "--help"]},
+    # Help in rich's boxes on a terminal only: in a pager, a file or cron mail they are
+    # noise. Both streams count, since `delayq` alone prints its help to stderr.
+    "rich_markup_mode": "rich" if sys.stdout.isatty() and sys.stderr.isatty() else None,
+}
 app = typer.Typer(
     cls=OneLineGroup,
     no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    context_settings=CONTEXT_SETTINGS,
-    rich_markup_mode=HELP_MARKUP,
     help="Durable delayed jobs on MySQL + Redis, driven by cron.",
+    **TYPER_SETTINGS,
 )
 
 
