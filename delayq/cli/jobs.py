@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from ..config import DEFAULT_QUEUE
 from ..durations import format_instant
 from ..errors import BadInput
 from ..jobspec import check_at, check_timeout
@@ -41,7 +42,7 @@ def add(
         ),
     ] = None,
     ext: Annotated[str, typer.Option("--ext", help="Business key for lookup and cancel.")] = "",
-    queue_name: QueueOption = "default",
+    queue_name: QueueOption = DEFAULT_QUEUE,
     timeout: Annotated[
         str | None, typer.Option("--timeout", help="Time limit for the handler (default 5m).")
     ] = None,

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ..config import redact_url
+from ..config import DEFAULT_QUEUE, redact_url
 from ..durations import parse_duration
 from .app import Command, QueueOption, app, open_queue, reporting_errors
 
@@ -25,7 +25,7 @@ def listen(
             "without it, keys Class@method@arg@...",
         ),
     ] = None,
-    queue_name: QueueOption = "default",
+    queue_name: QueueOption = DEFAULT_QUEUE,
     retry_for: Annotated[
         str, typer.Option("--retry-for", help="Exit 1 when the timers' Redis stays away this long.")
     ] = "1m",
