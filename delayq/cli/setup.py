@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from ..config import load_settings
 from ..errors import DelayqError
 from .app import Command, JsonOption, app, open_queue, print_json, reporting_errors
 
@@ -58,7 +59,6 @@ def reconcile(as_json: JsonOption = False) -> None:
 @app.command("embedded-stop")
 def embedded_stop() -> None:
     """Stop the embedded Redis server under DELAYQ_HOME (its data stays on disk)."""
-    from ..config import load_settings
     from ..store import embedded
 
     with reporting_errors():
@@ -82,7 +82,6 @@ def doctor(as_json: JsonOption = False) -> None:
 
 def _diagnose() -> list[Check]:
     """Every check, in order; stops early only when there is nothing left to check against."""
-    from ..config import load_settings
     from ..connection import connect
     from ..ops.consistency import consistency_checks
     from ..ops.doctor import (
