@@ -19,7 +19,6 @@ from .app import (
     JsonOption,
     OptionalQueue,
     app,
-    duration_or_none,
     open_queue,
     print_json,
     printable,
@@ -204,7 +203,7 @@ def list_jobs(
             queue=queue_name,
             ext=ext,
             class_path=class_path,
-            since=duration_or_none(since, "--since"),
+            since=since,  # JobFilter reads and checks it as --since
         )
         rows = open_queue().list_jobs(filters, limit=limit, before_id=before_id)
     next_before = rows[-1]["id"] if len(rows) == limit else None
@@ -340,7 +339,7 @@ def requeue(
             statuses=_parse_statuses(status_words, PURGEABLE),
             queue=queue_name,
             class_path=class_path,
-            since=duration_or_none(since, "--since"),
+            since=since,  # JobFilter reads and checks it as --since
         )
         result = open_queue().requeue(filters, dry_run=dry_run)
     for job_id, reason in result.skipped:
