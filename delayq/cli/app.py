@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -24,8 +22,8 @@ if TYPE_CHECKING:
 
 class OneLineUsageErrors:
     """A click command whose usage errors (an unknown option, an id that is not a number)
-    are one `delayq: error:` line and exit 2, like delayq's own, instead of a framed
-    usage box; cron mails it and scripts grep it the same way."""
+    are one `delayq: error:` line and exit 2, like delayq's own (`invoke`), instead of a
+    framed usage box; cron mails it and scripts grep it the same way."""
 
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
         if not standalone_mode:
@@ -45,6 +43,15 @@ class OneLineUsageErrors:
             typer.echo("Aborted!", err=True)
             sys.exit(1)
         sys.exit(code if isinstance(code, int) else 0)
+
+    def invoke(self, ctx: Any) -> Any:
+        """Run the command: a DelayqError it raises is one line on stderr and exit 2 for bad
+        input or settings, else 1 (an unknown id, an unreachable backend); never a traceback."""
+        try:
+            return super().invoke(ctx)  # type: ignore[misc]
+        except DelayqError as exc:
+            typer.echo(f"delayq: error: {printable(exc)}", err=True)
+            raise typer.Exit(2 if isinstance(exc, (BadInput, ConfigError)) else 1) from None
 
 
 # The click typer parses with: its own copy in newer typers, the click package in older.
@@ -128,17 +135,6 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object.
 DelayOption = Annotated[
     str | None, typer.Option("--delay", help="Wait this long: seconds, or 90s, 15m, 2h, 1d.")
 ]
-
-
-@contextmanager
-def reporting_errors() -> Iterator[None]:
-    """Turn a DelayqError into one line on stderr and exit 2 for bad input or settings, else 1
-    (an unknown id, an unreachable backend); never a traceback."""
-    try:
-        yield
-    except DelayqError as exc:
-        typer.echo(f"delayq: error: {printable(exc)}", err=True)
-        raise typer.Exit(2 if isinstance(exc, (BadInput, ConfigError)) else 1) from None
 
 
 def open_queue(*, create: bool = False, **overrides: Any) -> Queue:

@@ -24,7 +24,6 @@ from .app import (
     parse_json,
     print_json,
     printable,
-    reporting_errors,
     whole_or_none,
 )
 
@@ -71,33 +70,32 @@ def add(
     ] = False,
 ) -> None:
     """Schedule CLASS.METHOD(data); prints the new job id."""
-    with reporting_errors():
-        payload = parse_json(data)
-        if delay is not None and at is not None:
-            raise BadInput("give --delay or --at, not both")
-        queue = open_queue()
-        # Checked here too, so that its errors name --at, not the API's at=.
-        due_at = None if at is None else check_at(at, time.time(), queue.settings.since, "--at")
-        job_id = queue.add(
-            class_path,
-            method,
-            payload,
-            delay=duration_or_none(delay, "--delay"),
-            at=due_at,
-            ext=ext,
-            queue=queue_name,
-            timeout=check_timeout(duration_or_none(timeout, "--timeout"), "--timeout"),
-            every=duration_or_none(every, "--every"),
-            cron=cron,
-            tz=tz,
-            retries=whole_or_none(retries, "--retries"),
-            retry_delays=None if retry_delays is None else retry_delays.split(","),
-            replace=replace,
-        )
-        if as_json:
-            print_json({**queue.show(job_id), "queue": queue_name})
-        else:
-            typer.echo(job_id)
+    payload = parse_json(data)
+    if delay is not None and at is not None:
+        raise BadInput("give --delay or --at, not both")
+    queue = open_queue()
+    # Checked here too, so that its errors name --at, not the API's at=.
+    due_at = None if at is None else check_at(at, time.time(), queue.settings.since, "--at")
+    job_id = queue.add(
+        class_path,
+        method,
+        payload,
+        delay=duration_or_none(delay, "--delay"),
+        at=due_at,
+        ext=ext,
+        queue=queue_name,
+        timeout=check_timeout(duration_or_none(timeout, "--timeout"), "--timeout"),
+        every=duration_or_none(every, "--every"),
+        cron=cron,
+        tz=tz,
+        retries=whole_or_none(retries, "--retries"),
+        retry_delays=None if retry_delays is None else retry_delays.split(","),
+        replace=replace,
+    )
+    if as_json:
+        print_json({**queue.show(job_id), "queue": queue_name})
+    else:
+        typer.echo(job_id)
 
 
 @app.command(cls=Command)
@@ -110,13 +108,12 @@ def cancel(
 ) -> None:
     """Cancel a pending job by id, or every pending job with --ext; prints the count (a job
     no longer pending: 0, and its status on stderr)."""
-    with reporting_errors():
-        queue = open_queue()
-        count = queue.cancel(job_id, ext=ext, queue=queue_name)
-        typer.echo(count)
-        if job_id is not None and not count:
-            state = queue.show(job_id)["status"]
-            typer.echo(f"delayq: job {job_id} is {state}, not pending; nothing cancelled", err=True)
+    queue = open_queue()
+    count = queue.cancel(job_id, ext=ext, queue=queue_name)
+    typer.echo(count)
+    if job_id is not None and not count:
+        state = queue.show(job_id)["status"]
+        typer.echo(f"delayq: job {job_id} is {state}, not pending; nothing cancelled", err=True)
 
 
 @app.command(cls=Command)
@@ -126,8 +123,7 @@ def retry(
 ) -> None:
     """Run a job again now (or after --delay): its chain's pending attempt is moved, or a
     finished chain gets a new attempt; prints that attempt's id."""
-    with reporting_errors():
-        typer.echo(open_queue().retry(job_id, delay=duration_or_none(delay, "--delay") or 0.0))
+    typer.echo(open_queue().retry(job_id, delay=duration_or_none(delay, "--delay") or 0.0))
 
 
 @app.command(cls=Command)
@@ -136,23 +132,22 @@ def show(
     as_json: JsonOption = False,
 ) -> None:
     """One job, with its retry chain."""
-    with reporting_errors():
-        queue = open_queue()
-        view = queue.show(job_id)
-        if as_json:
-            print_json(view)
-            return
-        for key in ("id", "status", "class", "method", "ext", "retry_times", "message"):
-            typer.echo(f"{key:<12}{printable(view[key])}")
-        typer.echo(f"{'data':<12}{printable(json.dumps(view['data'], ensure_ascii=False))}")
-        typer.echo(f"{'run_at':<12}{format_instant(view['run_at'])}")
-        if view["schedule"] is not None:
-            typer.echo(f"{'schedule':<12}{printable(view['schedule'])}")
-        chain = queue.history(job_id)
-        if len(chain) > 1:
-            steps = " -> ".join(f"{step['id']} {step['status']}" for step in chain)
-            typer.echo(f"{'attempts':<12}{steps}")
-        if view["traceback"]:  # last: the innermost frame, where it failed, ends the output
-            typer.echo("traceback")
-            for line in view["traceback"].splitlines():
-                typer.echo(f"  {printable(line)}")
+    queue = open_queue()
+    view = queue.show(job_id)
+    if as_json:
+        print_json(view)
+        return
+    for key in ("id", "status", "class", "method", "ext", "retry_times", "message"):
+        typer.echo(f"{key:<12}{printable(view[key])}")
+    typer.echo(f"{'data':<12}{printable(json.dumps(view['data'], ensure_ascii=False))}")
+    typer.echo(f"{'run_at':<12}{format_instant(view['run_at'])}")
+    if view["schedule"] is not None:
+        typer.echo(f"{'schedule':<12}{printable(view['schedule'])}")
+    chain = queue.history(job_id)
+    if len(chain) > 1:
+        steps = " -> ".join(f"{step['id']} {step['status']}" for step in chain)
+        typer.echo(f"{'attempts':<12}{steps}")
+    if view["traceback"]:  # last: the innermost frame, where it failed, ends the output
+        typer.echo("traceback")
+        for line in view["traceback"].splitlines():
+            typer.echo(f"  {printable(line)}")

@@ -11,7 +11,7 @@ import typer
 
 from ..config import DEFAULT_QUEUE, redact_url
 from ..durations import parse_duration
-from .app import Command, QueueOption, app, open_queue, reporting_errors
+from .app import Command, QueueOption, app, open_queue
 
 
 @app.command(cls=Command)
@@ -34,15 +34,14 @@ def listen(
     due when it expires; prints how many it adopted each time it (re)connects."""
     from ..listen import Match, open_bridge  # the bridge only for this command
 
-    with reporting_errors():
-        matches = [Match.parse(text) for text in match or []]
-        patience = parse_duration(retry_for, "--retry-for")
-        bridge = open_bridge(open_queue(), source, matches, queue_name)
-        signal.signal(signal.SIGTERM, _exit_on_signal)
-        try:
-            bridge.serve(patience, lambda count: _announce(count, source))
-        except KeyboardInterrupt:
-            raise typer.Exit(128 + signal.SIGINT) from None
+    matches = [Match.parse(text) for text in match or []]
+    patience = parse_duration(retry_for, "--retry-for")
+    bridge = open_bridge(open_queue(), source, matches, queue_name)
+    signal.signal(signal.SIGTERM, _exit_on_signal)
+    try:
+        bridge.serve(patience, lambda count: _announce(count, source))
+    except KeyboardInterrupt:
+        raise typer.Exit(128 + signal.SIGINT) from None
 
 
 def _announce(count: int, source: str) -> None:
