@@ -12,7 +12,6 @@ import typer
 import typer.core
 from typer.core import TyperArgument, TyperCommand, TyperGroup
 
-from ..durations import parse_duration, shown
 from ..errors import BackendUnavailable, BadInput, ConfigError, DelayqError
 from ..ops.printing import printable
 
@@ -132,9 +131,6 @@ def _options(
 QueueOption = Annotated[str, typer.Option("--queue", "-q", help="Queue name.")]
 OptionalQueue = Annotated[str | None, typer.Option("--queue", "-q", help="Only this queue.")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
-DelayOption = Annotated[
-    str | None, typer.Option("--delay", help="Wait this long: seconds, or 90s, 15m, 2h, 1d.")
-]
 
 
 def open_queue(*, create: bool = False, **overrides: Any) -> Queue:
@@ -158,28 +154,3 @@ def open_queue(*, create: bool = False, **overrides: Any) -> Queue:
 
 def print_json(obj: Any) -> None:
     typer.echo(json.dumps(obj, sort_keys=True))
-
-
-def duration_or_none(text: str | None, name: str) -> float | None:
-    return parse_duration(text, name) if text is not None else None
-
-
-def whole_or_none(text: str | None, name: str) -> int | None:
-    """A whole number given as text, read here so a bad one is delayq's one-line error."""
-    if text is None:
-        return None
-    digits = text.strip()
-    if digits.startswith("-") and digits[1:].isascii() and digits[1:].isdigit():
-        raise BadInput(f"{name} {shown(text)} is negative; give 0 or more")
-    if not (digits.isascii() and digits.isdigit()) or len(text) > 9:
-        raise BadInput(f"{name} must be a whole number, not {shown(text)}")
-    return int(text)
-
-
-def parse_json(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except RecursionError:
-        raise BadInput("--data nests lists and objects too deeply; flatten it") from None
-    except ValueError as exc:
-        raise BadInput(f"--data is not valid JSON: {exc}") from None

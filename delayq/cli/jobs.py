@@ -4,28 +4,28 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from ..config import DEFAULT_QUEUE
-from ..durations import format_instant
+from ..durations import format_instant, parse_duration, shown
 from ..errors import BadInput
 from ..jobspec import check_at, check_timeout
 from .app import (
     Command,
-    DelayOption,
     JsonOption,
     OptionalQueue,
     QueueOption,
     app,
-    duration_or_none,
     open_queue,
-    parse_json,
     print_json,
     printable,
-    whole_or_none,
 )
+
+DelayOption = Annotated[
+    str | None, typer.Option("--delay", help="Wait this long: seconds, or 90s, 15m, 2h, 1d.")
+]
 
 
 @app.command(cls=Command)
@@ -151,3 +151,28 @@ def show(
         typer.echo("traceback")
         for line in view["traceback"].splitlines():
             typer.echo(f"  {printable(line)}")
+
+
+def duration_or_none(text: str | None, name: str) -> float | None:
+    return parse_duration(text, name) if text is not None else None
+
+
+def whole_or_none(text: str | None, name: str) -> int | None:
+    """A whole number given as text, read here so a bad one is delayq's one-line error."""
+    if text is None:
+        return None
+    digits = text.strip()
+    if digits.startswith("-") and digits[1:].isascii() and digits[1:].isdigit():
+        raise BadInput(f"{name} {shown(text)} is negative; give 0 or more")
+    if not (digits.isascii() and digits.isdigit()) or len(text) > 9:
+        raise BadInput(f"{name} must be a whole number, not {shown(text)}")
+    return int(text)
+
+
+def parse_json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise BadInput("--data nests lists and objects too deeply; flatten it") from None
+    except ValueError as exc:
+        raise BadInput(f"--data is not valid JSON: {exc}") from None
