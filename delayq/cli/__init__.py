@@ -16,7 +16,7 @@ from ..config import load_settings
 from ..errors import DelayqError
 from ..ops.logs import setup_logging
 from . import jobs, listen, ops, running, setup, web  # noqa: F401 - importing them registers their commands on `app`
-from .app import CONTEXT_SETTINGS, HELP_MARKUP, Command, app
+from .app import TYPER_SETTINGS, Command, app
 from .running import run
 
 
@@ -32,12 +32,7 @@ def main() -> None:
     if sys.argv[1:2] == ["run"]:
         # Cron starts `delayq run` every minute (loop.sh every few seconds): build only that
         # command instead of the whole app, whose sixteen commands typer would inspect first.
-        single = typer.Typer(
-            add_completion=False,
-            pretty_exceptions_enable=False,
-            context_settings=CONTEXT_SETTINGS,
-            rich_markup_mode=HELP_MARKUP,
-        )
+        single = typer.Typer(add_completion=False, **TYPER_SETTINGS)
         single.command(cls=Command)(run)
         single(args=sys.argv[2:], prog_name=f"{_program_name()} run")
         return

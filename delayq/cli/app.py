@@ -6,15 +6,12 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 import typer.core
 from typer.core import TyperArgument, TyperCommand, TyperGroup
 
-from ..durations import parse_duration, shown
 from ..errors import BackendUnavailable, BadInput, ConfigError, DelayqError
 from ..ops.printing import printable
 
@@ -24,8 +21,8 @@ if TYPE_CHECKING:
 
 class OneLineUsageErrors:
     """A click command whose usage errors (an unknown option, an id that is not a number)
-    are one `delayq: error:` line and exit 2, like delayq's own, instead of a framed
-    usage box; cron mails it and scripts grep it the same way."""
+    are one `delayq: error:` line and exit 2, like delayq's own (`invoke`), instead of a
+    framed usage box; cron mails it and scripts grep it the same way."""
 
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
         if not standalone_mode:
@@ -45,6 +42,15 @@ class OneLineUsageErrors:
             typer.echo("Aborted!", err=True)
             sys.exit(1)
         sys.exit(code if isinstance(code, int) else 0)
+
+    def invoke(self, ctx: Any) -> Any:
+        """Run the command: a DelayqError it raises is one line on stderr and exit 2 for bad
+        input or settings, else 1 (an unknown id, an unreachable backend); never a traceback."""
+        try:
+            return super().invoke(ctx)  # type: ignore[misc]
+        except DelayqError as exc:
+            typer.echo(f"delayq: error: {printable(exc)}", err=True)
+            raise typer.Exit(2 if isinstance(exc, (BadInput, ConfigError)) else 1) from None
 
 
 # The click typer parses with: its own copy in newer typers, the click package in older.
@@ -82,18 +88,19 @@ class Command(OneLineUsageErrors, TyperCommand):
         return pieces
 
 
-CONTEXT_SETTINGS: dict[str, Any] = {"help_option_names": ["-h", "--help"]}
-# Help in rich's boxes on a terminal only: in a pager, a file or cron mail they are noise.
-# Both streams count, since `delayq` alone prints its help to stderr.
-HELP_MARKUP: Any = "rich" if sys.stdout.isatty() and sys.stderr.isatty() else None
-
+# What the app and `delayq run` built alone (cli/__init__.py) share.
+TYPER_SETTINGS: dict[str, Any] = {
+    "pretty_exceptions_enable": False,
+    "context_settings": {"help_option_names": ["-h", "--help"]},
+    # Help in rich's boxes on a terminal only: in a pager, a file or cron mail they are
+    # noise. Both streams count, since `delayq` alone prints its help to stderr.
+    "rich_markup_mode": "rich" if sys.stdout.isatty() and sys.stderr.isatty() else None,
+}
 app = typer.Typer(
     cls=OneLineGroup,
     no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    context_settings=CONTEXT_SETTINGS,
-    rich_markup_mode=HELP_MARKUP,
     help="Durable delayed jobs on MySQL + Redis, driven by cron.",
+    **TYPER_SETTINGS,
 )
 
 
@@ -124,20 +131,6 @@ def _options(
 QueueOption = Annotated[str, typer.Option("--queue", "-q", help="Queue name.")]
 OptionalQueue = Annotated[str | None, typer.Option("--queue", "-q", help="Only this queue.")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object.")]
-DelayOption = Annotated[
-    str | None, typer.Option("--delay", help="Wait this long: seconds, or 90s, 15m, 2h, 1d.")
-]
-
-
-@contextmanager
-def reporting_errors() -> Iterator[None]:
-    """Turn a DelayqError into one line on stderr and exit 2 for bad input or settings, else 1
-    (an unknown id, an unreachable backend); never a traceback."""
-    try:
-        yield
-    except DelayqError as exc:
-        typer.echo(f"delayq: error: {printable(exc)}", err=True)
-        raise typer.Exit(2 if isinstance(exc, (BadInput, ConfigError)) else 1) from None
 
 
 def open_queue(*, create: bool = False, **overrides: Any) -> Queue:
@@ -161,28 +154,3 @@ def open_queue(*, create: bool = False, **overrides: Any) -> Queue:
 
 def print_json(obj: Any) -> None:
     typer.echo(json.dumps(obj, sort_keys=True))
-
-
-def duration_or_none(text: str | None, name: str) -> float | None:
-    return parse_duration(text, name) if text is not None else None
-
-
-def whole_or_none(text: str | None, name: str) -> int | None:
-    """A whole number given as text, read here so a bad one is delayq's one-line error."""
-    if text is None:
-        return None
-    digits = text.strip()
-    if digits.startswith("-") and digits[1:].isascii() and digits[1:].isdigit():
-        raise BadInput(f"{name} {shown(text)} is negative; give 0 or more")
-    if not (digits.isascii() and digits.isdigit()) or len(text) > 9:
-        raise BadInput(f"{name} must be a whole number, not {shown(text)}")
-    return int(text)
-
-
-def parse_json(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except RecursionError:
-        raise BadInput("--data nests lists and objects too deeply; flatten it") from None
-    except ValueError as exc:
-        raise BadInput(f"--data is not valid JSON: {exc}") from None

@@ -4,28 +4,28 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from ..durations import format_instant
+from ..config import DEFAULT_QUEUE
+from ..durations import format_instant, parse_duration, shown
 from ..errors import BadInput
 from ..jobspec import check_at, check_timeout
 from .app import (
     Command,
-    DelayOption,
     JsonOption,
     OptionalQueue,
     QueueOption,
     app,
-    duration_or_none,
     open_queue,
-    parse_json,
     print_json,
     printable,
-    reporting_errors,
-    whole_or_none,
 )
+
+DelayOption = Annotated[
+    str | None, typer.Option("--delay", help="Wait this long: seconds, or 90s, 15m, 2h, 1d.")
+]
 
 
 @app.command(cls=Command)
@@ -41,7 +41,7 @@ def add(
         ),
     ] = None,
     ext: Annotated[str, typer.Option("--ext", help="Business key for lookup and cancel.")] = "",
-    queue_name: QueueOption = "default",
+    queue_name: QueueOption = DEFAULT_QUEUE,
     timeout: Annotated[
         str | None, typer.Option("--timeout", help="Time limit for the handler (default 5m).")
     ] = None,
@@ -70,33 +70,32 @@ def add(
     ] = False,
 ) -> None:
     """Schedule CLASS.METHOD(data); prints the new job id."""
-    with reporting_errors():
-        payload = parse_json(data)
-        if delay is not None and at is not None:
-            raise BadInput("give --delay or --at, not both")
-        queue = open_queue()
-        # Checked here too, so that its errors name --at, not the API's at=.
-        due_at = None if at is None else check_at(at, time.time(), queue.settings.since, "--at")
-        job_id = queue.add(
-            class_path,
-            method,
-            payload,
-            delay=duration_or_none(delay, "--delay"),
-            at=due_at,
-            ext=ext,
-            queue=queue_name,
-            timeout=check_timeout(duration_or_none(timeout, "--timeout"), "--timeout"),
-            every=duration_or_none(every, "--every"),
-            cron=cron,
-            tz=tz,
-            retries=whole_or_none(retries, "--retries"),
-            retry_delays=None if retry_delays is None else retry_delays.split(","),
-            replace=replace,
-        )
-        if as_json:
-            print_json({**queue.show(job_id), "queue": queue_name})
-        else:
-            typer.echo(job_id)
+    payload = parse_json(data)
+    if delay is not None and at is not None:
+        raise BadInput("give --delay or --at, not both")
+    queue = open_queue()
+    # Checked here too, so that its errors name --at, not the API's at=.
+    due_at = None if at is None else check_at(at, time.time(), queue.settings.since, "--at")
+    job_id = queue.add(
+        class_path,
+        method,
+        payload,
+        delay=duration_or_none(delay, "--delay"),
+        at=due_at,
+        ext=ext,
+        queue=queue_name,
+        timeout=check_timeout(duration_or_none(timeout, "--timeout"), "--timeout"),
+        every=duration_or_none(every, "--every"),
+        cron=cron,
+        tz=tz,
+        retries=whole_or_none(retries, "--retries"),
+        retry_delays=None if retry_delays is None else retry_delays.split(","),
+        replace=replace,
+    )
+    if as_json:
+        print_json({**queue.show(job_id), "queue": queue_name})
+    else:
+        typer.echo(job_id)
 
 
 @app.command(cls=Command)
@@ -109,13 +108,12 @@ def cancel(
 ) -> None:
     """Cancel a pending job by id, or every pending job with --ext; prints the count (a job
     no longer pending: 0, and its status on stderr)."""
-    with reporting_errors():
-        queue = open_queue()
-        count = queue.cancel(job_id, ext=ext, queue=queue_name)
-        typer.echo(count)
-        if job_id is not None and not count:
-            state = queue.show(job_id)["status"]
-            typer.echo(f"delayq: job {job_id} is {state}, not pending; nothing cancelled", err=True)
+    queue = open_queue()
+    count = queue.cancel(job_id, ext=ext, queue=queue_name)
+    typer.echo(count)
+    if job_id is not None and not count:
+        state = queue.show(job_id)["status"]
+        typer.echo(f"delayq: job {job_id} is {state}, not pending; nothing cancelled", err=True)
 
 
 @app.command(cls=Command)
@@ -125,8 +123,7 @@ def retry(
 ) -> None:
     """Run a job again now (or after --delay): its chain's pending attempt is moved, or a
     finished chain gets a new attempt; prints that attempt's id."""
-    with reporting_errors():
-        typer.echo(open_queue().retry(job_id, delay=duration_or_none(delay, "--delay") or 0.0))
+    typer.echo(open_queue().retry(job_id, delay=duration_or_none(delay, "--delay") or 0.0))
 
 
 @app.command(cls=Command)
@@ -135,23 +132,47 @@ def show(
     as_json: JsonOption = False,
 ) -> None:
     """One job, with its retry chain."""
-    with reporting_errors():
-        queue = open_queue()
-        view = queue.show(job_id)
-        if as_json:
-            print_json(view)
-            return
-        for key in ("id", "status", "class", "method", "ext", "retry_times", "message"):
-            typer.echo(f"{key:<12}{printable(view[key])}")
-        typer.echo(f"{'data':<12}{printable(json.dumps(view['data'], ensure_ascii=False))}")
-        typer.echo(f"{'run_at':<12}{format_instant(view['run_at'])}")
-        if view["schedule"] is not None:
-            typer.echo(f"{'schedule':<12}{printable(view['schedule'])}")
-        chain = queue.history(job_id)
-        if len(chain) > 1:
-            steps = " -> ".join(f"{step['id']} {step['status']}" for step in chain)
-            typer.echo(f"{'attempts':<12}{steps}")
-        if view["traceback"]:  # last: the innermost frame, where it failed, ends the output
-            typer.echo("traceback")
-            for line in view["traceback"].splitlines():
-                typer.echo(f"  {printable(line)}")
+    queue = open_queue()
+    view = queue.show(job_id)
+    if as_json:
+        print_json(view)
+        return
+    for key in ("id", "status", "class", "method", "ext", "retry_times", "message"):
+        typer.echo(f"{key:<12}{printable(view[key])}")
+    typer.echo(f"{'data':<12}{printable(json.dumps(view['data'], ensure_ascii=False))}")
+    typer.echo(f"{'run_at':<12}{format_instant(view['run_at'])}")
+    if view["schedule"] is not None:
+        typer.echo(f"{'schedule':<12}{printable(view['schedule'])}")
+    chain = queue.history(job_id)
+    if len(chain) > 1:
+        steps = " -> ".join(f"{step['id']} {step['status']}" for step in chain)
+        typer.echo(f"{'attempts':<12}{steps}")
+    if view["traceback"]:  # last: the innermost frame, where it failed, ends the output
+        typer.echo("traceback")
+        for line in view["traceback"].splitlines():
+            typer.echo(f"  {printable(line)}")
+
+
+def duration_or_none(text: str | None, name: str) -> float | None:
+    return parse_duration(text, name) if text is not None else None
+
+
+def whole_or_none(text: str | None, name: str) -> int | None:
+    """A whole number given as text, read here so a bad one is delayq's one-line error."""
+    if text is None:
+        return None
+    digits = text.strip()
+    if digits.startswith("-") and digits[1:].isascii() and digits[1:].isdigit():
+        raise BadInput(f"{name} {shown(text)} is negative; give 0 or more")
+    if not (digits.isascii() and digits.isdigit()) or len(text) > 9:
+        raise BadInput(f"{name} must be a whole number, not {shown(text)}")
+    return int(text)
+
+
+def parse_json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise BadInput("--data nests lists and objects too deeply; flatten it") from None
+    except ValueError as exc:
+        raise BadInput(f"--data is not valid JSON: {exc}") from None

@@ -9,9 +9,9 @@ from typing import Annotated, Any
 
 import typer
 
-from ..config import redact_url
+from ..config import DEFAULT_QUEUE, redact_url
 from ..durations import parse_duration
-from .app import Command, QueueOption, app, open_queue, reporting_errors
+from .app import Command, QueueOption, app, open_queue
 
 
 @app.command(cls=Command)
@@ -25,7 +25,7 @@ def listen(
             "without it, keys Class@method@arg@...",
         ),
     ] = None,
-    queue_name: QueueOption = "default",
+    queue_name: QueueOption = DEFAULT_QUEUE,
     retry_for: Annotated[
         str, typer.Option("--retry-for", help="Exit 1 when the timers' Redis stays away this long.")
     ] = "1m",
@@ -34,15 +34,14 @@ def listen(
     due when it expires; prints how many it adopted each time it (re)connects."""
     from ..listen import Match, open_bridge  # the bridge only for this command
 
-    with reporting_errors():
-        matches = [Match.parse(text) for text in match or []]
-        patience = parse_duration(retry_for, "--retry-for")
-        bridge = open_bridge(open_queue(), source, matches, queue_name)
-        signal.signal(signal.SIGTERM, _exit_on_signal)
-        try:
-            bridge.serve(patience, lambda count: _announce(count, source))
-        except KeyboardInterrupt:
-            raise typer.Exit(128 + signal.SIGINT) from None
+    matches = [Match.parse(text) for text in match or []]
+    patience = parse_duration(retry_for, "--retry-for")
+    bridge = open_bridge(open_queue(), source, matches, queue_name)
+    signal.signal(signal.SIGTERM, _exit_on_signal)
+    try:
+        bridge.serve(patience, lambda count: _announce(count, source))
+    except KeyboardInterrupt:
+        raise typer.Exit(128 + signal.SIGINT) from None
 
 
 def _announce(count: int, source: str) -> None:

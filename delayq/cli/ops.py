@@ -13,17 +13,15 @@ import typer
 
 from ..durations import format_delta, format_instant, parse_duration, shown
 from ..errors import BadInput
-from ..store.table import Status, status_word
+from ..store.table import Status
 from .app import (
     Command,
     JsonOption,
     OptionalQueue,
     app,
-    duration_or_none,
     open_queue,
     print_json,
     printable,
-    reporting_errors,
 )
 
 if TYPE_CHECKING:  # the modules behind the commands load when a command runs, keeping
@@ -103,9 +101,8 @@ def status(
     ] = "10m",
 ) -> None:
     """Per queue: pending (due now / later), running, finished counts, backlog and next due."""
-    with reporting_errors():
-        idle, lag = parse_duration(max_idle, "--max-idle"), parse_duration(max_lag, "--max-lag")
-        report = open_queue().status()
+    idle, lag = parse_duration(max_idle, "--max-idle"), parse_duration(max_lag, "--max-lag")
+    report = open_queue().status()
     if as_json:
         print_json(report.as_json())
     elif not check:
@@ -198,15 +195,14 @@ def list_jobs(
     """Jobs newest first, filtered; page on with --before-id."""
     from ..ops.overview import JobFilter
 
-    with reporting_errors():
-        filters = JobFilter(
-            statuses=() if status_words is None else _parse_statuses(status_words, tuple(Status)),
-            queue=queue_name,
-            ext=ext,
-            class_path=class_path,
-            since=duration_or_none(since, "--since"),
-        )
-        rows = open_queue().list_jobs(filters, limit=limit, before_id=before_id)
+    filters = JobFilter(
+        statuses=() if status_words is None else _parse_statuses(status_words, tuple(Status)),
+        queue=queue_name,
+        ext=ext,
+        class_path=class_path,
+        since=since,  # JobFilter reads and checks it as --since
+    )
+    rows = open_queue().list_jobs(filters, limit=limit, before_id=before_id)
     next_before = rows[-1]["id"] if len(rows) == limit else None
     if as_json:
         print_json({"jobs": rows, "next_before_id": next_before})
@@ -254,8 +250,7 @@ def peek(
     as_json: JsonOption = False,
 ) -> None:
     """The next N jobs in schedule order, with the time until each is due; claims nothing."""
-    with reporting_errors():
-        upcoming = open_queue().peek(count, queues=None if queue_name is None else [queue_name])
+    upcoming = open_queue().peek(count, queues=None if queue_name is None else [queue_name])
     now = time.time()
     views = [_upcoming_view(entry, now) for entry in upcoming]
     if as_json:
@@ -274,20 +269,15 @@ def peek(
 
 
 def _upcoming_view(entry: Upcoming, now: float) -> dict[str, Any]:
-    from ..jobspec import schedule_text
-    from ..store.params import payload_or_empty
+    from ..jobspec import job_view
 
-    payload = payload_or_empty(entry.row.params) if entry.row else {}
+    row = job_view(entry.row) if entry.row else {}
     return {
         "id": entry.id,
         "queue": entry.queue,
         "run_at": entry.run_at,
         "due_in": entry.run_at - now,
-        "class": payload.get("class"),
-        "method": payload.get("method"),
-        "ext": entry.row.ext_string if entry.row else None,
-        "status": status_word(entry.row.status) if entry.row else None,
-        "schedule": schedule_text(entry.row) if entry.row else None,
+        **{key: row.get(key) for key in ("class", "method", "ext", "status", "schedule")},
     }
 
 
@@ -307,12 +297,11 @@ def purge(
     """Delete old finished rows in small batches; prints how many (would be) deleted."""
     from ..ops.maintenance import PURGEABLE
 
-    with reporting_errors():
-        age = parse_duration(older_than, "--older-than")
-        if age == 0 and not (everything or dry_run):
-            raise BadInput("--older-than 0 deletes every finished row; to mean it, add --all")
-        statuses = _parse_statuses(status_words, PURGEABLE)
-        typer.echo(open_queue().purge(age, statuses, dry_run=dry_run))
+    age = parse_duration(older_than, "--older-than")
+    if age == 0 and not (everything or dry_run):
+        raise BadInput("--older-than 0 deletes every finished row; to mean it, add --all")
+    statuses = _parse_statuses(status_words, PURGEABLE)
+    typer.echo(open_queue().purge(age, statuses, dry_run=dry_run))
 
 
 @app.command()
@@ -334,20 +323,19 @@ def requeue(
     from ..ops.maintenance import PURGEABLE
     from ..ops.overview import JobFilter
 
-    with reporting_errors():
-        narrowed = any(value is not None for value in (class_path, queue_name, since))
-        if not (narrowed or everything or dry_run):
-            raise BadInput(
-                "requeue without --class, --queue or --since runs again every chain with "
-                "that status; narrow it, or add --all"
-            )
-        filters = JobFilter(
-            statuses=_parse_statuses(status_words, PURGEABLE),
-            queue=queue_name,
-            class_path=class_path,
-            since=duration_or_none(since, "--since"),
+    narrowed = any(value is not None for value in (class_path, queue_name, since))
+    if not (narrowed or everything or dry_run):
+        raise BadInput(
+            "requeue without --class, --queue or --since runs again every chain with "
+            "that status; narrow it, or add --all"
         )
-        result = open_queue().requeue(filters, dry_run=dry_run)
+    filters = JobFilter(
+        statuses=_parse_statuses(status_words, PURGEABLE),
+        queue=queue_name,
+        class_path=class_path,
+        since=since,  # JobFilter reads and checks it as --since
+    )
+    result = open_queue().requeue(filters, dry_run=dry_run)
     for job_id, reason in result.skipped:
         typer.echo(f"delayq: skipped job {job_id}: {printable(reason)}", err=True)
     typer.echo(len(result.ids))
@@ -360,11 +348,10 @@ def metrics(
     ] = None,
 ) -> None:
     """Print the Prometheus exposition (counters summed over every run, queue gauges)."""
-    with reporting_errors():
-        if file is not None:
-            from ..ops.textfile import check_writable, write_file
+    if file is not None:
+        from ..ops.textfile import check_writable, write_file
 
-            check_writable(file)
-            write_file(file, open_queue().metrics())
-            return
-        sys.stdout.buffer.write(open_queue().metrics())
+        check_writable(file)
+        write_file(file, open_queue().metrics())
+        return
+    sys.stdout.buffer.write(open_queue().metrics())

@@ -13,13 +13,13 @@ import typer
 
 from ..config import load_settings
 from ..durations import parse_duration
-from ..errors import BadInput
+from ..errors import BadInput, DelayqError
 from ..ops.logs import job_fields, setup_logging
 from ..worker.allowlist import check_allowlist
 from ..worker.handlers import check_imports
 from ..worker.interrupts import graceful_stop
 from ..worker.options import RunOptions
-from .app import app, open_queue, print_json, printable, reporting_errors
+from .app import app, open_queue, print_json, printable
 
 if TYPE_CHECKING:
     from ..config import Settings
@@ -91,47 +91,44 @@ def run(
     ] = None,
 ) -> None:
     """Run the due jobs once (or, with --loop, as they fall due); silent when all is well."""
-    with reporting_errors():
-        if not 1 <= processes <= MAX_PROCESSES:
-            raise BadInput(f"--processes must be between 1 and {MAX_PROCESSES}")
-        printer = _job_printer(verbose, as_json)  # first: a refusal leaves no log file behind
-        interval = parse_duration(metrics_interval, "--metrics-interval")
-        if interval < 1:
-            raise BadInput(f"--metrics-interval must be at least 1s, not {metrics_interval!r}")
-        outputs = Outputs(
-            verbose, as_json, log_file, log_level, log_json, metrics_file, interval, on_failure
-        )
-        # The log opened and the metrics file checked before any job runs: a run that found
-        # out only afterwards had run its jobs and still exited 2.
-        setup_logging(log_level, log_file, log_json)
-        if metrics_file is not None:
-            from ..ops.textfile import check_writable
+    if not 1 <= processes <= MAX_PROCESSES:
+        raise BadInput(f"--processes must be between 1 and {MAX_PROCESSES}")
+    printer = _job_printer(verbose, as_json)  # first: a refusal leaves no log file behind
+    interval = parse_duration(metrics_interval, "--metrics-interval")
+    if interval < 1:
+        raise BadInput(f"--metrics-interval must be at least 1s, not {metrics_interval!r}")
+    outputs = Outputs(
+        verbose, as_json, log_file, log_level, log_json, metrics_file, interval, on_failure
+    )
+    # The log opened and the metrics file checked before any job runs: a run that found
+    # out only afterwards had run its jobs and still exited 2.
+    setup_logging(log_level, log_file, log_json)
+    if metrics_file is not None:
+        from ..ops.textfile import check_writable
 
-            check_writable(metrics_file)
-        weights = parse_weighted(weighted) if weighted is not None else {}
-        options = RunOptions.build(
-            queues=[*(queues or ()), *weights],
-            weights=weights,
-            limit=limit,
-            since=since,
-            max_seconds=max_seconds,
-            concurrency=concurrency,
-            grace=grace,
-            loop=loop,
-            duration=loop_for,
-        )
+        check_writable(metrics_file)
+    weights = parse_weighted(weighted) if weighted is not None else {}
+    options = RunOptions.build(
+        queues=[*(queues or ()), *weights],
+        weights=weights,
+        limit=limit,
+        since=since,
+        max_seconds=max_seconds,
+        concurrency=concurrency,
+        grace=grace,
+        loop=loop,
+        duration=loop_for,
+    )
     if processes != 1:
         _supervise(processes, options, outputs)
     report = _run_here(options, outputs, printer, liveness_fd)
     if report.interrupted is not None:
         raise typer.Exit(128 + report.interrupted)
     if report.stuck:
-        typer.echo(
-            f"delayq: error: {report.stuck} handler threads are stuck past their time limit; "
-            "the run stopped so that a fresh process takes over",
-            err=True,
+        raise DelayqError(
+            f"{report.stuck} handler threads are stuck past their time limit; "
+            "the run stopped so that a fresh process takes over"
         )
-        raise typer.Exit(1)
 
 
 @dataclass(frozen=True)
@@ -170,23 +167,22 @@ def _run_here(
     liveness_fd: int | None,
 ) -> RunReport:
     """Run in this process, as `options` and `outputs` ask."""
-    with reporting_errors():
-        liveness = _liveness(liveness_fd)
-        _check_handlers(load_settings())
-        queue = open_queue(create=True, on_failure=outputs.on_failure)
-        with (
-            graceful_stop() as stop,
-            _progress(queue, options, outputs) as bar,
-            _rewriting(queue, options, outputs),
-        ):
-            on_outcome = printer if bar is None else bar
-            report = queue.run_with(options, on_outcome=on_outcome, stop=stop, liveness=liveness)
-        if outputs.metrics_file is not None:
-            from ..ops.textfile import write_file  # prometheus_client only when asked for
+    liveness = _liveness(liveness_fd)
+    _check_handlers(load_settings())
+    queue = open_queue(create=True, on_failure=outputs.on_failure)
+    with (
+        graceful_stop() as stop,
+        _progress(queue, options, outputs) as bar,
+        _rewriting(queue, options, outputs),
+    ):
+        on_outcome = printer if bar is None else bar
+        report = queue.run_with(options, on_outcome=on_outcome, stop=stop, liveness=liveness)
+    if outputs.metrics_file is not None:
+        from ..ops.textfile import write_file  # prometheus_client only when asked for
 
-            write_file(outputs.metrics_file, queue.metrics(report))
-        if outputs.verbose:
-            _print_summary(report, outputs.as_json)
+        write_file(outputs.metrics_file, queue.metrics(report))
+    if outputs.verbose:
+        _print_summary(report, outputs.as_json)
     return report
 
 
@@ -199,16 +195,15 @@ def _check_handlers(settings: Settings) -> None:
 
 def _supervise(processes: int, options: RunOptions, outputs: Outputs) -> None:
     """Run `processes` children with this command's own options, and exit as they do."""
-    with reporting_errors():
-        from ..worker.hooks import load_reporters  # imports handler code: only for -p
+    from ..worker.hooks import load_reporters  # imports handler code: only for -p
 
-        # Refused once here, rather than by every child on its own line.
-        settings = load_settings().with_overrides(on_failure=outputs.on_failure)
-        _check_handlers(settings)
-        load_reporters(settings)
-        if options.loop:  # a looping child waits out an outage, even one at its start
-            with open_queue(create=True, on_failure=outputs.on_failure) as queue:
-                queue.reach()  # so a wrong URL is said once, here, and at once
+    # Refused once here, rather than by every child on its own line.
+    settings = load_settings().with_overrides(on_failure=outputs.on_failure)
+    _check_handlers(settings)
+    load_reporters(settings)
+    if options.loop:  # a looping child waits out an outage, even one at its start
+        with open_queue(create=True, on_failure=outputs.on_failure) as queue:
+            queue.reach()  # so a wrong URL is said once, here, and at once
     from ..worker.processes import Supervisor
 
     child = [sys.executable, "-m", "delayq", "run", *options.argv(), *outputs.argv()]

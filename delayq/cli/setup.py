@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from ..config import load_settings
 from ..errors import DelayqError
-from .app import Command, JsonOption, app, open_queue, print_json, reporting_errors
+from .app import Command, JsonOption, app, open_queue, print_json
 
 if TYPE_CHECKING:
     from ..ops.doctor import Check
@@ -28,41 +29,35 @@ def init(
 ) -> None:
     """Create the delay_queue table (or upgrade the one there) and the schedule index; safe
     to run again. Prints each change, or that all was in place."""
-    with reporting_errors():
-        queue = open_queue(create=True)
-        changes = queue.init(schedule_lost=schedule_lost)
-        for change in changes:
-            typer.echo(change)
-        typer.echo(f"{'initialised' if changes else 'all in place:'} {queue.describe()}")
+    queue = open_queue(create=True)
+    changes = queue.init(schedule_lost=schedule_lost)
+    for change in changes:
+        typer.echo(change)
+    typer.echo(f"{'initialised' if changes else 'all in place:'} {queue.describe()}")
 
 
 @app.command()
 def reconcile(as_json: JsonOption = False) -> None:
     """Compare the index with the table both ways and fix what differs; prints what it did."""
-    with reporting_errors():
-        result = open_queue().reconcile()
-        names = sorted(set(result.reindexed) | set(result.removed))
-        if as_json:
-            counts = {"reindexed": result.reindexed, "removed": result.removed}
-            queues = {name: {key: counts[key][name] for key in counts} for name in names}
-            print_json({"queues": queues})
-            return
-        for name in names:
-            typer.echo(
-                f"{name}: re-indexed {result.reindexed[name]}, removed {result.removed[name]}"
-            )
-        if not names:
-            typer.echo("nothing to do")
+    result = open_queue().reconcile()
+    names = sorted(set(result.reindexed) | set(result.removed))
+    if as_json:
+        counts = {"reindexed": result.reindexed, "removed": result.removed}
+        queues = {name: {key: counts[key][name] for key in counts} for name in names}
+        print_json({"queues": queues})
+        return
+    for name in names:
+        typer.echo(f"{name}: re-indexed {result.reindexed[name]}, removed {result.removed[name]}")
+    if not names:
+        typer.echo("nothing to do")
 
 
 @app.command("embedded-stop")
 def embedded_stop() -> None:
     """Stop the embedded Redis server under DELAYQ_HOME (its data stays on disk)."""
-    from ..config import load_settings
     from ..store import embedded
 
-    with reporting_errors():
-        typer.echo("stopped" if embedded.stop(load_settings().home) else "not running")
+    typer.echo("stopped" if embedded.stop(load_settings().home) else "not running")
 
 
 @app.command()
@@ -82,7 +77,6 @@ def doctor(as_json: JsonOption = False) -> None:
 
 def _diagnose() -> list[Check]:
     """Every check, in order; stops early only when there is nothing left to check against."""
-    from ..config import load_settings
     from ..connection import connect
     from ..ops.consistency import consistency_checks
     from ..ops.doctor import (

@@ -10,8 +10,8 @@ from typing import Annotated
 
 import typer
 
-from ..errors import BadInput, ConfigError
-from .app import app, open_queue, reporting_errors
+from ..errors import BadInput, ConfigError, DelayqError
+from .app import app, open_queue
 
 
 @app.command()
@@ -30,20 +30,19 @@ def web(
 ) -> None:
     """Serve the operator's page: queues, job search and detail; retry, cancel and requeue
     after logging in with DELAYQ_WEB_TOKEN (without it the page is read-only)."""
-    with reporting_errors():
-        _check_host(host)
-        if root_path and not (
-            root_path.startswith("/") and root_path.isascii() and root_path.isprintable()
-        ):
-            raise BadInput("--root-path must be a path beginning with /, e.g. /delayq")
-        try:
-            import uvicorn
+    _check_host(host)
+    if root_path and not (
+        root_path.startswith("/") and root_path.isascii() and root_path.isprintable()
+    ):
+        raise BadInput("--root-path must be a path beginning with /, e.g. /delayq")
+    try:
+        import uvicorn
 
-            from ..web import create_app
-        except ImportError:
-            raise ConfigError("delayq web needs the web extra: pip install 'delayq[web]'") from None
-        queue = open_queue(create=True)
-        page = create_app(queue, token=queue.settings.web_token)
+        from ..web import create_app
+    except ImportError:
+        raise ConfigError("delayq web needs the web extra: pip install 'delayq[web]'") from None
+    queue = open_queue(create=True)
+    page = create_app(queue, token=queue.settings.web_token)
     config = uvicorn.Config(
         page,
         host=host,
@@ -67,8 +66,7 @@ def _listen(host: str, port: int) -> socket.socket:
         listening.bind((host, port))
     except OSError as exc:
         listening.close()
-        typer.echo(f"delayq: error: cannot listen on {host} port {port}: {exc.strerror}", err=True)
-        raise typer.Exit(1) from None
+        raise DelayqError(f"cannot listen on {host} port {port}: {exc.strerror}") from None
     listening.set_inheritable(True)
     return listening
 
