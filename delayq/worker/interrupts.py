@@ -11,7 +11,7 @@ import math
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from types import FrameType
 
@@ -31,6 +31,9 @@ class SignalInterrupt(KeyboardInterrupt):
     run; told apart by its type from a KeyboardInterrupt a handler raises, its job's failure."""
 
 
+SignalHandler = Callable[[int, FrameType | None], object]
+# A graceful stop: the signals a service manager and Ctrl-C send.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 # What a handler's call lets through: the run is told to stop, not the job to fail.
 RUN_STOPS: tuple[type[BaseException], ...] = (Abandoned, SignalInterrupt)
 
@@ -87,17 +90,14 @@ def time_limits() -> Iterator[bool]:
     if not in_main_thread():
         yield False
         return
-    previous = signal.signal(signal.SIGALRM, _clock.expire)
-    interrupt = signal.getsignal(signal.SIGINT)
-    if interrupt is signal.default_int_handler:  # no graceful stop routes SIGINT
-        signal.signal(signal.SIGINT, _interrupt)
-    try:
-        yield True
-    finally:
-        _clock.clear()
-        signal.signal(signal.SIGALRM, previous)
-        if interrupt is signal.default_int_handler:
-            signal.signal(signal.SIGINT, interrupt)
+    handlers: dict[int, SignalHandler] = {signal.SIGALRM: _clock.expire}
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # no graceful stop routes it
+        handlers[signal.SIGINT] = _interrupt
+    with routing(handlers):
+        try:
+            yield True
+        finally:
+            _clock.clear()
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
@@ -166,9 +166,16 @@ def graceful_stop() -> Iterator[GracefulStop]:
     if not in_main_thread():
         yield stop
         return
-    previous = {sig: signal.signal(sig, stop.request) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
+    with routing(dict.fromkeys(STOP_SIGNALS, stop.request)):
         yield stop
+
+
+@contextmanager
+def routing(handlers: Mapping[int, SignalHandler]) -> Iterator[None]:
+    """Route each signal to its handler for the duration of the block (on the main thread)."""
+    previous = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
+    try:
+        yield
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

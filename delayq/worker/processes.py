@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 
 from ..store.watchdog import stop_with_parent
+from .interrupts import STOP_SIGNALS, routing
 from .liveness import BEAT_EVERY
 
 logger = logging.getLogger(__name__)
@@ -28,7 +29,7 @@ MAX_DEATHS = 5
 DEATH_WINDOW = 60.0
 POLL = 0.1
 # Exit codes of a child that ended as asked: done, or stopped by the signal we forwarded.
-CLEAN_EXITS = frozenset({0, 128 + signal.SIGTERM, 128 + signal.SIGINT})
+CLEAN_EXITS = frozenset({0, *(128 + sig for sig in STOP_SIGNALS)})
 # Before its first beat a child imports, connects and checks the index: allow it this long.
 STARTUP = 60.0
 # Added to every promise: the child skips beats that move it less than BEAT_EVERY, and the
@@ -84,17 +85,13 @@ class Supervisor:
 
     def run(self) -> int:
         """The exit code for the parent, once the children ended."""
-        previous = {
-            sig: signal.signal(sig, self._forward) for sig in (signal.SIGTERM, signal.SIGINT)
-        }
-        try:
-            self.children = [self._spawn() for _ in range(self.count)]
-            return self._watch()
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-            for child in self.children:
-                child.close()
+        with routing(dict.fromkeys(STOP_SIGNALS, self._forward)):
+            try:
+                self.children = [self._spawn() for _ in range(self.count)]
+                return self._watch()
+            finally:
+                for child in self.children:
+                    child.close()
 
     def _watch(self) -> int:
         worst = 0
