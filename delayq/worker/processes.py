@@ -49,10 +49,6 @@ class Child:
         self._partial = b""
         os.set_blocking(beats, False)
 
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
     def read_beats(self) -> None:
         """Take in the beats written since the last look; the latest promise counts."""
         try:
@@ -66,7 +62,7 @@ class Child:
             try:
                 self.silent_until = self.last_beat + float(lines[-1]) + SLACK
             except ValueError:
-                logger.warning("runner process %d beat %r; ignored", self.pid, lines[-1])
+                logger.warning("runner process %d beat %r; ignored", self.process.pid, lines[-1])
 
     def close(self) -> None:
         os.close(self.beats)
@@ -111,7 +107,9 @@ class Supervisor:
                         return 1
                     if not child.killed:  # a kill of ours was logged when it was made
                         logger.warning(
-                            "runner process %d died (exit %s); starting another", child.pid, code
+                            "runner process %d died (exit %s); starting another",
+                            child.process.pid,
+                            code,
                         )
                     self.children.append(self._spawn())
                     continue
@@ -131,7 +129,7 @@ class Supervisor:
                 logger.error(
                     "runner process %d made no progress for %.1fs, past its job's time limit "
                     "and the grace; %s",
-                    child.pid,
+                    child.process.pid,
                     silence,
                     action,
                 )
