@@ -38,10 +38,6 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 RUN_STOPS: tuple[type[BaseException], ...] = (Abandoned, SignalInterrupt)
 
 
-def in_main_thread() -> bool:
-    return threading.current_thread() is threading.main_thread()
-
-
 class _Clock:
     """The running job's deadline, and when the interval timer is set to fire.
 
@@ -87,17 +83,15 @@ _clock = _Clock()
 @contextmanager
 def time_limits() -> Iterator[bool]:
     """Install the SIGALRM handler for a run; yields whether time limits can apply."""
-    if not in_main_thread():
-        yield False
-        return
     handlers: dict[int, SignalHandler] = {signal.SIGALRM: _clock.expire}
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # no graceful stop routes it
         handlers[signal.SIGINT] = _interrupt
-    with routing(handlers):
+    with routing(handlers) as routed:
         try:
-            yield True
+            yield routed
         finally:
-            _clock.clear()
+            if routed:
+                _clock.clear()
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
@@ -163,19 +157,20 @@ def grace_on_alarm(stop: GracefulStop | None, grace: float) -> Iterator[None]:
 def graceful_stop() -> Iterator[GracefulStop]:
     """Route SIGTERM and SIGINT to a GracefulStop for the duration of the block."""
     stop = GracefulStop()
-    if not in_main_thread():
-        yield stop
-        return
     with routing(dict.fromkeys(STOP_SIGNALS, stop.request)):
         yield stop
 
 
 @contextmanager
-def routing(handlers: Mapping[int, SignalHandler]) -> Iterator[None]:
-    """Route each signal to its handler for the duration of the block (on the main thread)."""
+def routing(handlers: Mapping[int, SignalHandler]) -> Iterator[bool]:
+    """Route each signal to its handler for the duration of the block; yields whether it
+    could: Python runs signal handlers on the main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        yield False
+        return
     previous = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
     try:
-        yield
+        yield True
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
