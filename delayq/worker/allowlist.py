@@ -16,6 +16,7 @@ import sys
 import sysconfig
 from collections.abc import Sequence
 from importlib import metadata
+from importlib.machinery import ModuleSpec
 from pathlib import Path
 
 from ..errors import ConfigError
@@ -68,11 +69,16 @@ def check_entry(prefix: str) -> None:
         raise ConfigError(refusal.format("a standard library module"))
 
 
-def _location(top: str) -> Path | None:
+def find_spec(top: str) -> ModuleSpec | None:
+    """The spec of top-level module `top`, found without importing it; None if there is none."""
     try:
-        spec = importlib.util.find_spec(top)
+        return importlib.util.find_spec(top)
     except (ImportError, ValueError):
         return None
+
+
+def _location(top: str) -> Path | None:
+    spec = find_spec(top)
     if spec is None:
         return None
     places: list[str | None] = [*(spec.submodule_search_locations or []), spec.origin]

@@ -6,29 +6,22 @@ stay on the main thread, under its time limit.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TypeVar
+from concurrent.futures import ThreadPoolExecutor
 
 from ..store.table import Table
 from ..threads import keep_signals_off_this_thread
 
-T = TypeVar("T")
 
-
-class Bookkeeper:
+class Bookkeeper(ThreadPoolExecutor):
     def __init__(self, table: Table) -> None:
-        self.table = table
-        self._executor = ThreadPoolExecutor(
+        super().__init__(
             max_workers=1,
             thread_name_prefix="delayq-bookkeeper",
             initializer=keep_signals_off_this_thread,
         )
-
-    def submit(self, task: Callable[..., T], *args: object) -> Future[T]:
-        return self._executor.submit(task, *args)
+        self.table = table
 
     def close(self) -> None:
         """Finish what was handed over, then close the thread's database connection."""
-        self._executor.submit(self.table.db.close)
-        self._executor.shutdown(wait=True)
+        self.submit(self.table.db.close)
+        self.shutdown(wait=True)

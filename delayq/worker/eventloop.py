@@ -76,9 +76,8 @@ async def under_limit(awaitable: Awaitable[T], limit: float) -> T:
     try:
         result = await awaitable
     except asyncio.CancelledError:
-        if expired:
-            raise JobTimeout() from None
-        raise
+        if not expired:
+            raise
     finally:
         deadline.cancel()
     if expired:

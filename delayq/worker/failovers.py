@@ -50,14 +50,11 @@ def reindex_after_failover(table: Table, index: Index, queue: str, now: float) -
         moved, since = now, note.seen
     elif note is not None and moved is not None and now - moved < WATCH:
         since = note.seen
-    found = 0 if since is None else _reindex_changed(table, index, queue, since - LOOKBACK, now)
-    index.registry.note_server(queue, ServerNote(replication_id, now, moved))
-    return found
-
-
-def _reindex_changed(table: Table, index: Index, queue: str, since: float, now: float) -> int:
-    batches = queries.pending_changed_since(table, queue, since, SWEEP_LIMIT)
-    found = sum(put_back_lost(table, index, queue, dict(batch), now) for batch in batches)
+    found = 0
+    if since is not None:
+        batches = queries.pending_changed_since(table, queue, since - LOOKBACK, SWEEP_LIMIT)
+        found = sum(put_back_lost(table, index, queue, dict(batch), now) for batch in batches)
     if found:
         logger.warning("queue %s: put back %d jobs a failover took off the schedule", queue, found)
+    index.registry.note_server(queue, ServerNote(replication_id, now, moved))
     return found

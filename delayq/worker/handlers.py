@@ -10,7 +10,6 @@ foreign constructor (a subclass of `subprocess.Popen`) is refused.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import inspect
 import os
 import types
@@ -19,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BadInput, ConfigError, HandlerNotAllowed
-from .allowlist import EMPTY_ALLOWLIST, check_entry
+from .allowlist import EMPTY_ALLOWLIST, check_allowlist, find_spec
 
 Handler = Callable[[Any], Any]
 
@@ -51,15 +50,7 @@ def locate(class_path: str, method: str, allowed: Sequence[str]) -> tuple[Any, A
     """(owner, attribute as stored) for a handler, importing only allowed modules: no user
     code but the imports runs, so `delayq add` can check a handler up front."""
     check_allowed(class_path, method, allowed)
-    owner: Any
-    owner, rest = _import_longest(class_path)
-    for name in rest:
-        owner = _attribute(owner, name, class_path)
-        if not inspect.isclass(owner):
-            raise HandlerNotAllowed(
-                f"handler class {class_path!r}: {name!r} is not a class; "
-                "name a module or a class defined in one"
-            )
+    owner = import_prefix(class_path, classes_only=True)
     found = _attribute(owner, method, f"{class_path}.{method}")
     _check_defined_under(found, owner, class_path, method, allowed)
     return owner, found
@@ -70,8 +61,7 @@ def check_allowed(class_path: str, method: str, allowed: Sequence[str]) -> None:
     check_shape(class_path, method)
     if not allowed:
         raise HandlerNotAllowed(EMPTY_ALLOWLIST)
-    for prefix in allowed:
-        check_entry(prefix)
+    check_allowlist(allowed)
     if not _is_under(class_path, allowed):
         raise HandlerNotAllowed(
             f"DELAYQ_HANDLERS ({','.join(allowed)}) does not allow {class_path!r}; add its prefix"
@@ -87,13 +77,20 @@ def check_shape(class_path: str, method: str) -> None:
         )
 
 
-def import_prefix(prefix: str) -> None:
+def import_prefix(prefix: str, classes_only: bool = False) -> Any:
     """Import a DELAYQ_HANDLERS entry (a module, or a class inside one), or raise BadInput
-    saying why not: `delayq doctor` tells a typo from a missing deploy this way."""
+    saying why not: `delayq doctor` tells a typo from a missing deploy this way. A handler's
+    path must reach its class through classes only (`classes_only`)."""
     owner: Any
     owner, rest = _import_longest(prefix)
     for name in rest:
         owner = _attribute(owner, name, prefix)
+        if classes_only and not inspect.isclass(owner):
+            raise HandlerNotAllowed(
+                f"handler class {prefix!r}: {name!r} is not a class; "
+                "name a module or a class defined in one"
+            )
+    return owner
 
 
 def check_imports(allowed: Sequence[str], path: Sequence[Path]) -> None:
@@ -105,16 +102,9 @@ def check_imports(allowed: Sequence[str], path: Sequence[Path]) -> None:
             import_prefix(prefix)
         except BadInput as exc:
             top = prefix.split(".")[0]
-            reason = _not_found_in(top, path) if _is_missing(top) else str(exc)
+            reason = _not_found_in(top, path) if find_spec(top) is None else str(exc)
             message = f"DELAYQ_HANDLERS entry {prefix!r} does not import: {reason}"
             raise ConfigError(message) from None
-
-
-def _is_missing(top: str) -> bool:
-    try:
-        return importlib.util.find_spec(top) is None
-    except (ImportError, ValueError):
-        return True
 
 
 def _not_found_in(top: str, path: Sequence[Path]) -> str:
@@ -173,23 +163,21 @@ def _check_defined_under(
     """Refuse a handler whose call would run code defined outside the allowlist."""
     function = found.__func__ if isinstance(found, staticmethod | classmethod) else found
     module_name = getattr(function, "__module__", None)
+    what = f"handler {class_path}.{method}"
+    outside = f"outside DELAYQ_HANDLERS ({','.join(allowed)})"
     if inspect.ismodule(function) or not _is_under(module_name, allowed):
-        raise HandlerNotAllowed(
-            f"handler {class_path}.{method} is defined in {module_name or 'an unknown module'!r},"
-            f" outside DELAYQ_HANDLERS ({','.join(allowed)})"
-        )
-    if inspect.isclass(owner) and not _is_under(owner.__module__, allowed):
-        raise HandlerNotAllowed(
-            f"handler class {class_path!r} is defined outside DELAYQ_HANDLERS ({','.join(allowed)})"
-        )
+        where = module_name or "an unknown module"
+        raise HandlerNotAllowed(f"{what} is defined in {where!r}, {outside}")
     if inspect.isclass(owner):
-        _check_special(owner, method, allowed, f"handler {class_path}.{method}")
+        if not _is_under(owner.__module__, allowed):
+            raise HandlerNotAllowed(f"handler class {class_path!r} is defined {outside}")
+        _check_special(owner, method, allowed, what)
         if inspect.isfunction(found):
             _check_creation(owner, allowed, f"handler class {class_path!r}")
     if inspect.isclass(function):
-        _check_creation(function, allowed, f"handler {class_path}.{method}")
+        _check_creation(function, allowed, what)
     elif not (inspect.isfunction(function) or inspect.ismethod(function)):
-        _check_special(type(function), "__call__", allowed, f"handler {class_path}.{method}")
+        _check_special(type(function), "__call__", allowed, what)
 
 
 def _check_creation(cls: type, allowed: Sequence[str], what: str) -> None:

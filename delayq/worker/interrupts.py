@@ -11,7 +11,7 @@ import math
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from types import FrameType
 
@@ -31,12 +31,11 @@ class SignalInterrupt(KeyboardInterrupt):
     run; told apart by its type from a KeyboardInterrupt a handler raises, its job's failure."""
 
 
+SignalHandler = Callable[[int, FrameType | None], object]
+# A graceful stop: the signals a service manager and Ctrl-C send.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 # What a handler's call lets through: the run is told to stop, not the job to fail.
 RUN_STOPS: tuple[type[BaseException], ...] = (Abandoned, SignalInterrupt)
-
-
-def in_main_thread() -> bool:
-    return threading.current_thread() is threading.main_thread()
 
 
 class _Clock:
@@ -84,20 +83,15 @@ _clock = _Clock()
 @contextmanager
 def time_limits() -> Iterator[bool]:
     """Install the SIGALRM handler for a run; yields whether time limits can apply."""
-    if not in_main_thread():
-        yield False
-        return
-    previous = signal.signal(signal.SIGALRM, _clock.expire)
-    interrupt = signal.getsignal(signal.SIGINT)
-    if interrupt is signal.default_int_handler:  # no graceful stop routes SIGINT
-        signal.signal(signal.SIGINT, _interrupt)
-    try:
-        yield True
-    finally:
-        _clock.clear()
-        signal.signal(signal.SIGALRM, previous)
-        if interrupt is signal.default_int_handler:
-            signal.signal(signal.SIGINT, interrupt)
+    handlers: dict[int, SignalHandler] = {signal.SIGALRM: _clock.expire}
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # no graceful stop routes it
+        handlers[signal.SIGINT] = _interrupt
+    with routing(handlers) as routed:
+        try:
+            yield routed
+        finally:
+            if routed:
+                _clock.clear()
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
@@ -163,12 +157,20 @@ def grace_on_alarm(stop: GracefulStop | None, grace: float) -> Iterator[None]:
 def graceful_stop() -> Iterator[GracefulStop]:
     """Route SIGTERM and SIGINT to a GracefulStop for the duration of the block."""
     stop = GracefulStop()
-    if not in_main_thread():
+    with routing(dict.fromkeys(STOP_SIGNALS, stop.request)):
         yield stop
+
+
+@contextmanager
+def routing(handlers: Mapping[int, SignalHandler]) -> Iterator[bool]:
+    """Route each signal to its handler for the duration of the block; yields whether it
+    could: Python runs signal handlers on the main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        yield False
         return
-    previous = {sig: signal.signal(sig, stop.request) for sig in (signal.SIGTERM, signal.SIGINT)}
+    previous = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
     try:
-        yield stop
+        yield True
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -25,7 +25,7 @@ from .run import Run, outcome_word
 # Lease recovery and the orphan sweep need not run on every wake-up.
 SWEEP_EVERY = 5.0
 # How often at most a loop notes in Redis that it is alive, for `delayq status`.
-BEAT_EVERY = 1.0
+RECORD_EVERY = 1.0
 RUNNING = "running"  # a loop's outcome until it ends
 # The longest single wait, so a stop signal, a new queue or a job committed in a caller's
 # transaction (no one wakes the loop for those: its next pass finds them) is noticed within it.
@@ -118,7 +118,7 @@ def _run_loop(
 
 class LoopRecord:
     """A loop's entry in `delayq status`: one write when it starts, after a pass at most
-    once a BEAT_EVERY (a busy loop's passes follow each other by milliseconds), and one
+    once a RECORD_EVERY (a busy loop's passes follow each other by milliseconds), and one
     when it ends; a loop that died is seen by the age of its last beat."""
 
     def __init__(self, index: Index) -> None:
@@ -128,7 +128,7 @@ class LoopRecord:
         self.write(RUNNING, RunReport())
 
     def beat(self, total: RunReport) -> None:
-        if time.monotonic() - self.beaten_at >= BEAT_EVERY:
+        if time.monotonic() - self.beaten_at >= RECORD_EVERY:
             self.write(RUNNING, total)
 
     def write(self, outcome: str, total: RunReport) -> None:

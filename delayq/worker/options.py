@@ -14,6 +14,15 @@ from ..durations import Duration, parse_duration
 from ..errors import BadInput
 
 MAX_WEIGHT = 100
+# The `delayq run` flag of each valued option.
+FLAGS = {
+    "limit": "--limit",
+    "since": "--since",
+    "max_seconds": "--max-seconds",
+    "concurrency": "--concurrency",
+    "grace": "--grace",
+    "duration": "--for",
+}
 
 
 @dataclass(frozen=True)
@@ -45,11 +54,10 @@ class RunOptions:
         duration: Duration | None = None,
     ) -> RunOptions:
         """The options, or BadInput naming the one that is wrong."""
+        given = {"since": since, "max_seconds": max_seconds, "grace": grace, "duration": duration}
         seconds = {
-            "since": _seconds(since, "--since"),
-            "max_seconds": _seconds(max_seconds, "--max-seconds"),
-            "grace": _seconds(grace, "--grace"),
-            "duration": _seconds(duration, "--for"),
+            name: None if value is None else parse_duration(value, FLAGS[name])
+            for name, value in given.items()
         }
         if duration is not None and not loop:
             raise BadInput("--for needs --loop")
@@ -69,13 +77,9 @@ class RunOptions:
 
     def applied_to(self, settings: Settings) -> Settings:
         """`settings` with the window, time budget, concurrency and grace asked for here."""
-        return replace(
-            settings,
-            since=settings.since if self.since is None else self.since,
-            max_seconds=settings.max_seconds if self.max_seconds is None else self.max_seconds,
-            concurrency=settings.concurrency if self.concurrency is None else self.concurrency,
-            grace=settings.grace if self.grace is None else self.grace,
-        )
+        names = ("since", "max_seconds", "concurrency", "grace")
+        asked = {name: value for name in names if (value := getattr(self, name)) is not None}
+        return replace(settings, **asked)
 
     def argv(self) -> list[str]:
         """These options as `delayq run` flags, which the command reads back into an equal
@@ -83,20 +87,9 @@ class RunOptions:
         flags = [f"--queue={queue}" for queue in self.queues]
         if self.weights:
             flags.append("--queues=" + ",".join(f"{q}:{w}" for q, w in self.weights.items()))
-        valued = {
-            "--limit": self.limit,
-            "--since": self.since,
-            "--max-seconds": self.max_seconds,
-            "--concurrency": self.concurrency,
-            "--grace": self.grace,
-            "--for": self.duration,
-        }
+        valued = {flag: getattr(self, name) for name, flag in FLAGS.items()}
         flags += [f"{flag}={_text(value)}" for flag, value in valued.items() if value is not None]
         return flags + ["--loop"] * self.loop
-
-
-def _seconds(value: Duration | None, name: str) -> float | None:
-    return None if value is None else parse_duration(value, name)
 
 
 def _text(value: float) -> str:

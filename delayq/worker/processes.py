@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 
 from ..store.watchdog import stop_with_parent
+from .interrupts import STOP_SIGNALS, routing
 from .liveness import BEAT_EVERY
 
 logger = logging.getLogger(__name__)
@@ -28,7 +29,7 @@ MAX_DEATHS = 5
 DEATH_WINDOW = 60.0
 POLL = 0.1
 # Exit codes of a child that ended as asked: done, or stopped by the signal we forwarded.
-CLEAN_EXITS = frozenset({0, 128 + signal.SIGTERM, 128 + signal.SIGINT})
+CLEAN_EXITS = frozenset({0, *(128 + sig for sig in STOP_SIGNALS)})
 # Before its first beat a child imports, connects and checks the index: allow it this long.
 STARTUP = 60.0
 # Added to every promise: the child skips beats that move it less than BEAT_EVERY, and the
@@ -48,10 +49,6 @@ class Child:
         self._partial = b""
         os.set_blocking(beats, False)
 
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
     def read_beats(self) -> None:
         """Take in the beats written since the last look; the latest promise counts."""
         try:
@@ -65,7 +62,7 @@ class Child:
             try:
                 self.silent_until = self.last_beat + float(lines[-1]) + SLACK
             except ValueError:
-                logger.warning("runner process %d beat %r; ignored", self.pid, lines[-1])
+                logger.warning("runner process %d beat %r; ignored", self.process.pid, lines[-1])
 
     def close(self) -> None:
         os.close(self.beats)
@@ -84,17 +81,13 @@ class Supervisor:
 
     def run(self) -> int:
         """The exit code for the parent, once the children ended."""
-        previous = {
-            sig: signal.signal(sig, self._forward) for sig in (signal.SIGTERM, signal.SIGINT)
-        }
-        try:
-            self.children = [self._spawn() for _ in range(self.count)]
-            return self._watch()
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-            for child in self.children:
-                child.close()
+        with routing(dict.fromkeys(STOP_SIGNALS, self._forward)):
+            try:
+                self.children = [self._spawn() for _ in range(self.count)]
+                return self._watch()
+            finally:
+                for child in self.children:
+                    child.close()
 
     def _watch(self) -> int:
         worst = 0
@@ -114,7 +107,9 @@ class Supervisor:
                         return 1
                     if not child.killed:  # a kill of ours was logged when it was made
                         logger.warning(
-                            "runner process %d died (exit %s); starting another", child.pid, code
+                            "runner process %d died (exit %s); starting another",
+                            child.process.pid,
+                            code,
                         )
                     self.children.append(self._spawn())
                     continue
@@ -134,7 +129,7 @@ class Supervisor:
                 logger.error(
                     "runner process %d made no progress for %.1fs, past its job's time limit "
                     "and the grace; %s",
-                    child.pid,
+                    child.process.pid,
                     silence,
                     action,
                 )

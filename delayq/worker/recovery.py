@@ -68,21 +68,19 @@ def recover_leases(table: Table, index: Index, queue: str, now: float) -> Recove
     lapsed = leases.expired_leases(table, queue, now, SWEEP_LIMIT)
     journal = index.journal.journaled(queue, [item.job.id for item in lapsed])
     outcomes: dict[str | None, list[Outcome]] = {}
-    unsettled: list[leases.Lapsed] = []
-    unsettled_by_token: dict[str | None, set[int]] = {}
+    unsettled: dict[str | None, set[int]] = {}
     for item in lapsed:
-        record = journal.get(item.job.id)
-        if record is None:
-            unsettled.append(item)
-            unsettled_by_token.setdefault(item.token, set()).add(item.job.id)
+        if (record := journal.get(item.job.id)) is None:
+            unsettled.setdefault(item.token, set()).add(item.job.id)
         else:
             outcomes.setdefault(item.token, []).append(journaled_outcome(item.job, record))
-    running = _were_running(index, queue, unsettled_by_token)
-    for item in unsettled:
-        _put_back(table, index, item, item.job.id in running, now, result)
-    for token, items in unsettled_by_token.items():
+    running = _were_running(index, queue, unsettled)
+    for item in lapsed:
+        if item.job.id not in journal:
+            _put_back(table, index, item, item.job.id in running, now, result)
+    for token, unsettled_ids in unsettled.items():
         if token is not None:
-            index.journal.forget(queue, [], (token, sorted(items)))  # their start notes
+            index.journal.forget(queue, [], (token, sorted(unsettled_ids)))  # their start notes
     dead_runs = {item.token for item in lapsed if item.token is not None}
     for token, settled_outcomes in outcomes.items():
         written = write_outcomes(table, settled_outcomes, token)
