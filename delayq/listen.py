@@ -41,8 +41,10 @@ GONE = frozenset({"del", "rename_from"})
 # Redis sends `expired` when it deletes the key, which its expiry sampling may do seconds after
 # the TTL: a job for the key that fell due this recently is the one the event announces.
 RECENTLY_DUE = 60.0
-# A pending job due this close to the key's expiry is left as it is (PTTL counts whole ms).
-UNMOVED = 0.005
+# A pending job due this close to the key's expiry is left as it is: the expiry is read as
+# PTTL plus the clock, a few ms apart (more on a busy host, where 5 ms moved jobs of keys
+# nobody touched); Redis itself fires `expired` up to 100 ms after the TTL.
+UNMOVED = 0.05
 SEED_GLOB = "*@*"  # seed 000's keys: Class@method@arg@...
 RECONNECT_PAUSE = 1.0
 
