@@ -7,8 +7,7 @@ process, queue up and each sees what the previous one wrote. The index is the ca
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import NamedTuple
 
 from ..errors import BadInput
@@ -26,11 +25,9 @@ class Attempt(NamedTuple):
     series: tuple[int, float] | None = None
 
 
-@contextmanager
-def chain_locked(table: Table, job: Job) -> Iterator[None]:
+def chain_locked(table: Table, job: Job) -> AbstractContextManager[None]:
     """Hold the lock of `job`'s chain and a transaction for what is written under it."""
-    with exclusive(table, f"chain:{job.chain_id or job.id}"):
-        yield
+    return exclusive(table, f"chain:{job.chain_id or job.id}")
 
 
 def retry_chain(
