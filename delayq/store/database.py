@@ -20,7 +20,6 @@ from .urls import check_mysql_arguments, check_netloc, refuse
 
 SQLITE_PRAGMAS = {
     "journal_mode": "wal",  # readers never block the writer; several runs may overlap
-    "busy_timeout": 30000,  # wait for the write lock instead of failing at once
     "synchronous": "full",  # a committed outcome survives power loss
 }
 DATABASE_FORMS = "use mysql://user:pw@host:3306/db or sqlite:////absolute/path.db"
@@ -148,6 +147,7 @@ def _open_sqlite(url: str, name: str, kwargs: dict) -> Database:
             "(three slashes before a relative path, four before an absolute one)"
         )
     Path(name).parent.mkdir(parents=True, exist_ok=True)
+    # timeout: wait up to 30 s for the write lock (SQLite's busy timeout) instead of failing.
     return SqliteDatabase(name, pragmas=SQLITE_PRAGMAS, timeout=30, **kwargs)
 
 

@@ -80,7 +80,7 @@ def redis_url(home: Path, idle_limit: float = Settings.embedded_idle) -> str:
     return url
 
 
-def open_client(home: Path, idle_limit: float = Settings.embedded_idle) -> redis.Redis:
+def open_client(home: Path, idle_limit: float) -> redis.Redis:
     """A client of the embedded server, connected: its pooled connection stays open while
     the client does, so the keeper sees a client and never stops the server under it."""
     client = open_redis(redis_url(home, idle_limit), socket_connect_timeout=5, socket_timeout=30)
