@@ -70,9 +70,7 @@ def _miss_unscheduled(table: Table, index: Index, now: float) -> list[str]:
     Job = table.model
     missed = 0
     for rows in id_batches(Job.select(Job.id).where(Job.status == Status.PENDING).tuples(), BATCH):
-        ids = [job_id for (job_id,) in rows]
-        scores = index.schedule.scores(DEFAULT_QUEUE, ids)
-        if absent := [job_id for job_id in ids if job_id not in scores]:
+        if absent := index.schedule.missing(DEFAULT_QUEUE, [job_id for (job_id,) in rows]):
             missed += (
                 Job.update(status=Status.MISSED, message=UNSCHEDULED, modified=utc_stamp(now))
                 .where(Job.id.in_(absent), Job.status == Status.PENDING)
