@@ -109,12 +109,11 @@ def still_held(table: Table, ids: Sequence[int], token: str, lease_until: float)
     heartbeat fell behind checks that no other run took a job over before starting it."""
     if not ids:
         return set()
-    Job = table.model
-    held = Job.id.in_(list(ids)) & _running_under(Job, token)
+    held = table.model.id.in_(list(ids)) & _running_under(table.model, token)
 
     def renew() -> set[int]:
         _renew(table, held, lease_until)
-        return {job_id for (job_id,) in tuples(Job.select(Job.id).where(held))}
+        return held_ids(table, ids, token)
 
     # Run again if InnoDB picks it as a deadlock victim: it meets other runs' heartbeats
     # and takeovers just when a stall ends. The UPDATE is guarded, so repeating it is safe.
