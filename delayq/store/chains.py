@@ -11,7 +11,7 @@ from contextlib import AbstractContextManager
 from typing import NamedTuple
 
 from ..errors import BadInput
-from .queries import exclusive, insert_next_occurrence, insert_retry
+from .queries import chain_of, exclusive, insert_next_occurrence, insert_retry
 from .recurrence import is_recurring, next_due
 from .table import Job, Status, Table, status_word, utc_stamp
 
@@ -38,9 +38,7 @@ def retry_chain(
     while an attempt runs, or when `repeating` (the attempt the caller meant to repeat) is no
     longer the latest: another requeue got there first."""
     Job = table.model
-    root = job.chain_id or job.id
-    chain = Job.select().where((Job.id == root) | (Job.chain_id == root))
-    latest = chain.order_by(Job.id.desc()).first() or job
+    latest = (chain_of(table, job) or [job])[-1]
     if latest.status == Status.PENDING:
         # Locked until the transaction ends: a run cannot claim it between read and move.
         still_pending = (Job.id == latest.id) & (Job.status == Status.PENDING)
