@@ -99,3 +99,13 @@ def test_columns_left_at_their_default_read_back_as_it_next_to_rows_that_set_the
         assert (row.timeout, row.every, row.chain_id, row.lost_leases) == (None, None, None, 0)
     row = Job.get_by_id(mixed_ids[3])
     assert (row.queue, row.ext_string, row.timeout, row.every) == ("mail", "k", 5.0, 3600.0)
+
+
+def test_without_consecutive_ids_or_returning_each_row_is_a_statement(queue, monkeypatch):
+    # MySQL with innodb_autoinc_lock_mode 2 promises neither: ids are read a row at a time.
+    monkeypatch.setattr(queue.table, "consecutive_ids", False)
+    monkeypatch.setattr(queue.table, "returning", False)
+
+    ids = queue.add_many([delayq.JobSpec(H, "echo", n, delay=60) for n in range(5)], now=NOW)
+
+    assert [queue.show(job_id)["data"] for job_id in ids] == list(range(5))

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from delayq.cli import app
-from delayq.store.clusters import parse
+from delayq.store.clusters import CLUSTER_PORT
+from delayq.store.sentinels import servers
 from tests.test_cli import assert_one_error_line, bare_env  # noqa: F401 - a fixture
 
 BAD_URLS = {
@@ -57,10 +58,12 @@ def test_a_password_in_a_bad_cluster_url_is_not_repeated(
 
 
 def test_the_parts_of_a_cluster_url():
-    parts = parse("ann:p%40ss@10.0.0.1:7000,[::1]:7001,node-3", "", "")
+    nodes, username, password = servers(
+        "ann:p%40ss@10.0.0.1:7000,[::1]:7001,node-3", CLUSTER_PORT, "nodes"
+    )
 
-    assert parts.nodes == (("10.0.0.1", 7000), ("::1", 7001), ("node-3", 6379))
-    assert (parts.username, parts.password) == ("ann", "p@ss")
+    assert nodes == [("10.0.0.1", 7000), ("::1", 7001), ("node-3", 6379)]
+    assert (username, password) == ("ann", "p@ss")
 
 
 @pytest.mark.parametrize("command", [["status"], ["run"]], ids=["status", "run"])

@@ -7,12 +7,11 @@ process, queue up and each sees what the previous one wrote. The index is the ca
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import NamedTuple
 
 from ..errors import BadInput
-from .queries import exclusive, insert_next_occurrence, insert_retry
+from .queries import chain_of, exclusive, insert_next_occurrence, insert_retry
 from .recurrence import is_recurring, next_due
 from .table import Job, Status, Table, status_word, utc_stamp
 
@@ -26,11 +25,9 @@ class Attempt(NamedTuple):
     series: tuple[int, float] | None = None
 
 
-@contextmanager
-def chain_locked(table: Table, job: Job) -> Iterator[None]:
+def chain_locked(table: Table, job: Job) -> AbstractContextManager[None]:
     """Hold the lock of `job`'s chain and a transaction for what is written under it."""
-    with exclusive(table, f"chain:{job.chain_id or job.id}"):
-        yield
+    return exclusive(table, f"chain:{job.chain_id or job.id}")
 
 
 def retry_chain(
@@ -41,9 +38,7 @@ def retry_chain(
     while an attempt runs, or when `repeating` (the attempt the caller meant to repeat) is no
     longer the latest: another requeue got there first."""
     Job = table.model
-    root = job.chain_id or job.id
-    chain = Job.select().where((Job.id == root) | (Job.chain_id == root))
-    latest = chain.order_by(Job.id.desc()).first() or job
+    latest = (chain_of(table, job) or [job])[-1]
     if latest.status == Status.PENDING:
         # Locked until the transaction ends: a run cannot claim it between read and move.
         still_pending = (Job.id == latest.id) & (Job.status == Status.PENDING)

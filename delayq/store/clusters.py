@@ -14,45 +14,17 @@ import queue
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, cast
-from urllib.parse import unquote
 
 import redis
-from redis.backoff import ExponentialBackoff
 from redis.cluster import ClusterNode, RedisCluster
 from redis.crc import key_slot
 from redis.exceptions import RedisClusterException
-from redis.retry import Retry
 
-from .sentinels import FAILOVER_RETRIES, BadUrl, address
+from .sentinels import BadUrl, failover_retry, servers
 
 SCHEME = "redis+cluster"
 CLUSTER_PORT = 6379
-
-
-@dataclass(frozen=True)
-class ClusterUrl:
-    """The parts of redis+cluster://[[user]:password@]host:port[,host:port...]."""
-
-    nodes: tuple[tuple[str, int], ...]
-    username: str | None
-    password: str | None
-
-
-def parse(netloc: str, path: str, query: str) -> ClusterUrl:
-    """Read the parts urlsplit gave; BadUrl says what is wrong."""
-    if path.strip("/"):
-        raise BadUrl("a Cluster has only database 0: end the URL after the nodes")
-    if query:
-        raise BadUrl(f"{SCHEME}:// takes no query parameters")
-    userinfo, _, hosts = netloc.rpartition("@")
-    user, colon, password = userinfo.partition(":")
-    return ClusterUrl(
-        nodes=tuple(address(host, CLUSTER_PORT, "nodes") for host in hosts.split(",")),
-        username=unquote(user) or None,
-        password=unquote(password) if colon else None,
-    )
 
 
 def open_cluster(netloc: str, path: str, query: str, **options: Any) -> redis.Redis:
@@ -66,13 +38,17 @@ def open_cluster(netloc: str, path: str, query: str, **options: Any) -> redis.Re
     The client is typed as a Redis: it answers every command delayq sends, and the places
     that must differ ask `is_cluster`.
     """
-    parts = parse(netloc, path, query)
+    if path.strip("/"):
+        raise BadUrl("a Cluster has only database 0: end the URL after the nodes")
+    if query:
+        raise BadUrl(f"{SCHEME}:// takes no query parameters")
+    nodes, username, password = servers(netloc, CLUSTER_PORT, "nodes")
     try:
         client = RedisCluster(
-            startup_nodes=[ClusterNode(host, port) for host, port in parts.nodes],
-            username=parts.username,
-            password=parts.password,
-            retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), FAILOVER_RETRIES),
+            startup_nodes=[ClusterNode(host, port) for host, port in nodes],
+            username=username,
+            password=password,
+            retry=failover_retry(),
             **options,
         )
     except RedisClusterException as exc:

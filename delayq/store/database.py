@@ -20,9 +20,9 @@ from .urls import check_mysql_arguments, check_netloc, refuse
 
 SQLITE_PRAGMAS = {
     "journal_mode": "wal",  # readers never block the writer; several runs may overlap
-    "busy_timeout": 30000,  # wait for the write lock instead of failing at once
     "synchronous": "full",  # a committed outcome survives power loss
 }
+DATABASE_FORMS = "use mysql://user:pw@host:3306/db or sqlite:////absolute/path.db"
 LOOPBACK = ("localhost", "127.0.0.1", "::1")
 LOCK_RETRIES = 4
 # How long a run's MySQL connection waits for a reply. PyMySQL waits for ever by default, so a
@@ -97,38 +97,29 @@ def bound_replies(db: Database, seconds: float = RUN_REPLY_TIMEOUT) -> None:
 
 
 def open_database(url: str) -> Database:
-    """A peewee Database for `url`; connects lazily on first use."""
+    """A peewee Database for `url`; connects lazily on first use. Its arguments are read as
+    playhouse.db_url reads them, but not by it: its import loads every backend extension
+    peewee ships (13 ms on each cron run)."""
     check_netloc("DELAYQ_DATABASE_URL", url)
-    scheme = urlparse(url).scheme
     try:
-        kwargs = url_kwargs(url)
+        parts = urlparse(url)
+        given = {
+            "user": parts.username and unquote(parts.username),
+            "password": parts.password and unquote(parts.password),
+            "host": parts.hostname,
+            "port": parts.port,
+        }
     except ValueError:
         raise refuse("DELAYQ_DATABASE_URL", url, "not a URL delayq can read") from None
-    name = kwargs.pop("database", "")
-    if scheme in ("sqlite", "sqlite3"):
-        return _open_sqlite(url, name, kwargs)
-    if scheme == "mysql":
-        return _open_mysql(url, name, kwargs)
-    raise ConfigError(
-        f"DELAYQ_DATABASE_URL {redact_url(url)!r}: use mysql://user:pw@host:3306/db "
-        "or sqlite:////absolute/path.db"
-    )
-
-
-def url_kwargs(url: str) -> dict[str, Any]:
-    """Connection arguments from a playhouse.db_url-style URL; not parsed by playhouse.db_url,
-    whose import loads every backend extension peewee ships (13 ms on each cron run)."""
-    parts = urlparse(url)
-    given = {
-        "user": parts.username and unquote(parts.username),
-        "password": parts.password and unquote(parts.password),
-        "host": parts.hostname,
-        "port": parts.port,
-    }
-    kwargs = {"database": parts.path[1:], **{key: value for key, value in given.items() if value}}
+    kwargs: dict[str, Any] = {key: value for key, value in given.items() if value}
     for key, value in parse_qsl(parts.query, keep_blank_values=True):
         kwargs[key] = _query_value(value)
-    return kwargs
+    name = kwargs.pop("database", parts.path[1:])
+    if parts.scheme in ("sqlite", "sqlite3"):
+        return _open_sqlite(url, name, kwargs)
+    if parts.scheme == "mysql":
+        return _open_mysql(url, name, kwargs)
+    raise refuse("DELAYQ_DATABASE_URL", url, DATABASE_FORMS)
 
 
 def _query_value(value: str) -> Any:
@@ -156,6 +147,7 @@ def _open_sqlite(url: str, name: str, kwargs: dict) -> Database:
             "(three slashes before a relative path, four before an absolute one)"
         )
     Path(name).parent.mkdir(parents=True, exist_ok=True)
+    # timeout: wait up to 30 s for the write lock (SQLite's busy timeout) instead of failing.
     return SqliteDatabase(name, pragmas=SQLITE_PRAGMAS, timeout=30, **kwargs)
 
 

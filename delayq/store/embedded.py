@@ -11,7 +11,6 @@ home is only trusted in a directory that is too (0700, owned by the user).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import importlib.util
 import os
@@ -28,6 +27,7 @@ import redis
 from ..config import Settings
 from ..errors import BackendUnavailable, ConfigError
 from .urls import open_redis
+from .watchdog import starters_lock
 
 SOCKET_NAME = "redis.sock"
 # AF_UNIX paths are limited to 107 bytes; deep homes get a short socket path in a private
@@ -72,9 +72,7 @@ def redis_url(home: Path, idle_limit: float = Settings.embedded_idle) -> str:
     # The keeper takes it too, to stop an idle server (so one found answering here is not
     # stopped before this command's connection counts as a use) and to remove a deep home's
     # socket directory (so it never goes between its making here and the new server's bind).
-    lock_fd = os.open(home / "redis.lock", os.O_CREAT | os.O_WRONLY, 0o600)
-    with open(lock_fd, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with starters_lock(home):
         _make_socket_directory(home, sock)
         if not _answers(url):
             keeper = _start(home.resolve(), sock, idle_limit)
@@ -82,7 +80,7 @@ def redis_url(home: Path, idle_limit: float = Settings.embedded_idle) -> str:
     return url
 
 
-def open_client(home: Path, idle_limit: float = Settings.embedded_idle) -> redis.Redis:
+def open_client(home: Path, idle_limit: float) -> redis.Redis:
     """A client of the embedded server, connected: its pooled connection stays open while
     the client does, so the keeper sees a client and never stops the server under it."""
     client = open_redis(redis_url(home, idle_limit), socket_connect_timeout=5, socket_timeout=30)

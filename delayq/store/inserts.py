@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from enum import IntEnum
 from typing import Any, TypeVar
 
-from peewee import Database, DateTimeField, OperationalError
+from peewee import DateTimeField, OperationalError
 
 from ..threads import keep_signals_off_this_thread
 from .table import Job, Table
@@ -44,15 +44,9 @@ def insert_many(
     """Turn `items` into rows with `to_rows` (which may raise BadInput: nothing is then
     written) and insert them in one transaction; their ids and rows, in the order of `items`.
 
-    A chunk is one multi-row statement where its ids can be known, from RETURNING or from
-    LAST_INSERT_ID() with consecutive ids; otherwise one INSERT per row. Building and
-    escaping rows costs as much as the database's work, so a helper thread builds the next
-    chunk while the server writes this one."""
-    Job, db, consecutive = table.model, table.db, table.consecutive_ids
-    if not table.returning and not consecutive:
-        rows = to_rows(items)
-        with db.atomic():
-            return [Job.insert(**row).execute() for row in rows], rows
+    Building and escaping rows costs as much as the database's work, so a helper thread
+    builds the next chunk's statements while the server writes this one's."""
+    db = table.db
     parts = [items[start : start + INSERT_CHUNK] for start in range(0, len(items), INSERT_CHUNK)]
     ids: list[int] = []
     rows = []
@@ -63,13 +57,13 @@ def insert_many(
         def prepare(part: Sequence[T]) -> tuple[list[Row], list[tuple[str, list[Any], int]]]:
             part_rows = to_rows(part)
             return part_rows, [
-                (*_multi_insert(table, chunk, not consecutive, cursor), len(chunk))
-                for chunk in _chunks(part_rows)
+                (*_multi_insert(table, chunk, _returning(table), cursor), len(chunk))
+                for chunk in _chunks(table, part_rows)
             ]
 
         for part_rows, statements in _overlapped(parts, prepare):
             for sql, params, count in statements:
-                ids += _execute(db, sql, params, count, consecutive)
+                ids += _new_ids(db.execute_sql(sql, params), count, _returning(table))
             rows += part_rows
     return ids, rows
 
@@ -92,27 +86,24 @@ def insert_through(table: Table, connection: Any, rows: Sequence[Row]) -> list[i
     """Insert `rows` with the statements `insert_many` writes, escaped by and sent on another
     DB-API `connection` to the same database (the caller's, inside its transaction); their
     ids. Commits nothing."""
-    consecutive = table.consecutive_ids
-    one_each = not table.returning and not consecutive
-    chunks = [[row] for row in rows] if one_each else list(_chunks(rows))
     cursor = connection.cursor()
     try:
         ids: list[int] = []
-        for chunk in chunks:
-            sql, params = _multi_insert(table, chunk, not consecutive and not one_each, cursor)
-            cursor.execute(sql, params)
-            ids += _new_ids(cursor, len(chunk), consecutive or one_each)
+        for chunk in _chunks(table, rows):
+            cursor.execute(*_multi_insert(table, chunk, _returning(table), cursor))
+            ids += _new_ids(cursor, len(chunk), _returning(table))
         return ids
     finally:
         cursor.close()
 
 
-def _execute(db: Database, sql: str, params: list[Any], count: int, consecutive: bool) -> list[int]:
-    return _new_ids(db.execute_sql(sql, params), count, consecutive)
+def _returning(table: Table) -> bool:
+    """Whether a statement reads its ids back with RETURNING: where they are not consecutive."""
+    return not table.consecutive_ids and table.returning
 
 
-def _new_ids(cursor: Any, count: int, consecutive: bool) -> list[int]:
-    if consecutive:
+def _new_ids(cursor: Any, count: int, returning: bool) -> list[int]:
+    if not returning:
         if cursor.rowcount != count:
             raise OperationalError(f"inserted {cursor.rowcount} of {count} rows")
         return list(range(cursor.lastrowid, cursor.lastrowid + count))
@@ -121,13 +112,16 @@ def _new_ids(cursor: Any, count: int, consecutive: bool) -> list[int]:
     return sorted(int(row[0]) for row in cursor.fetchall())
 
 
-def _chunks(rows: Sequence[Row]) -> Iterator[Sequence[Row]]:
+def _chunks(table: Table, rows: Sequence[Row]) -> Iterator[Sequence[Row]]:
     """Runs of rows for one statement each, at most INSERT_CHUNK_BYTES of SQL even if every
-    byte needed escaping: under MySQL's default max_allowed_packet (16 MiB)."""
+    byte needed escaping: under MySQL's default max_allowed_packet (16 MiB). One row each
+    where the ids a multi-row INSERT assigns cannot be known: neither consecutive (read from
+    LAST_INSERT_ID()) nor given by RETURNING."""
+    one_each = not (table.consecutive_ids or table.returning)
     start, size = 0, 0
     for end, row in enumerate(rows):
         row_size = 200 + 2 * (len(row["params"].encode()) + len(row["ext_string"].encode()))
-        if end > start and size + row_size > INSERT_CHUNK_BYTES:
+        if end > start and (one_each or size + row_size > INSERT_CHUNK_BYTES):
             yield rows[start:end]
             start, size = end, 0
         size += row_size

@@ -4,6 +4,8 @@ queue's fixed by the contract), its helper keys in the same hash slot, and the g
 
 from __future__ import annotations
 
+from ..config import DEFAULT_QUEUE
+
 DEFAULT_QUEUE_KEY = "delay_queue_job"
 QUEUES_KEY = "delay_queue_queues"
 # Set after a full rebuild; its absence means Redis lost data (or never had it) and the
@@ -35,7 +37,7 @@ def job_id_of(member: str) -> int | None:
 
 def schedule_key(queue: str) -> str:
     """The sorted-set key of a queue; the default queue's is fixed by the contract."""
-    return DEFAULT_QUEUE_KEY if queue == "default" else f"{DEFAULT_QUEUE_KEY}:{queue}"
+    return DEFAULT_QUEUE_KEY if queue == DEFAULT_QUEUE else f"{DEFAULT_QUEUE_KEY}:{queue}"
 
 
 def queue_key(queue: str, suffix: str) -> str:

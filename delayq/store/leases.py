@@ -82,18 +82,9 @@ def defer(
     """Put a held job back to PENDING, due at `run_at`, as the same attempt (its handler
     raised RetryLater); False if its lease was taken over meanwhile."""
     Job = table.model
+    handed_back = pending_again(now, run_at=run_at, message=storable(message), retry_policy=policy)
     return bool(
-        Job.update(
-            status=Status.PENDING,
-            run_at=run_at,
-            message=storable(message),
-            retry_policy=policy,
-            lease_token=None,
-            lease_until=None,
-            modified=utc_stamp(now),
-        )
-        .where(Job.id == job_id, _running_under(Job, token))
-        .execute()
+        Job.update(handed_back).where(Job.id == job_id, _running_under(Job, token)).execute()
     )
 
 
@@ -118,12 +109,11 @@ def still_held(table: Table, ids: Sequence[int], token: str, lease_until: float)
     heartbeat fell behind checks that no other run took a job over before starting it."""
     if not ids:
         return set()
-    Job = table.model
-    held = Job.id.in_(list(ids)) & _running_under(Job, token)
+    held = table.model.id.in_(list(ids)) & _running_under(table.model, token)
 
     def renew() -> set[int]:
         _renew(table, held, lease_until)
-        return {job_id for (job_id,) in tuples(Job.select(Job.id).where(held))}
+        return held_ids(table, ids, token)
 
     # Run again if InnoDB picks it as a deadlock victim: it meets other runs' heartbeats
     # and takeovers just when a stall ends. The UPDATE is guarded, so repeating it is safe.
@@ -142,13 +132,17 @@ def release(
     def hand_back() -> list[tuple[int, float | None]]:
         rows = tuples(Job.select(Job.id, Job.run_at).where(held))
         if rows:
-            Job.update(
-                status=Status.PENDING, lease_token=None, lease_until=None, modified=utc_stamp(now)
-            ).where(held).execute()
+            Job.update(pending_again(now)).where(held).execute()
         return rows
 
     # Run again as a deadlock victim; the SELECT rereads what a rolled-back UPDATE left held.
     return run_reconnecting(table.db, hand_back)
+
+
+def pending_again(now: float, **columns: Any) -> dict[str, Any]:
+    """The columns of a held row handed back to PENDING, lease cleared, and `columns`."""
+    lease = {"lease_token": None, "lease_until": None}
+    return {"status": Status.PENDING, **lease, "modified": utc_stamp(now), **columns}
 
 
 def _running_under(model: type[Job], token: str | None) -> Any:
@@ -202,13 +196,8 @@ def reclaim(table: Table, lapsed: Lapsed, now: float, was_running: bool) -> bool
     """Put a RUNNING row whose lease lapsed back to PENDING; a job whose handler was running
     when its run died counts a lost lease, one that never started does not."""
     Job = table.model
-    query = Job.update(
-        status=Status.PENDING,
-        lease_token=None,
-        lease_until=None,
-        lost_leases=Job.lost_leases + (1 if was_running else 0),
-        modified=utc_stamp(now),
-    ).where(
+    lost_leases = Job.lost_leases + (1 if was_running else 0)
+    query = Job.update(pending_again(now, lost_leases=lost_leases)).where(
         Job.id == lapsed.job.id,
         Job.status == Status.RUNNING,
         Job.lease_token == lapsed.token,

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from ..errors import BadInput
+from .backend_errors import one_line
 
 # serialize() of an array or an object; no JSON text starts like this.
 PHP_SERIALIZED = re.compile(r"^[aO]:\d+:")
@@ -131,7 +132,9 @@ def _unserialize(params: str) -> Any:
         )
     # What phpserialize raises on text it cannot read (RecursionError: nesting too deep).
     except (ValueError, TypeError, RecursionError) as exc:
-        raise BadInput(f"bad params: malformed PHP serialize() text ({_short(exc)})") from None
+        raise BadInput(
+            f"bad params: malformed PHP serialize() text ({one_line(exc)[:200]})"
+        ) from None
     if stream.read(1):
         raise BadInput("bad params: text follows the PHP-serialized value (cut or joined?)")
     return value
@@ -152,7 +155,3 @@ def _php_object(class_name: str, members: dict[Any, Any]) -> dict[str, Any]:
     """A PHP object as its properties; protected and private ones are serialized with a
     NUL-delimited prefix (`\\0*\\0name`), which is dropped."""
     return {str(name).rpartition("\0")[2]: value for name, value in members.items()}
-
-
-def _short(exc: BaseException) -> str:
-    return " ".join(str(exc).split())[:200] or type(exc).__name__

@@ -158,9 +158,8 @@ def pending_changed_since(
     """(id, due) of `queue`'s PENDING rows added or changed since epoch second `since`, in
     batches by id."""
     Job = table.model
-    query = Job.select(Job.id, due_column(table)).where(
-        Job.status == Status.PENDING, Job.queue == queue, Job.modified >= utc_stamp(since)
-    )
+    changed = Job.modified >= utc_stamp(since)
+    query = Job.select(Job.id, due_column(table)).where(_pending_in(Job, queue), changed)
     for rows in id_batches(query.tuples(), batch):
         yield [(job_id, float(due)) for job_id, due in rows]
 

@@ -19,6 +19,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
+from ..durations import shown
 from ..errors import BadInput
 from .table import ClaimedJob, Job
 
@@ -101,7 +102,7 @@ def _check_expression(expression: Any) -> str:
     fields = expression.split()
     if len(fields) != FIELDS or not all(_FIELD.fullmatch(field) for field in fields):
         raise BadInput(
-            f"--cron {_shown(expression)} is not five cron fields "
+            f"--cron {shown(expression)} is not five cron fields "
             '(minute hour day month weekday, e.g. "0 9 * * MON-FRI")'
         )
     return " ".join(fields)
@@ -113,17 +114,12 @@ def _check_zone(zone: Any) -> str:
     if not isinstance(zone, str):
         raise BadInput(f"--tz must be text, not {type(zone).__name__}")
     if len(zone) > ZONE_MAX or not _ZONE.fullmatch(zone):
-        raise BadInput(f"--tz {_shown(zone)} is not a time zone name such as Europe/Berlin")
+        raise BadInput(f"--tz {shown(zone)} is not a time zone name such as Europe/Berlin")
     try:
         ZoneInfo(zone)
     except (ZoneInfoNotFoundError, ValueError, OSError):
         raise BadInput(f"--tz {zone!r} is not a known time zone (e.g. Europe/Berlin)") from None
     return zone
-
-
-def _shown(text: str) -> str:
-    """`text` shortened for one line, control characters and lone surrogates escaped."""
-    return repr(text[:40] + ("..." if len(text) > 40 else ""))
 
 
 def is_recurring(job: Job | ClaimedJob) -> bool:

@@ -59,15 +59,28 @@ def _service_and_db(path: str) -> tuple[str, int]:
     return unquote(service), int(db or 0)
 
 
-def address(host: str, default_port: int, what: str) -> tuple[str, int]:
-    """(host, port) of one of a URL's comma-separated `what` (sentinels, nodes)."""
-    found = _HOST.match(host)
-    if not found:
-        raise BadUrl(f"give the {what} as host:port[,host:port...]")
-    name, port = found.groups(str(default_port))
-    if not (port.isascii() and port.isdigit()) or not 1 <= int(port) <= 65535:
-        raise BadUrl(f"the port of {host!r} must be a number from 1 to 65535")
-    return name.strip("[]"), int(port)
+def servers(
+    netloc: str, default_port: int, what: str
+) -> tuple[list[tuple[str, int]], str | None, str | None]:
+    """The (host, port) of each of the comma-separated `what` (sentinels, nodes) of a URL's
+    [[user]:password@]host:port[,host:port...], and its user name and password, if given."""
+    userinfo, _, hosts = netloc.rpartition("@")
+    user, colon, password = userinfo.partition(":")
+    addresses = []
+    for host in hosts.split(","):
+        found = _HOST.match(host)
+        if not found:
+            raise BadUrl(f"give the {what} as host:port[,host:port...]")
+        name, port = found.groups(str(default_port))
+        if not (port.isascii() and port.isdigit()) or not 1 <= int(port) <= 65535:
+            raise BadUrl(f"the port of {host!r} must be a number from 1 to 65535")
+        addresses.append((name.strip("[]"), int(port)))
+    return addresses, unquote(user) or None, unquote(password) if colon else None
+
+
+def failover_retry(**supported_errors: Any) -> Retry:
+    """The retry policy that carries a command across a failover."""
+    return Retry(ExponentialBackoff(cap=1.0, base=0.05), FAILOVER_RETRIES, **supported_errors)
 
 
 def _parameters(query: str) -> dict[str, str]:
@@ -92,11 +105,9 @@ def open_sentinel(netloc: str, path: str, query: str, **options: Any) -> redis.R
     that, or a refused connection, reconnect to the primary the sentinels name now (without
     one the error reaches the caller).
     """
-    userinfo, _, hosts = netloc.rpartition("@")
-    user, colon, password = userinfo.partition(":")
     service, db = _service_and_db(path)
     parameters = _parameters(query)
-    addresses = [address(host, SENTINEL_PORT, "sentinels") for host in hosts.split(",")]
+    addresses, username, password = servers(netloc, SENTINEL_PORT, "sentinels")
     timeouts = {
         name: min(float(options[name]), SENTINEL_TIMEOUT)
         for name in ("socket_connect_timeout", "socket_timeout")
@@ -113,9 +124,9 @@ def open_sentinel(netloc: str, path: str, query: str, **options: Any) -> redis.R
     return sentinel.master_for(
         service,
         db=db,
-        username=unquote(user) or None,
-        password=unquote(password) if colon else None,
-        retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), FAILOVER_RETRIES, RETRIED),
+        username=username,
+        password=password,
+        retry=failover_retry(supported_errors=RETRIED),
         connection_class=PrimaryConnection,
         **options,
     )

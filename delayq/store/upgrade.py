@@ -6,7 +6,8 @@ step is safe to repeat: `delayq init` after a crash (or twice) finishes, then ch
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from itertools import groupby
+from operator import itemgetter
 from typing import Any
 
 from peewee import Field
@@ -16,6 +17,7 @@ from ..errors import ConfigError
 from . import queries
 from .index import Index
 from .keys import schedule_key
+from .leases import pending_again
 from .table import RETIRED_INDEXES, TABLE_NAME, Status, Table, id_batches, utc_stamp
 
 BATCH = 1000
@@ -67,22 +69,14 @@ def _miss_unscheduled(table: Table, index: Index, now: float) -> list[str]:
     batch at a time, as the seed never prunes that set."""
     Job = table.model
     missed = 0
-    for ids in _batches(table, Job.status == Status.PENDING):
-        scores = index.schedule.scores(DEFAULT_QUEUE, ids)
-        if absent := [job_id for job_id in ids if job_id not in scores]:
+    for rows in id_batches(Job.select(Job.id).where(Job.status == Status.PENDING).tuples(), BATCH):
+        if absent := index.schedule.missing(DEFAULT_QUEUE, [job_id for (job_id,) in rows]):
             missed += (
                 Job.update(status=Status.MISSED, message=UNSCHEDULED, modified=utc_stamp(now))
                 .where(Job.id.in_(absent), Job.status == Status.PENDING)
                 .execute()
             )
     return [f"marked {missed} waiting jobs missed: not on the schedule"] if missed else []
-
-
-def _batches(table: Table, condition: Any) -> Iterator[list[int]]:
-    """Ids of the rows matching `condition`, BATCH at a time, in id order."""
-    Job = table.model
-    for rows in id_batches(Job.select(Job.id).where(condition).tuples(), BATCH):
-        yield [job_id for (job_id,) in rows]
 
 
 def _alter_columns(table: Table) -> list[str]:
@@ -210,22 +204,11 @@ def _recover_stranded(table: Table, index: Index, now: float) -> list[str]:
     stranded = (Job.status == Status.RUNNING) & Job.lease_until.is_null()
     recovered = 0
     for rows in id_batches(Job.select(Job.id, Job.queue).where(stranded).tuples(), BATCH):
-        by_queue: dict[str, list[int]] = {}
-        for job_id, queue in rows:
-            by_queue.setdefault(queue, []).append(job_id)
-        for queue, queue_ids in by_queue.items():
-            recovered += (
-                Job.update(
-                    status=Status.PENDING,
-                    run_at=now,
-                    lease_token=None,
-                    lost_leases=Job.lost_leases + 1,
-                    modified=utc_stamp(now),
-                )
-                .where(Job.id.in_(queue_ids), stranded)
-                .execute()
-            )
-            index.schedule.add_many(queue, [(job_id, now) for job_id in queue_ids])
+        handed_back = pending_again(now, run_at=now, lost_leases=Job.lost_leases + 1)
+        ids = [job_id for job_id, _ in rows]
+        recovered += Job.update(handed_back).where(Job.id.in_(ids), stranded).execute()
+        for queue, group in groupby(sorted(rows, key=itemgetter(1)), itemgetter(1)):
+            index.schedule.add_many(queue, [(job_id, now) for job_id, _ in group])
     return (
         [f"put {recovered} running jobs without a lease back on the schedule"] if recovered else []
     )

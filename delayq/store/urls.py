@@ -9,6 +9,7 @@ for a URL (sentinels.py and clusters.py those of redis+sentinel:// and redis+clu
 from __future__ import annotations
 
 import re
+from contextlib import suppress
 from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
@@ -55,26 +56,21 @@ def check_netloc(variable: str, url: str) -> None:
     parts = split(variable, url)
     if parts.scheme not in SERVER_SCHEMES:
         return
-    if _password_cut_short(url.partition("://")[2], parts.netloc):
-        raise refuse(variable, url, PERCENT_ENCODE)
-    try:
-        port_ok = parts.port != 0
-    except ValueError:
-        port_ok = False
-    if not port_ok:
-        raise refuse(variable, url, "the port must be a number from 1 to 65535")
+    _check_password(variable, url, parts.netloc)
+    with suppress(ValueError):
+        if parts.port != 0:
+            return
+    raise refuse(variable, url, "the port must be a number from 1 to 65535")
 
 
-def _password_cut_short(rest: str, netloc: str) -> bool:
-    """Whether the parser ended user:password@host before the last @ a person meant: no @
-    in what it read, or (`root:p@ss#word@host`) a # or ? after what it read and before the
-    last @, with no / between (a / there belongs to the path, and that @ to the query)."""
-    if "@" not in rest:
-        return False
-    if "@" not in netloc:
-        return True
+def _check_password(variable: str, url: str, netloc: str) -> None:
+    """Refuse a URL whose parser ended user:password@host before the last @ a person meant:
+    no @ in what it read, or (`root:p@ss#word@host`) a # or ? after what it read and before
+    the last @, with no / between (a / there belongs to the path, and that @ to the query)."""
+    rest = url.partition("://")[2]
     between = rest[len(netloc) : rest.rfind("@")]
-    return between[:1] in ("#", "?") and "/" not in between
+    if "@" in rest and ("@" not in netloc or (between[:1] in ("#", "?") and "/" not in between)):
+        raise refuse(variable, url, PERCENT_ENCODE)
 
 
 def open_redis(url: str, variable: str = "DELAYQ_REDIS_URL", **options: Any) -> redis.Redis:
@@ -85,8 +81,7 @@ def open_redis(url: str, variable: str = "DELAYQ_REDIS_URL", **options: Any) -> 
     if scheme not in REDIS_SCHEMES:
         raise refuse(variable, url, REDIS_FORMS)
     if scheme in (sentinels.SCHEME, clusters.SCHEME):  # several servers
-        if _password_cut_short(url.partition("://")[2], parts.netloc):
-            raise refuse(variable, url, PERCENT_ENCODE)
+        _check_password(variable, url, parts.netloc)
         opener = clusters.open_cluster if scheme == clusters.SCHEME else sentinels.open_sentinel
         try:
             return opener(parts.netloc, parts.path, parts.query, **options)

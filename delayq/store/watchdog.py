@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import redis
@@ -81,16 +82,26 @@ def keep(server: subprocess.Popen[bytes], home: Path, sock: Path, idle_limit: fl
             return f"nobody used it for {idle_limit:g}s"
 
 
-def _stop_if_still_idle(server: subprocess.Popen[bytes], home: Path, usage: Usage) -> bool:
-    """Under the starters' lock, look once more and stop the server if still unused: a
-    command that found it answering took the lock too, and its ping counts as a use."""
+@contextlib.contextmanager
+def starters_lock(home: Path) -> Iterator[bool]:
+    """Hold the lock a command takes to start a server in `home` (embedded.py), as the keeper
+    does to stop one or to remove its socket directory; False, holding nothing, if the home
+    went away: nobody can start a server there any more."""
     try:
         lock_fd = os.open(home / "redis.lock", os.O_CREAT | os.O_WRONLY, 0o600)
     except OSError:
-        return True  # the home went away meanwhile: nobody can start a command there
+        yield False
+        return
     with open(lock_fd, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if usage.used_since_last_look():
+        yield True
+
+
+def _stop_if_still_idle(server: subprocess.Popen[bytes], home: Path, usage: Usage) -> bool:
+    """Under the starters' lock, look once more and stop the server if still unused: a
+    command that found it answering took the lock too, and its ping counts as a use."""
+    with starters_lock(home) as held:
+        if held and usage.used_since_last_look():
             return False
         _stop(server)
         return True
@@ -125,15 +136,8 @@ def _remove_socket_directory(home: Path, directory: Path) -> None:
     """Remove a deep home's private socket directory once it is empty, under the starters'
     lock: a command starting a new server makes it under that lock, and the new server's
     socket in it keeps it from being removed afterwards."""
-    with contextlib.ExitStack() as held:
-        try:
-            lock_fd = os.open(home / "redis.lock", os.O_CREAT | os.O_WRONLY, 0o600)
-        except OSError:
-            pass  # the home went away: nobody can start a server for it any more
-        else:
-            fcntl.flock(held.enter_context(open(lock_fd, "w")), fcntl.LOCK_EX)
-        with contextlib.suppress(OSError):
-            directory.rmdir()  # fails if not empty: a newer server's socket is in it
+    with starters_lock(home), contextlib.suppress(OSError):
+        directory.rmdir()  # fails if not empty: a newer server's socket is in it
 
 
 if __name__ == "__main__":
