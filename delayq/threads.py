@@ -1,5 +1,5 @@
-"""Helper threads in a process that uses signals: delayq's own threads (the bookkeeper, the
-heartbeat, the insert helper) block the signals the main thread must receive."""
+"""Helper threads in a process that uses signals: every thread delayq starts (docs/internals.md
+lists them) blocks the signals the main thread must receive."""
 
 from __future__ import annotations
 

@@ -10,12 +10,14 @@ not what these tests are about.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 import delayq
+from delayq.store.clusters import SlotWaits
 from delayq.store.index import Index
 from delayq.store.keys import queue_key, schedule_key
 from delayq.store.urls import open_redis
@@ -102,6 +104,25 @@ def test_a_looping_run_over_queues_in_several_slots_wakes_for_a_sooner_job(
         wait_for(lambda name=name: f"{name}-now" in read_log(log), 30, f"{name}-now to run")
     stop(loop)
     assert sorted(read_log(log)) == sorted(f"{name}-now" for name in QUEUES)
+
+
+def test_the_wake_threads_block_the_runs_signals(cluster):
+    """A BLPOP a slot, each on a thread: one that took a SIGTERM would leave the loop's main
+    thread asleep in its wait instead of stopping."""
+    client = open_redis(cluster.url, socket_connect_timeout=5, socket_timeout=30)
+    blocked: list[set[int]] = []
+    blpop = client.blpop
+
+    def noting_the_mask(keys: list[str], timeout: float) -> object:
+        blocked.append(signal.pthread_sigmask(signal.SIG_BLOCK, []))
+        return blpop(keys, timeout=timeout)
+
+    client.blpop = noting_the_mask  # type: ignore[method-assign]
+    keys = [queue_key(name, "wake") for name in QUEUES]
+    assert not SlotWaits(client).wait(keys, 0.5)
+    assert len(blocked) > 1  # several slots, a thread each
+    assert all({signal.SIGALRM, signal.SIGINT, signal.SIGTERM} <= mask for mask in blocked)
+    client.close()
 
 
 def _waiting(cluster: Cluster) -> bool:

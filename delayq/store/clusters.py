@@ -21,6 +21,7 @@ from redis.cluster import ClusterNode, RedisCluster
 from redis.crc import key_slot
 from redis.exceptions import RedisClusterException
 
+from ..threads import keep_signals_off_this_thread
 from .sentinels import BadUrl, failover_retry, servers
 
 SCHEME = "redis+cluster"
@@ -101,6 +102,7 @@ class SlotWaits:
                 return False
 
     def _blpop(self, keys: tuple[str, ...], timeout: float) -> None:
+        keep_signals_off_this_thread()  # a SIGTERM meant to stop the loop wakes its main thread
         try:
             reply: object = self.client.blpop(list(keys), timeout=timeout)
         except Exception as exc:  # noqa: BLE001 - handed to the wait, which raises it
