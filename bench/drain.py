@@ -7,10 +7,10 @@ the jobs are loaded as workload 2 loads them.
 Per tree and variant (extra `delayq run` arguments; the default runs it bare) it prints the
 median jobs/s, the runner's CPU µs a job (its own rusage, children included: what a busy
 machine inflates least), Redis's (INFO's used_cpu) and MariaDB's (from /proc, when the server
-runs here), each with its ratio to the first REV, or to this checkout when no REV is given.
-The servers' figures count whatever else they serve meanwhile: on private servers
-(BENCH_REDIS_URL, BENCH_DATABASE_URL) they are the drain's own. No peers: a regression between
-two commits shows in a few minutes.
+runs here), each with its ratio to the first REV (or to this checkout when no REV is given),
+and the machine's busy cores meanwhile. The servers' figures count whatever else they serve
+meanwhile: on private servers (BENCH_REDIS_URL, BENCH_DATABASE_URL) they are the drain's own.
+No peers: a regression between two commits shows in a few minutes.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ class Drained:
     cpu_us: float  # the runner's user + system CPU a job
     redis_us: float  # the Redis server's CPU a job
     database_us: float  # the MariaDB server's, when it runs here (0.0 where it cannot be read)
+    busy_cores: float = 0.0  # the whole machine's, on average during the drain
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -116,7 +117,7 @@ def drain(tree: Path, variant: str, n: int) -> Drained:
     if counted != n:
         raise RuntimeError(f"{tree} {variant}: the counter is at {counted}, not {n}")
     per_job = [used / n * 1e6 for used in (finished.cpu_s, redis_used, database_used)]
-    return Drained(n / finished.wall, *per_job)
+    return Drained(n / finished.wall, *per_job, busy_cores=finished.busy_cores or 0.0)
 
 
 def database_cpu() -> float:
@@ -148,7 +149,8 @@ def table(found: dict[tuple[str, str], list[Drained]], base: str) -> str:
 
     lines = [
         f"{'tree':16} {'run':8} {'jobs/s':>8} {'ratio':>6} {'CPU µs/job':>11} {'ratio':>6} "
-        f"{'Redis µs/job':>12} {'ratio':>6} {'MariaDB µs/job':>14} {'ratio':>6} {'vs bare':>7}"
+        f"{'Redis µs/job':>12} {'ratio':>6} {'MariaDB µs/job':>14} {'ratio':>6} {'vs bare':>7} "
+        f"{'cores busy':>10}"
     ]
     for name, variant in found:
         cells = [f"{name[:16]:16} {variant or 'bare':8}"]
@@ -164,6 +166,7 @@ def table(found: dict[tuple[str, str], list[Drained]], base: str) -> str:
             cells.append(f"{value:{width}{shown}} {ratio}")
         # A variant's jobs/s against the same tree's bare run: -c 8 no slower than -c 1?
         cells.append(f"{median(name, variant, 'rate') / median(name, '', 'rate'):7.3f}")
+        cells.append(f"{median(name, variant, 'busy_cores'):10.2f}")
         lines.append(" ".join(cells))
     lines.append(f"medians over the rounds; ratios against {base} in the same run, per variant")
     return "\n".join(lines)

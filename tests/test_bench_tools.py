@@ -12,7 +12,7 @@ def test_ratios_against_the_first_tree_per_variant_and_each_variant_against_bare
     found = {
         ("90de023", ""): [Drained(5000, 100.0, 20.0, 0.0), Drained(5400, 90.0, 22.0, 0.0)],
         ("this checkout", ""): [Drained(6000, 80.0, 20.0, 0.0), Drained(6480, 81.0, 22.0, 0.0)],
-        ("this checkout", "-c 8"): [Drained(6240, 85.0, 18.0, 0.0)],
+        ("this checkout", "-c 8"): [Drained(6240, 85.0, 18.0, 0.0, busy_cores=1.5)],
     }
     rows = table(found, "90de023").splitlines()
     old, new, eight = rows[1].split(), rows[2].split(), rows[3].split()
@@ -20,7 +20,7 @@ def test_ratios_against_the_first_tree_per_variant_and_each_variant_against_bare
     # medians 6,240 against 5,200 jobs/s, 80.5 against 95.0 µs of CPU
     assert new[2:5] == ["bare", "6,240", "1.200"] and new[5:7] == ["80.5", "0.847"]
     # the first tree has no -c 8: no ratio to it, but one to this tree's own bare run
-    assert eight[4:7] == ["6,240", "-", "85.0"] and eight[-1] == "1.000"
+    assert eight[4:7] == ["6,240", "-", "85.0"] and eight[-2:] == ["1.000", "1.50"]
 
 
 def test_a_sample_goes_to_the_innermost_frame_that_names_a_step():
