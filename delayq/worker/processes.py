@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import select
 import signal
 import subprocess
 import time
@@ -46,6 +47,7 @@ class Child:
         self.last_beat = time.monotonic()
         self.silent_until = self.last_beat + STARTUP  # monotonic: past this it is stuck
         self.killed = False  # by us, for its silence
+        self.ended = False  # its pipe reached its end: the child has exited, or is exiting
         self._partial = b""
         os.set_blocking(beats, False)
 
@@ -55,6 +57,7 @@ class Child:
             data = os.read(self.beats, 65536)
         except BlockingIOError:
             return
+        self.ended = self.ended or not data
         lines = (self._partial + data).split(b"\n")
         self._partial = lines.pop()
         if lines:
@@ -92,7 +95,7 @@ class Supervisor:
     def _watch(self) -> int:
         worst = 0
         while self.children:
-            time.sleep(POLL)
+            self._wait()
             self._kill_the_silent()
             for child in [child for child in self.children if child.process.poll() is not None]:
                 self.children.remove(child)
@@ -115,6 +118,15 @@ class Supervisor:
                     continue
                 worst = max(worst, 128 - code if code < 0 else code)  # killed by signal N: 128 + N
         return 128 + self.signum if self.signum is not None else worst
+
+    def _wait(self) -> None:
+        """Up to POLL, or until a child beats or exits: its pipe's end wakes the parent at
+        once, so a drain split over children ends when the last one does."""
+        pipes = [child.beats for child in self.children if not child.ended]
+        if pipes:
+            select.select(pipes, [], [], POLL)
+        else:
+            time.sleep(POLL)
 
     def _kill_the_silent(self) -> None:
         """SIGKILL each child silent past what it promised: its main thread is stuck where
