@@ -116,12 +116,15 @@ def dramatiq_sleep_actor() -> Any:
 # --- dispatch: N jobs already due, one worker process drains them -----------------------
 
 
-def dispatch(peer: str, n: int) -> float:
-    """Seconds of wall time one worker process of `peer` takes to run n already-due jobs."""
+def dispatch(peer: str, n: int, threads: int = 1) -> float:
+    """Seconds of wall time one worker process of `peer` takes to run n already-due jobs;
+    with `threads`, on that many worker threads (peer_worker's io mode)."""
     counter = env.flush(peer)
     due_at = SCHEDULE_DISPATCH[peer](n)
     time.sleep(max(0.0, due_at - time.time()))
-    return _drained(counter, peer, n, "drain", str(n))
+    if threads == 1:
+        return _drained(counter, peer, n, "drain", str(n))
+    return _drained(counter, peer, n, "io", str(n), "900", str(threads))
 
 
 def _drained(counter: redis.Redis, peer: str, n: int, *args: str) -> float:

@@ -1,11 +1,13 @@
-"""bench.drain's table of alternated drains and bench.profile's reading of py-spy's stacks:
-pure functions over made-up measurements, so that a wrong ratio or a step given the wrong
-samples fails here rather than in a table someone quotes."""
+"""bench.drain's table of alternated drains, bench.threads' table of one thread against many
+and bench.profile's reading of py-spy's stacks: pure functions over made-up measurements, so
+that a wrong ratio or a step given the wrong samples fails here rather than in a table
+someone quotes."""
 
 from __future__ import annotations
 
 from bench.drain import Drained, table
 from bench.profile import step_of, steps
+from bench.threads import table as threads_table
 
 
 def test_ratios_against_the_first_tree_per_variant_and_each_variant_against_bare():
@@ -53,3 +55,19 @@ def test_samples_by_thread_the_main_one_apart():
         "process start, pass set-up and exit": 2,
     }
     assert steps(raw, main_only=False)["[bookkeeper] metrics and minutes (tallies)"] == 3
+
+
+def test_many_threads_against_one_per_runner_from_medians():
+    found = {
+        ("delayq", 1): [5000.0, 5600.0, 5200.0],
+        ("delayq", 8): [3250.0, 3000.0, 3500.0],
+        ("huey", 1): [3500.0],
+        ("huey", 8): [2100.0],
+        ("bare threads", 1): [18000.0, 20000.0],
+        ("bare threads", 8): [11000.0, 12000.0],
+    }
+    rows = threads_table(found, 8).splitlines()
+    assert rows[0].split()[1:] == ["1", "thread", "8", "threads", "ratio"]
+    assert rows[1].split() == ["delayq", "5,200", "3,250", "0.625"]
+    assert rows[2].split() == ["huey", "3,500", "2,100", "0.600"]
+    assert rows[3].split() == ["bare", "threads", "19,000", "11,500", "0.605"]
