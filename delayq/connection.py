@@ -27,7 +27,7 @@ def connect(settings: Settings | None = None, **overrides: Any) -> Queue:
     db = open_database(database_url)
     if settings.redis_url:
         try:
-            client = open_redis(settings.redis_url, socket_connect_timeout=5, socket_timeout=30)
+            client = open_redis(settings.redis_url)
         except redis.RedisError as exc:  # a Cluster's client asks its nodes for the slots now
             raise BackendUnavailable(f"Redis error: {one_line(exc, settings.redis_url)}") from exc
     else:

@@ -278,7 +278,5 @@ def open_bridge(queue: Queue, url: str, matches: Sequence[Match], name: str) -> 
     check_allowlist(queue.settings.handlers)
     for match in matches:
         locate(match.class_path, match.method, queue.settings.handlers)
-    timers = open_redis(
-        url, "--from", socket_connect_timeout=5, socket_timeout=30, health_check_interval=10
-    )
+    timers = open_redis(url, "--from", health_check_interval=10)
     return Bridge(queue, timers, url, matches, name)

@@ -109,7 +109,7 @@ def test_a_looping_run_over_queues_in_several_slots_wakes_for_a_sooner_job(
 def test_the_wake_threads_block_the_runs_signals(cluster):
     """A BLPOP a slot, each on a thread: one that took a SIGTERM would leave the loop's main
     thread asleep in its wait instead of stopping."""
-    client = open_redis(cluster.url, socket_connect_timeout=5, socket_timeout=30)
+    client = open_redis(cluster.url)
     blocked: list[set[int]] = []
     blpop = client.blpop
 
@@ -161,7 +161,7 @@ def test_runs_go_on_against_the_new_master_after_a_failover(
 
 @pytest.mark.parametrize("fault", FAULTS.values(), ids=FAULTS)
 def test_scripts_and_the_journal_follow_the_master_through_a_failover(cluster, fault):
-    client = open_redis(cluster.url, socket_connect_timeout=5, socket_timeout=30)
+    client = open_redis(cluster.url)
     index = Index(client)
     index.schedule.add("default", 1, 100.0)
     index.journal.write("default", 1, "before")

@@ -99,7 +99,7 @@ def test_runs_go_on_against_the_new_primary_after_a_failover(
 
 @pytest.mark.parametrize("fault", FAULTS.values(), ids=FAULTS)
 def test_scripts_and_the_journal_follow_the_primary_through_a_failover(group, fault):
-    client = open_redis(group.url, socket_connect_timeout=5, socket_timeout=30)
+    client = open_redis(group.url)
     index = Index(client)
     index.schedule.add("default", 1, 100.0)
     index.journal.write("default", 1, "before")
@@ -186,7 +186,7 @@ def test_a_command_cut_off_by_the_primarys_death_is_retried_on_the_new_primary(g
     # redis-py reconnects a connection that broke mid-command to the address it had and
     # retries there until its budget is spent, then fails the command; in the failover soak
     # a looping run stalled 10 s and more after a kill -9 of the primary.
-    client = open_redis(group.url, socket_connect_timeout=5, socket_timeout=30)
+    client = open_redis(group.url)
     client.ping()
     result: list[object] = []
     waiting = threading.Thread(target=lambda: result.append(client.blpop(["nothing"], 4)))

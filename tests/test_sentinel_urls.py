@@ -84,7 +84,7 @@ def test_a_sentinel_url_names_the_sentinels_the_service_the_database_and_both_pa
         "?sentinel_username=watcher&sentinel_password=w%26tch"
     )
 
-    client = open_redis(url, socket_connect_timeout=5, socket_timeout=30)
+    client = open_redis(url)
 
     pool = client.connection_pool
     assert isinstance(pool, SentinelConnectionPool)

@@ -83,7 +83,7 @@ def redis_url(home: Path, idle_limit: float = Settings.embedded_idle) -> str:
 def open_client(home: Path, idle_limit: float) -> redis.Redis:
     """A client of the embedded server, connected: its pooled connection stays open while
     the client does, so the keeper sees a client and never stops the server under it."""
-    client = open_redis(redis_url(home, idle_limit), socket_connect_timeout=5, socket_timeout=30)
+    client = open_redis(redis_url(home, idle_limit))
     try:
         client.ping()
     except redis.RedisError as exc:

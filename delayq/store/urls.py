@@ -26,6 +26,11 @@ REDIS_FORMS = (
     "redis+cluster://[:password@]host:6379[,host:6379...]"
 )
 SERVER_SCHEMES = ("mysql", "redis", "rediss")
+# A server that stops answering must not hold a run, or an add, for ever: a client gives up
+# connecting after CONNECT_TIMEOUT seconds and waiting on a reply after COMMAND_TIMEOUT (the
+# loop then tries again; docs/deploying.md). A URL's own socket_timeout=... wins.
+CONNECT_TIMEOUT = 5.0
+COMMAND_TIMEOUT = 30.0
 PERCENT_ENCODE = (
     "a # ? / or @ in the password (or an @ anywhere after it) must be "
     "percent-encoded, e.g. urllib.parse.quote(password, safe='')"
@@ -76,6 +81,11 @@ def _check_password(variable: str, url: str, netloc: str) -> None:
 def open_redis(url: str, variable: str = "DELAYQ_REDIS_URL", **options: Any) -> redis.Redis:
     """A client for `url` whose every part redis-py has already checked; connects lazily.
     `variable`: the setting or option its errors name."""
+    options = {
+        "socket_connect_timeout": CONNECT_TIMEOUT,
+        "socket_timeout": COMMAND_TIMEOUT,
+        **options,
+    }
     parts = split(variable, url)
     scheme = parts.scheme
     if scheme not in REDIS_SCHEMES:

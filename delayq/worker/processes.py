@@ -34,7 +34,7 @@ CLEAN_EXITS = frozenset({0, *(128 + sig for sig in STOP_SIGNALS)})
 # Before its first beat a child imports, connects and checks the index: allow it this long.
 STARTUP = 60.0
 # Added to every promise: the child skips beats that move it less than BEAT_EVERY, and the
-# parent reads the pipes only every POLL.
+# parent looks for silent children only every POLL (beats wake it sooner).
 SLACK = BEAT_EVERY + POLL + 0.5
 
 
