@@ -23,7 +23,7 @@ from ..durations import HORIZON, format_delta, seconds_of, shown
 from ..errors import BadInput, HandlerNotAllowed, NoRetry, RetryLater
 from ..store.outcomes import Outcome
 from ..store.params import read_call, read_payload
-from ..store.policies import POLICY_MAX, RetryPolicy, read_policy
+from ..store.policies import POLICY_MAX, read_policy
 from ..store.table import TEXT_MAX, ClaimedJob, Status, storable
 from . import forks, interrupts
 from .eventloop import EventLoopThread, under_limit
@@ -31,7 +31,7 @@ from .handlers import Handler, resolve
 from .hooks import FailureReporter
 from .interrupts import RUN_STOPS, JobTimeout
 from .report import OutcomeCallback
-from .retry import MAX_DEFERRALS, effective_policy, handler_policy, retry_delay
+from .retry import MAX_DEFERRALS, handler_policy, next_retry_in
 from .tracebacks import describe, describe_with_traceback
 
 logger = logging.getLogger(__name__)
@@ -251,8 +251,8 @@ class Caller:
         next_in = None
         if retry:
             found = self.handlers.get(call)
-            declared = RetryPolicy() if found is None else handler_policy(found)
-            next_in = retry_delay(effective_policy(job.retry_policy, declared), job.retry_times)
+            declared = None if found is None else handler_policy(found)
+            next_in = next_retry_in(job.retry_policy, job.retry_times, declared)
         # A driver's error in a handler may quote a URL.
         message = hide_secrets(storable(message, TEXT_MAX), *self.secret_urls)
         return self._outcome(job, call, started, Status.FAILED, message, next_in, error)

@@ -16,13 +16,12 @@ from ..store.database import run_reconnecting
 from ..store.index import Index
 from ..store.keys import job_id_of
 from ..store.outcomes import Outcome, rearm, write_outcomes
-from ..store.policies import RetryPolicy
 from ..store.recurrence import is_recurring
 from ..store.table import ClaimedJob, Status, Table, tuples
 from ..store.tallies import Tally
 from .claims import handler_label
 from .outcomes import tally_of
-from .retry import effective_policy, retry_delay
+from .retry import next_retry_in
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -123,11 +122,9 @@ def _put_back(
 def journaled_outcome(job: ClaimedJob, record: str) -> Outcome:
     """The outcome a dead run journaled. A failure journaled by an earlier version says only
     whether to retry: the retry follows the job's own policy or the ladder."""
-
-    def retry_in(job: ClaimedJob) -> float | None:
-        return retry_delay(effective_policy(job.retry_policy, RetryPolicy()), job.retry_times)
-
-    outcome = Outcome.from_record(job, record, retry_in)
+    outcome = Outcome.from_record(
+        job, record, lambda job: next_retry_in(job.retry_policy, job.retry_times)
+    )
     class_path, _, method = handler_label(job.params).rpartition(".")
     return replace(outcome, class_path=class_path or "?", method=method)
 

@@ -55,6 +55,14 @@ def effective_policy(stored: str | None, declared: RetryPolicy) -> RetryPolicy:
     return chosen.over(DEFAULT_POLICY)
 
 
+def next_retry_in(
+    stored: str | None, retry_times: int, declared: RetryPolicy | None = None
+) -> float | None:
+    """Seconds before the retry of a failed attempt of a job with this `retry_policy`
+    column and `retry_times`, under its handler's `declared` policy; None for none."""
+    return retry_delay(effective_policy(stored, declared or RetryPolicy()), retry_times)
+
+
 def retry_delay(policy: RetryPolicy, retry_times: int) -> float | None:
     """Seconds before the retry that follows a failed attempt with `retry_times`, or None
     when `policy` (made whole by effective_policy) allows no more; past its last step, the
