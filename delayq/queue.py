@@ -149,12 +149,11 @@ class Queue(QueueReads):
         return ids
 
     def _index_new(self, rows: Sequence[Mapping[str, Any]], ids: Sequence[int]) -> None:
-        by_queue: dict[str, list[tuple[int, float]]] = {}
-        for row, job_id in zip(rows, ids, strict=True):
-            by_queue.setdefault(row["queue"], []).append((job_id, row["run_at"]))
+        added = [
+            (row["queue"], job_id, row["run_at"]) for row, job_id in zip(rows, ids, strict=True)
+        ]
         try:
-            for queue, entries in by_queue.items():
-                self.index.schedule.add_many(queue, entries)
+            self.index.schedule.add_by_queue(added)
         except redis.RedisError as exc:
             # The rows are saved and the table is the truth: a run re-indexes them.
             logger.warning(

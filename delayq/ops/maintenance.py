@@ -117,13 +117,12 @@ def requeue(
         if dry_run:
             result.ids += [row.id for row in runnable]
             continue
-        by_queue: dict[str, list[tuple[int, float]]] = {}
+        added: list[tuple[str, int, float]] = []
         for row in runnable:
             if new_id := _repeat(table, row, now, result):
                 result.ids.append(new_id)
-                by_queue.setdefault(row.queue, []).append((new_id, now))
-        for queue, entries in by_queue.items():
-            index.schedule.add_many(queue, entries)
+                added.append((row.queue, new_id, now))
+        index.schedule.add_by_queue(added)
     return result
 
 

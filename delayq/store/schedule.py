@@ -65,6 +65,15 @@ class Schedule:
         pipe.execute()
         self._registered.add(queue)
 
+    def add_by_queue(self, entries: Iterable[tuple[str, int, float]]) -> None:
+        """Put jobs of any queues on their schedules, (queue, id, due) each: one add_many a
+        queue."""
+        by_queue: dict[str, list[tuple[int, float]]] = {}
+        for queue, job_id, due in entries:
+            by_queue.setdefault(queue, []).append((job_id, due))
+        for queue, grouped in by_queue.items():
+            self.add_many(queue, grouped)
+
     def remove(self, queue: str, job_ids: Iterable[int]) -> int:
         """Drop jobs from a queue's schedule; returns how many were there."""
         return self.remove_members(queue, [str(job_id) for job_id in job_ids])

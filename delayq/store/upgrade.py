@@ -6,8 +6,6 @@ step is safe to repeat: `delayq init` after a crash (or twice) finishes, then ch
 
 from __future__ import annotations
 
-from itertools import groupby
-from operator import itemgetter
 from typing import Any
 
 from peewee import Field
@@ -207,8 +205,7 @@ def _recover_stranded(table: Table, index: Index, now: float) -> list[str]:
         handed_back = pending_again(now, run_at=now, lost_leases=Job.lost_leases + 1)
         ids = [job_id for job_id, _ in rows]
         recovered += Job.update(handed_back).where(Job.id.in_(ids), stranded).execute()
-        for queue, group in groupby(sorted(rows, key=itemgetter(1)), itemgetter(1)):
-            index.schedule.add_many(queue, [(job_id, now) for job_id, _ in group])
+        index.schedule.add_by_queue((queue, job_id, now) for job_id, queue in rows)
     return (
         [f"put {recovered} running jobs without a lease back on the schedule"] if recovered else []
     )
