@@ -36,6 +36,8 @@ DryRunOption = Annotated[bool, typer.Option("--dry-run", help="Count, change not
 ClassOption = Annotated[
     str | None, typer.Option("--class", help="Only jobs calling this exact class.")
 ]
+# The QueueStats fields in status's first table, in its columns' order.
+COUNTED = ("pending_due", "pending_later", "running", "success", "failed", "cancelled", "missed")
 
 
 def _console() -> Console:
@@ -126,16 +128,11 @@ def _print_status(report: StatusReport) -> None:
     failures = "failed|1h terminal retried"
     timing = _table(f"queue oldest|due late next|due {failures}", right=f"late next|due {failures}")
     for name, stats in report.queues.items():
-        jobs.add_row(printable(name), *_count_cells(stats))
+        jobs.add_row(printable(name), *(str(getattr(stats, field)) for field in COUNTED))
         timing.add_row(printable(name), *_timing_cells(stats, report.now))
     console.print(jobs)
     console.print()
     console.print(timing)
-
-
-def _count_cells(stats: QueueStats) -> list[str]:
-    counts = [stats.pending_due, stats.pending_later, stats.running, stats.success]
-    return [str(count) for count in [*counts, stats.failed, stats.cancelled, stats.missed]]
 
 
 def _timing_cells(stats: QueueStats, now: float) -> list[str]:
@@ -219,16 +216,8 @@ def _print_rows(rows: list[dict[str, Any]]) -> None:
         return
     table = _table("id status queue call ext try run_at message", "id try", wrap="call ext message")
     for row in rows:
-        table.add_row(
-            str(row["id"]),
-            row["status"],
-            printable(row["queue"]),
-            printable(_call(row)),
-            printable(row["ext"]),
-            str(row["retry_times"]),
-            _clock(row["run_at"]),
-            _shorten(row["message"] or "", 60),
-        )
+        cells = [row["id"], row["status"], row["queue"], _call(row), row["ext"], row["retry_times"]]
+        table.add_row(*map(printable, cells), _clock(row["run_at"]), _shorten(row["message"], 60))
     console.print(table)
 
 
@@ -238,8 +227,8 @@ def _call(view: dict[str, Any]) -> str:
     return f"{call} ({view['schedule']})" if view.get("schedule") else call
 
 
-def _shorten(text: str, width: int) -> str:
-    line = printable(" ".join(text.split()))
+def _shorten(text: str | None, width: int) -> str:
+    line = printable(" ".join((text or "").split()))
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
