@@ -6,8 +6,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -146,18 +146,16 @@ class Outputs:
     on_failure: str | None
 
     def argv(self) -> list[str]:
-        """These as `delayq run` flags, which the command reads back into equal Outputs."""
-        switches = {"--verbose": self.verbose, "--json": self.as_json, "--log-json": self.log_json}
-        valued = {
-            "--log-file": self.log_file,
-            "--log-level": self.log_level,
-            "--metrics-file": self.metrics_file,
-            "--metrics-interval": self.metrics_interval,
-            "--on-failure": self.on_failure,
-        }
-        return [flag for flag, on in switches.items() if on] + [
-            f"{flag}={value}" for flag, value in valued.items() if value is not None
-        ]
+        """These as `delayq run` flags (each field's name, but --json), which the command reads
+        back into equal Outputs."""
+        flags: list[str] = []
+        for name, value in asdict(self).items():
+            flag = "--json" if name == "as_json" else "--" + name.replace("_", "-")
+            if isinstance(value, bool):
+                flags += [flag] * value
+            elif value is not None:
+                flags.append(f"{flag}={value}")
+        return flags
 
 
 def _run_here(
@@ -166,7 +164,6 @@ def _run_here(
     printer: Callable[[Outcome], None] | None,
     liveness_fd: int | None,
 ) -> RunReport:
-    """Run in this process, as `options` and `outputs` ask."""
     liveness = _liveness(liveness_fd)
     _check_handlers(load_settings())
     queue = open_queue(create=True, on_failure=outputs.on_failure)
@@ -244,8 +241,11 @@ def _job_printer(verbose: bool, as_json: bool) -> Callable[[Outcome], None] | No
 
 
 def _print_summary(report: RunReport, as_json: bool) -> None:
-    if as_json:
-        print_json(summary_fields(report))
+    if as_json:  # the counts of the plain summary, and how the run ended
+        names = "ran succeeded failed retried deferred missed dropped recovered reindexed stuck"
+        ended = ["stopped_early", "interrupted"]
+        fields = {name: getattr(report, name) for name in [*names.split(), *ended]}
+        print_json({**fields, "record": "summary", "elapsed": round(report.elapsed, 6)})
         return
     jobs = "job" if report.ran == 1 else "jobs"
     deferred = f", {report.deferred} deferred" if report.deferred else ""
@@ -254,14 +254,6 @@ def _print_summary(report: RunReport, as_json: bool) -> None:
         f"({report.retried} retried){deferred}, {report.missed} missed, {report.dropped} dropped, "
         f"{report.recovered} recovered, {report.reindexed} re-indexed in {report.elapsed:.2f}s"
     )
-
-
-def summary_fields(report: RunReport) -> dict[str, Any]:
-    """The last line of `run -v --json`: the counts of the -v summary and how the run ended."""
-    names = "ran succeeded failed retried deferred missed dropped recovered reindexed stuck"
-    ended = ["stopped_early", "interrupted"]
-    fields = {name: getattr(report, name) for name in [*names.split(), *ended]}
-    return {**fields, "record": "summary", "elapsed": round(report.elapsed, 6)}
 
 
 def _print_outcome_json(outcome: Outcome) -> None:
