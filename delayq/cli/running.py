@@ -4,7 +4,7 @@ per job with -v (a JSON object with --json), a progress bar on a terminal."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Annotated
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from ..queue import Queue
     from ..store.outcomes import Outcome
     from ..worker.liveness import Liveness
-    from ..worker.report import RunReport
+    from ..worker.report import OutcomeCallback, RunReport
 
 PROGRESS_MIN_JOBS = 50  # a bar for a handful of jobs is noise
 MAX_PROCESSES = 64
@@ -159,10 +159,7 @@ class Outputs:
 
 
 def _run_here(
-    options: RunOptions,
-    outputs: Outputs,
-    printer: Callable[[Outcome], None] | None,
-    liveness_fd: int | None,
+    options: RunOptions, outputs: Outputs, printer: OutcomeCallback | None, liveness_fd: int | None
 ) -> RunReport:
     liveness = _liveness(liveness_fd)
     _check_handlers(load_settings())
@@ -232,7 +229,7 @@ def parse_weighted(text: str) -> dict[str, int]:
     return weights
 
 
-def _job_printer(verbose: bool, as_json: bool) -> Callable[[Outcome], None] | None:
+def _job_printer(verbose: bool, as_json: bool) -> OutcomeCallback | None:
     if as_json and not verbose:
         raise BadInput("--json shapes the lines of -v; add -v")
     if not verbose:
@@ -289,7 +286,7 @@ def _rewriting(queue: Queue, options: RunOptions, outputs: Outputs) -> Iterator[
 @contextmanager
 def _progress(
     queue: Queue, options: RunOptions, outputs: Outputs
-) -> Iterator[Callable[[Outcome], None] | None]:
+) -> Iterator[OutcomeCallback | None]:
     """On a terminal, `run -v` over a backlog shows a progress bar under the job lines;
     never in cron, which has no terminal."""
     wanted = outputs.verbose and not (options.loop or outputs.as_json) and sys.stdout.isatty()
