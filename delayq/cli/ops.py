@@ -204,21 +204,13 @@ def list_jobs(
     if as_json:
         print_json({"jobs": rows, "next_before_id": next_before})
         return
-    _print_rows(rows)
-    if next_before is not None:
-        typer.echo(f"more: add --before-id {next_before}", err=True)
-
-
-def _print_rows(rows: list[dict[str, Any]]) -> None:
-    console = _console()
-    if not rows:
-        console.print("no jobs")
-        return
     table = _table("id status queue call ext try run_at message", "id try", wrap="call ext message")
     for row in rows:
         cells = [row["id"], row["status"], row["queue"], _call(row), row["ext"], row["retry_times"]]
         table.add_row(*map(printable, cells), _clock(row["run_at"]), _shorten(row["message"], 60))
-    console.print(table)
+    _console().print(table if rows else "no jobs")
+    if next_before is not None:
+        typer.echo(f"more: add --before-id {next_before}", err=True)
 
 
 def _call(view: dict[str, Any]) -> str:
@@ -245,16 +237,12 @@ def peek(
     if as_json:
         print_json({"now": now, "jobs": views})
         return
-    console = _console()
-    if not views:
-        console.print("nothing scheduled")
-        return
     table = _table("id queue due call ext status", right="id", wrap="call ext")
     for view in views:
         call = printable(_call(view)) if view["status"] else "(no row)"
         cells = [str(view["id"]), printable(view["queue"]), _relative(view["due_in"]), call]
         table.add_row(*cells, printable(view["ext"]), view["status"] or "-")
-    console.print(table)
+    _console().print(table if views else "nothing scheduled")
 
 
 def _upcoming_view(entry: Upcoming, now: float) -> dict[str, Any]:
