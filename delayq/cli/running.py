@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Annotated
 
@@ -270,17 +270,16 @@ def _outcome_line(outcome: Outcome) -> str:
     )
 
 
-@contextmanager
-def _rewriting(queue: Queue, options: RunOptions, outputs: Outputs) -> Iterator[None]:
+def _rewriting(
+    queue: Queue, options: RunOptions, outputs: Outputs
+) -> AbstractContextManager[object]:
     """While a loop runs, its metrics file is rewritten every --metrics-interval."""
     if outputs.metrics_file is None or not options.loop:
-        yield
-        return
+        return nullcontext()
     from ..ops.textfile import Rewriter
 
     # The thread's own database connection is closed when it ends.
-    with Rewriter(outputs.metrics_file, outputs.metrics_interval, queue.metrics, queue.db.close):
-        yield
+    return Rewriter(outputs.metrics_file, outputs.metrics_interval, queue.metrics, queue.db.close)
 
 
 @contextmanager
