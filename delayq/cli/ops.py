@@ -130,9 +130,7 @@ def _print_status(report: StatusReport) -> None:
     for name, stats in report.queues.items():
         jobs.add_row(printable(name), *(str(getattr(stats, field)) for field in COUNTED))
         timing.add_row(printable(name), *_timing_cells(stats, report.now))
-    console.print(jobs)
-    console.print()
-    console.print(timing)
+    console.print(jobs, "", timing)  # a blank line between the two
 
 
 def _timing_cells(stats: QueueStats, now: float) -> list[str]:
