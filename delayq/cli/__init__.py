@@ -17,7 +17,6 @@ from ..errors import DelayqError
 from ..ops.logs import setup_logging
 from . import jobs, listen, ops, running, setup, web  # noqa: F401 - importing them registers their commands on `app`
 from .app import TYPER_SETTINGS, Command, app
-from .running import run
 
 
 def main() -> None:
@@ -33,7 +32,7 @@ def main() -> None:
         # Cron starts `delayq run` every minute (loop.sh every few seconds): build only that
         # command instead of the whole app, whose sixteen commands typer would inspect first.
         single = typer.Typer(add_completion=False, **TYPER_SETTINGS)
-        single.command(cls=Command)(run)
+        single.command(cls=Command)(running.run)
         single(args=sys.argv[2:], prog_name=f"{_program_name()} run")
         return
     app(prog_name=_program_name())

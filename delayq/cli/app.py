@@ -51,6 +51,12 @@ class OneLineUsageErrors:
         except DelayqError as exc:
             typer.echo(f"delayq: error: {printable(exc)}", err=True)
             raise typer.Exit(2 if isinstance(exc, (BadInput, ConfigError)) else 1) from None
+        except _CLICK.exceptions.UsageError as exc:
+            # click's parser raises some errors ("requires an argument") without the
+            # command's context; in a group, the command being parsed is the one it picked.
+            if exc.ctx is None and ctx.invoked_subcommand:
+                exc.command_path = f"{ctx.command_path} {ctx.invoked_subcommand}"
+            raise
 
 
 # The click typer parses with: its own copy in newer typers, the click package in older.
@@ -61,16 +67,6 @@ _HELP_INSTEAD = getattr(_CLICK.exceptions, "NoArgsIsHelpError", ())
 
 class OneLineGroup(OneLineUsageErrors, TyperGroup):
     """The `delayq` app."""
-
-    def invoke(self, ctx: Any) -> Any:
-        try:
-            return super().invoke(ctx)
-        except _CLICK.exceptions.UsageError as exc:
-            # click's parser raises some errors ("requires an argument") without the
-            # command's context; the command being parsed is the one the group picked.
-            if exc.ctx is None and ctx.invoked_subcommand:
-                exc.command_path = f"{ctx.command_path} {ctx.invoked_subcommand}"
-            raise
 
 
 class Command(OneLineUsageErrors, TyperCommand):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import signal
 import sys
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -37,7 +37,7 @@ def listen(
     matches = [Match.parse(text) for text in match or []]
     patience = parse_duration(retry_for, "--retry-for")
     bridge = open_bridge(open_queue(), source, matches, queue_name)
-    signal.signal(signal.SIGTERM, _exit_on_signal)
+    signal.signal(signal.SIGTERM, lambda number, _frame: sys.exit(128 + number))
     try:
         bridge.serve(patience, lambda count: _announce(count, source))
     except KeyboardInterrupt:
@@ -46,7 +46,3 @@ def listen(
 
 def _announce(count: int, source: str) -> None:
     typer.echo(f"delayq listen: adopted {count} timer(s) from {redact_url(source)}; listening")
-
-
-def _exit_on_signal(number: int, _frame: Any) -> None:
-    sys.exit(128 + number)

@@ -36,6 +36,8 @@ DryRunOption = Annotated[bool, typer.Option("--dry-run", help="Count, change not
 ClassOption = Annotated[
     str | None, typer.Option("--class", help="Only jobs calling this exact class.")
 ]
+# The QueueStats fields in status's first table, in its columns' order.
+COUNTED = ("pending_due", "pending_later", "running", "success", "failed", "cancelled", "missed")
 
 
 def _console() -> Console:
@@ -126,16 +128,9 @@ def _print_status(report: StatusReport) -> None:
     failures = "failed|1h terminal retried"
     timing = _table(f"queue oldest|due late next|due {failures}", right=f"late next|due {failures}")
     for name, stats in report.queues.items():
-        jobs.add_row(printable(name), *_count_cells(stats))
+        jobs.add_row(printable(name), *(str(getattr(stats, field)) for field in COUNTED))
         timing.add_row(printable(name), *_timing_cells(stats, report.now))
-    console.print(jobs)
-    console.print()
-    console.print(timing)
-
-
-def _count_cells(stats: QueueStats) -> list[str]:
-    counts = [stats.pending_due, stats.pending_later, stats.running, stats.success]
-    return [str(count) for count in [*counts, stats.failed, stats.cancelled, stats.missed]]
+    console.print(jobs, "", timing)  # a blank line between the two
 
 
 def _timing_cells(stats: QueueStats, now: float) -> list[str]:
@@ -207,29 +202,13 @@ def list_jobs(
     if as_json:
         print_json({"jobs": rows, "next_before_id": next_before})
         return
-    _print_rows(rows)
-    if next_before is not None:
-        typer.echo(f"more: add --before-id {next_before}", err=True)
-
-
-def _print_rows(rows: list[dict[str, Any]]) -> None:
-    console = _console()
-    if not rows:
-        console.print("no jobs")
-        return
     table = _table("id status queue call ext try run_at message", "id try", wrap="call ext message")
     for row in rows:
-        table.add_row(
-            str(row["id"]),
-            row["status"],
-            printable(row["queue"]),
-            printable(_call(row)),
-            printable(row["ext"]),
-            str(row["retry_times"]),
-            _clock(row["run_at"]),
-            _shorten(row["message"] or "", 60),
-        )
-    console.print(table)
+        cells = [row["id"], row["status"], row["queue"], _call(row), row["ext"], row["retry_times"]]
+        table.add_row(*map(printable, cells), _clock(row["run_at"]), _shorten(row["message"], 60))
+    _console().print(table if rows else "no jobs")
+    if next_before is not None:
+        typer.echo(f"more: add --before-id {next_before}", err=True)
 
 
 def _call(view: dict[str, Any]) -> str:
@@ -238,8 +217,8 @@ def _call(view: dict[str, Any]) -> str:
     return f"{call} ({view['schedule']})" if view.get("schedule") else call
 
 
-def _shorten(text: str, width: int) -> str:
-    line = printable(" ".join(text.split()))
+def _shorten(text: str | None, width: int) -> str:
+    line = printable(" ".join((text or "").split()))
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
@@ -256,16 +235,12 @@ def peek(
     if as_json:
         print_json({"now": now, "jobs": views})
         return
-    console = _console()
-    if not views:
-        console.print("nothing scheduled")
-        return
     table = _table("id queue due call ext status", right="id", wrap="call ext")
     for view in views:
         call = printable(_call(view)) if view["status"] else "(no row)"
         cells = [str(view["id"]), printable(view["queue"]), _relative(view["due_in"]), call]
         table.add_row(*cells, printable(view["ext"]), view["status"] or "-")
-    console.print(table)
+    _console().print(table if views else "nothing scheduled")
 
 
 def _upcoming_view(entry: Upcoming, now: float) -> dict[str, Any]:

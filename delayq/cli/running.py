@@ -4,10 +4,10 @@ per job with -v (a JSON object with --json), a progress bar on a terminal."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from ..queue import Queue
     from ..store.outcomes import Outcome
     from ..worker.liveness import Liveness
-    from ..worker.report import RunReport
+    from ..worker.report import OutcomeCallback, RunReport
 
 PROGRESS_MIN_JOBS = 50  # a bar for a handful of jobs is noise
 MAX_PROCESSES = 64
@@ -146,27 +146,21 @@ class Outputs:
     on_failure: str | None
 
     def argv(self) -> list[str]:
-        """These as `delayq run` flags, which the command reads back into equal Outputs."""
-        switches = {"--verbose": self.verbose, "--json": self.as_json, "--log-json": self.log_json}
-        valued = {
-            "--log-file": self.log_file,
-            "--log-level": self.log_level,
-            "--metrics-file": self.metrics_file,
-            "--metrics-interval": self.metrics_interval,
-            "--on-failure": self.on_failure,
-        }
-        return [flag for flag, on in switches.items() if on] + [
-            f"{flag}={value}" for flag, value in valued.items() if value is not None
-        ]
+        """These as `delayq run` flags (each field's name, but --json), which the command reads
+        back into equal Outputs."""
+        flags: list[str] = []
+        for name, value in asdict(self).items():
+            flag = "--json" if name == "as_json" else "--" + name.replace("_", "-")
+            if isinstance(value, bool):
+                flags += [flag] * value
+            elif value is not None:
+                flags.append(f"{flag}={value}")
+        return flags
 
 
 def _run_here(
-    options: RunOptions,
-    outputs: Outputs,
-    printer: Callable[[Outcome], None] | None,
-    liveness_fd: int | None,
+    options: RunOptions, outputs: Outputs, printer: OutcomeCallback | None, liveness_fd: int | None
 ) -> RunReport:
-    """Run in this process, as `options` and `outputs` ask."""
     liveness = _liveness(liveness_fd)
     _check_handlers(load_settings())
     queue = open_queue(create=True, on_failure=outputs.on_failure)
@@ -235,7 +229,7 @@ def parse_weighted(text: str) -> dict[str, int]:
     return weights
 
 
-def _job_printer(verbose: bool, as_json: bool) -> Callable[[Outcome], None] | None:
+def _job_printer(verbose: bool, as_json: bool) -> OutcomeCallback | None:
     if as_json and not verbose:
         raise BadInput("--json shapes the lines of -v; add -v")
     if not verbose:
@@ -244,8 +238,11 @@ def _job_printer(verbose: bool, as_json: bool) -> Callable[[Outcome], None] | No
 
 
 def _print_summary(report: RunReport, as_json: bool) -> None:
-    if as_json:
-        print_json(summary_fields(report))
+    if as_json:  # the counts of the plain summary, and how the run ended
+        names = "ran succeeded failed retried deferred missed dropped recovered reindexed stuck"
+        ended = ["stopped_early", "interrupted"]
+        fields = {name: getattr(report, name) for name in [*names.split(), *ended]}
+        print_json({**fields, "record": "summary", "elapsed": round(report.elapsed, 6)})
         return
     jobs = "job" if report.ran == 1 else "jobs"
     deferred = f", {report.deferred} deferred" if report.deferred else ""
@@ -254,14 +251,6 @@ def _print_summary(report: RunReport, as_json: bool) -> None:
         f"({report.retried} retried){deferred}, {report.missed} missed, {report.dropped} dropped, "
         f"{report.recovered} recovered, {report.reindexed} re-indexed in {report.elapsed:.2f}s"
     )
-
-
-def summary_fields(report: RunReport) -> dict[str, Any]:
-    """The last line of `run -v --json`: the counts of the -v summary and how the run ended."""
-    names = "ran succeeded failed retried deferred missed dropped recovered reindexed stuck"
-    ended = ["stopped_early", "interrupted"]
-    fields = {name: getattr(report, name) for name in [*names.split(), *ended]}
-    return {**fields, "record": "summary", "elapsed": round(report.elapsed, 6)}
 
 
 def _print_outcome_json(outcome: Outcome) -> None:
@@ -281,23 +270,22 @@ def _outcome_line(outcome: Outcome) -> str:
     )
 
 
-@contextmanager
-def _rewriting(queue: Queue, options: RunOptions, outputs: Outputs) -> Iterator[None]:
+def _rewriting(
+    queue: Queue, options: RunOptions, outputs: Outputs
+) -> AbstractContextManager[object]:
     """While a loop runs, its metrics file is rewritten every --metrics-interval."""
     if outputs.metrics_file is None or not options.loop:
-        yield
-        return
+        return nullcontext()
     from ..ops.textfile import Rewriter
 
     # The thread's own database connection is closed when it ends.
-    with Rewriter(outputs.metrics_file, outputs.metrics_interval, queue.metrics, queue.db.close):
-        yield
+    return Rewriter(outputs.metrics_file, outputs.metrics_interval, queue.metrics, queue.db.close)
 
 
 @contextmanager
 def _progress(
     queue: Queue, options: RunOptions, outputs: Outputs
-) -> Iterator[Callable[[Outcome], None] | None]:
+) -> Iterator[OutcomeCallback | None]:
     """On a terminal, `run -v` over a backlog shows a progress bar under the job lines;
     never in cron, which has no terminal."""
     wanted = outputs.verbose and not (options.loop or outputs.as_json) and sys.stdout.isatty()

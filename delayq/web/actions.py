@@ -1,7 +1,6 @@
 """The pages that write: logging in with DELAYQ_WEB_TOKEN, and retry, cancel and requeue, each
 a POST carrying the session's CSRF token and each the one Queue call the CLI makes, so the
-same rules and atomicity hold. Without a token every action answers 403: the page only reads.
-"""
+same rules and atomicity hold. Without a token every action answers 403: the page only reads."""
 
 from __future__ import annotations
 

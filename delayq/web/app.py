@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from importlib import resources
 from typing import TYPE_CHECKING
 
 from starlette.applications import Starlette
@@ -37,7 +36,6 @@ NO_PAGE = "there is no page at {path}; the pages are /, /jobs and /jobs/ID, with
 
 def create_app(queue: Queue, *, token: str | None = None) -> Starlette:
     """The page over `queue`; `token` (DELAYQ_WEB_TOKEN) enables logging in and the actions."""
-    static = StaticFiles(directory=str(resources.files("delayq.web") / "static"))
     routes = [
         Route("/", pages.overview, name="overview"),
         Route("/jobs", pages.search, name="search"),
@@ -48,7 +46,7 @@ def create_app(queue: Queue, *, token: str | None = None) -> Starlette:
         Route("/jobs/{job_id:int}/cancel", actions.cancel, methods=["POST"]),
         Route("/requeue", actions.requeue_preview, methods=["GET"]),
         Route("/requeue", actions.requeue, methods=["POST"]),
-        Mount("/static", app=static, name="static"),
+        Mount("/static", app=StaticFiles(packages=[("delayq.web", "static")]), name="static"),
     ]
     app = Starlette(
         routes=routes,

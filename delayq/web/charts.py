@@ -54,10 +54,8 @@ def lateness_by_queue(read: list[Minute], since: float) -> dict[str, tuple[float
 
 def bins_of(read: list[Minute], window: str) -> list[Bin]:
     """The window's bins, oldest first, merged across queues."""
-    if not read:
-        return []
     span = 60 * WINDOWS[window][1]
-    first = min(minute.start for minute in read)
+    first = min((minute.start for minute in read), default=0.0)
     grouped: dict[int, list[Minute]] = {}
     for minute in read:
         grouped.setdefault(int((minute.start - first) // span), []).append(minute)

@@ -115,7 +115,11 @@ def job_filter(given: dict[str, str], statuses: tuple[Status, ...] = ()) -> JobF
         # As the CLI's requeue: a bulk write over every failed chain needs a narrower search.
         raise BadInput("narrow the search (ext, handler, queue or a time) before a requeue")
     if "status" in given:
-        statuses = (_status(given["status"]),)
+        try:
+            statuses = (Status.from_word(given["status"]),)
+        except KeyError:
+            known = ", ".join(status.word for status in Status)
+            raise BadInput(f"status must be one of {known}") from None
     since = parse_duration(given["since"], "since") if "since" in given else None
     changed_from = parse_utc_instant(given["from"], "from") if "from" in given else None
     changed_to = parse_utc_instant(given["to"], "to") if "to" in given else None
@@ -130,14 +134,6 @@ def job_filter(given: dict[str, str], statuses: tuple[Status, ...] = ()) -> JobF
         changed_from=changed_from,
         changed_to=changed_to,
     )
-
-
-def _status(word: str) -> Status:
-    try:
-        return Status.from_word(word)
-    except KeyError:
-        known = ", ".join(status.word for status in Status)
-        raise BadInput(f"status must be one of {known}") from None
 
 
 def _positive(text: str, name: str) -> int:

@@ -1,8 +1,7 @@
 """What keeps the page safe: headers on every response (a CSP without unsafe-inline, no
 framing, no sniffing), a bounded form reader, and a stateless session: a random nonce and its
 HMAC under the token, so nothing is stored and a new DELAYQ_WEB_TOKEN logs everybody out. The
-CSRF token is a second HMAC of the nonce, so a form posted from another site cannot carry it.
-"""
+CSRF token is a second HMAC of the nonce, so a form posted from another site cannot carry it."""
 
 from __future__ import annotations
 

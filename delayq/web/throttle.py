@@ -1,8 +1,7 @@
 """Slowing down token guessing: after FAILURES wrong tokens from one address within WINDOW
 seconds, its logins get 429 until the oldest failure ages out, right token or not (else the
 limit would only count, not stop, a guesser). In memory: `delayq web` is one process, and a
-restart costs a guesser a restart per few tries. The address table is bounded against floods.
-"""
+restart costs a guesser a restart per few tries. The address table is bounded against floods."""
 
 from __future__ import annotations
 
