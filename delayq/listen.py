@@ -170,13 +170,10 @@ class Bridge:
         if ttl == -1:  # SET without a TTL or PERSIST: the key no longer expires
             self.queue.cancel(ext=key, queue=self.queue_name)
             return False
-        now = self.queue.index.clock.now()
-        latest = self._latest(key)
+        now, latest = self._latest(key)
         # A reconnect's SCAN finds most keys as they were: a read, not a write, for those.
         if not (
-            latest
-            and latest["status"] == "pending"
-            and abs(latest["run_at"] - now - ttl / 1000) < UNMOVED
+            latest["status"] == "pending" and abs(latest["run_at"] - now - ttl / 1000) < UNMOVED
         ):
             self._add(call, key, now + ttl / 1000, now)
         return True
@@ -184,20 +181,20 @@ class Bridge:
     def fire(self, key: str, call: Call) -> bool:
         """The key expired: run its job now unless one is pending or fell due just now (the
         one this event announces, already run)."""
-        now = self.queue.index.clock.now()
-        latest = self._latest(key)
-        if latest and (
-            latest["status"] == "pending"
-            or (latest["status"] != "cancelled" and latest["run_at"] >= now - RECENTLY_DUE)
+        now, latest = self._latest(key)
+        if latest["status"] == "pending" or (
+            latest["status"] not in ("cancelled", None) and latest["run_at"] >= now - RECENTLY_DUE
         ):
             return False
         self._add(call, key, now, now)
         return True
 
-    def _latest(self, key: str) -> dict[str, Any] | None:
-        """The newest job for the key in the bridge's queue, as `list --json` shows it."""
+    def _latest(self, key: str) -> tuple[float, dict[str, Any]]:
+        """Now, and the newest job for the key in the bridge's queue as `list --json` shows it
+        ({"status": None} if there is none)."""
+        now = self.queue.index.clock.now()  # before the query: adopt reads the TTL against it
         jobs = self.queue.list_jobs(JobFilter(ext=key, queue=self.queue_name), limit=1)
-        return jobs[0] if jobs else None
+        return now, (jobs[0] if jobs else {"status": None})
 
     def _add(self, call: Call, key: str, run_at: float, now: float) -> None:
         self.queue.add(
