@@ -89,7 +89,6 @@ def database_checks(db: peewee.Database, url: str | None) -> list[Check]:
 
 
 def _table_checks(db: peewee.Database) -> list[Check]:
-    """The table's columns, then each of the model's indexes."""
     table = Job._meta.table_name
     present = {column.name for column in db.get_columns(table)}
     expected = [field.column_name for field in Job._meta.sorted_fields]
@@ -209,7 +208,6 @@ def _replicas(server: Server) -> str:
 
 
 def _stray_members(index: Index, queue: str) -> int:
-    """How many members of the queue's schedule are not job ids."""
     chunks = index.schedule.members(queue)
     return sum(job_id_of(member) is None for chunk in chunks for member, _ in chunk)
 
