@@ -200,11 +200,9 @@ def _topology_check(found: list[Server], where: str) -> Check:
 
 
 def _replicas(server: Server) -> str:
-    if not server.replicas:
+    if not (count := len(server.replicas)):
         return "no replica"
-    return f"{len(server.replicas)} replica{'s' * (len(server.replicas) > 1)}: " + ", ".join(
-        server.replicas
-    )
+    return f"{count} replica{'s' * (count > 1)}: {', '.join(server.replicas)}"
 
 
 def _stray_members(index: Index, queue: str) -> int:
