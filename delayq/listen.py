@@ -147,8 +147,7 @@ class Bridge:
         handler the allowlist admits is skipped with a warning: the next key may be fine."""
         try:
             key = raw_key.decode("utf-8")
-            call = self.call_for(key)
-            if call is None:
+            if (call := self.call_for(key)) is None:
                 return False
             if event in GAINS_TTL:
                 return self.adopt(key, call)

@@ -110,8 +110,7 @@ class StatusReport:
                 " is cron running delayq run?"
             )
         for name, stats in self.queues.items():
-            lag = stats.oldest_due_lag
-            if lag is not None and lag > max_lag:
+            if (lag := stats.oldest_due_lag) is not None and lag > max_lag:
                 found.append(
                     f"queue {name}: job {stats.oldest_due_id} is {format_delta(lag)} late"
                     f" (max {format_delta(max_lag)}), {stats.pending_due} due in all"
