@@ -104,19 +104,10 @@ def job_view(job: Job) -> dict[str, Any]:
         "class": payload.get("class"),
         "method": payload.get("method"),
         "data": payload.get("data"),
-        "schedule": schedule_text(job),
+        # How it recurs: its cron expression and zone, or `every 1h` as `--every` takes it.
+        "schedule": job.schedule or (f"every {format_duration(job.every)}" if job.every else None),
         "every": job.every,
     }
-
-
-def schedule_text(job: Job) -> str | None:
-    """How a job recurs, as show, list and peek print it: its cron expression and zone,
-    `every 1h` (as `--every` takes it), or None."""
-    if job.schedule:
-        return job.schedule
-    if job.every:
-        return f"every {format_duration(job.every)}"
-    return None
 
 
 def row_view(job: Job) -> dict[str, Any]:

@@ -76,29 +76,25 @@ class Match:
         return Call(self.class_path, self.method, {"key": key, "args": list(found.groups())})
 
 
+# A glob's parts: `\x`, a set `[...]` (whose first character may be `]`), or one character.
+_GLOB_PART = re.compile(r"\\(.)|\[(.[^\]]*)\]|.", re.DOTALL)
+
+
 def glob_pattern(glob: str) -> re.Pattern[str]:
     """Redis's glob (`*`, `?`, `[a-z]`, `[^a]`, `\\x`) as a regular expression capturing what
     each `*` matched, so `send_message-*-*` gives the user id and the type."""
-    parts, i = [], 0
-    while i < len(glob):
-        char, end = glob[i], glob.find("]", i + 2)
-        if char == "*":
-            parts.append("(.*?)")
-        elif char == "?":
-            parts.append(".")
-        elif char == "\\" and i + 1 < len(glob):
-            i += 1
-            parts.append(re.escape(glob[i]))
-        elif char == "[" and end != -1:
-            body = glob[i + 1 : end]
-            negated = body.startswith("^")
-            escaped = re.escape(body[negated:]).replace("\\-", "-")
-            parts.append(f"[{'^' if negated else ''}{escaped}]")
-            i = end
-        else:
-            parts.append(re.escape(char))
-        i += 1
-    return re.compile("".join(parts), re.DOTALL)
+
+    def part(found: re.Match[str]) -> str:
+        char, escaped, members = found.group(0, 1, 2)
+        if escaped is not None:
+            return re.escape(escaped)
+        if members is not None:
+            negated = members.startswith("^")
+            members = re.escape(members[negated:]).replace("\\-", "-")
+            return f"[{'^' if negated else ''}{members}]"
+        return {"*": "(.*?)", "?": "."}.get(char) or re.escape(char)
+
+    return re.compile(_GLOB_PART.sub(part, glob), re.DOTALL)
 
 
 def seed_call(key: str, php_classes: dict[str, str]) -> Call | None:
