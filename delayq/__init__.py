@@ -3,8 +3,7 @@ schedule, and a cron-driven `delayq run` that calls `class.method(data)` when du
 
 from importlib.metadata import PackageNotFoundError, version
 
-from .async_queue import AsyncQueue
-from .connection import connect, connect_async
+from .connection import AsyncQueue, connect, connect_async
 from .context import JobContext, current_job
 from .errors import (
     BackendUnavailable,

@@ -265,7 +265,6 @@ def _php_classes(value: Any) -> tuple[tuple[str, str], ...]:
         pairs = [(str(php), str(python)) for php, python in value.items()]
     else:
         pairs = [tuple(pair) for pair in value]
-    checked = []
     for php, python in pairs:
         if not PHP_CLASS_NAME.match(php) or not all(
             part.isidentifier() for part in python.split(".")
@@ -274,5 +273,4 @@ def _php_classes(value: Any) -> tuple[tuple[str, str], ...]:
                 f"DELAYQ_PHP_CLASSES entry {php}={python} must map a PHP class name to a "
                 "Python dotted path, e.g. App\\Jobs\\Refund=shop.jobs.Refund"
             )
-        checked.append((php.lstrip("\\"), python))
-    return tuple(checked)
+    return tuple((php.lstrip("\\"), python) for php, python in pairs)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from .config import DEFAULT_QUEUE, validate_queue_name
+from .config import DEFAULT_QUEUE, Settings, validate_queue_name
 from .durations import (
     HORIZON,
     MAX_DURATION,
@@ -56,20 +56,19 @@ class JobSpec:
 def to_row(
     spec: JobSpec,
     now: float,
-    allowed: Sequence[str],
+    settings: Settings,
     located: set[tuple[str, str]],
     stamp: datetime | None = None,
-    since: float | None = None,
     check: bool = True,
 ) -> dict[str, Any]:
     """The row a JobSpec becomes, or BadInput; `located` caches handlers already checked,
-    `stamp` is `now` as a column (made once for many rows), `since` the run's window.
-    `check=False` (a producer without the handlers' code) checks only the path's shape:
-    the worker's allowlist decides at run, as for a job another producer INSERTs."""
+    `stamp` is `now` as a column (made once for many rows). `check=False` (a producer
+    without the handlers' code) checks only the path's shape: the worker's allowlist
+    decides at run, as for a job another producer INSERTs."""
     if not check:
         check_shape(spec.class_path, spec.method)
     elif (spec.class_path, spec.method) not in located:
-        locate(spec.class_path, spec.method, allowed)
+        locate(spec.class_path, spec.method, settings.handlers)
         located.add((spec.class_path, spec.method))
     validate_queue_name(spec.queue)
     return {
@@ -78,7 +77,7 @@ def to_row(
         "queue": spec.queue,
         "timeout": check_timeout(spec.timeout),
         "every": check_every(spec.every),
-        **_timing(spec, now, since),
+        **_timing(spec, now, settings.since),
         "retry_policy": policy_text(check_policy(spec.retries, spec.retry_delays)),
         "status": Status.PENDING,
         "retry_times": 0,
@@ -105,19 +104,10 @@ def job_view(job: Job) -> dict[str, Any]:
         "class": payload.get("class"),
         "method": payload.get("method"),
         "data": payload.get("data"),
-        "schedule": schedule_text(job),
+        # How it recurs: its cron expression and zone, or `every 1h` as `--every` takes it.
+        "schedule": job.schedule or (f"every {format_duration(job.every)}" if job.every else None),
         "every": job.every,
     }
-
-
-def schedule_text(job: Job) -> str | None:
-    """How a job recurs, as show, list and peek print it: its cron expression and zone,
-    `every 1h` (as `--every` takes it), or None."""
-    if job.schedule:
-        return job.schedule
-    if job.every:
-        return f"every {format_duration(job.every)}"
-    return None
 
 
 def row_view(job: Job) -> dict[str, Any]:

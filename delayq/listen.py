@@ -76,29 +76,25 @@ class Match:
         return Call(self.class_path, self.method, {"key": key, "args": list(found.groups())})
 
 
+# A glob's parts: `\x`, a set `[...]` (whose first character may be `]`), or one character.
+_GLOB_PART = re.compile(r"\\(.)|\[(.[^\]]*)\]|.", re.DOTALL)
+
+
 def glob_pattern(glob: str) -> re.Pattern[str]:
     """Redis's glob (`*`, `?`, `[a-z]`, `[^a]`, `\\x`) as a regular expression capturing what
     each `*` matched, so `send_message-*-*` gives the user id and the type."""
-    parts, i = [], 0
-    while i < len(glob):
-        char, end = glob[i], glob.find("]", i + 2)
-        if char == "*":
-            parts.append("(.*?)")
-        elif char == "?":
-            parts.append(".")
-        elif char == "\\" and i + 1 < len(glob):
-            i += 1
-            parts.append(re.escape(glob[i]))
-        elif char == "[" and end != -1:
-            body = glob[i + 1 : end]
-            negated = body.startswith("^")
-            escaped = re.escape(body[negated:]).replace("\\-", "-")
-            parts.append(f"[{'^' if negated else ''}{escaped}]")
-            i = end
-        else:
-            parts.append(re.escape(char))
-        i += 1
-    return re.compile("".join(parts), re.DOTALL)
+
+    def part(found: re.Match[str]) -> str:
+        char, escaped, members = found.group(0, 1, 2)
+        if escaped is not None:
+            return re.escape(escaped)
+        if members is not None:
+            negated = members.startswith("^")
+            members = re.escape(members[negated:]).replace("\\-", "-")
+            return f"[{'^' if negated else ''}{members}]"
+        return {"*": "(.*?)", "?": "."}.get(char) or re.escape(char)
+
+    return re.compile(_GLOB_PART.sub(part, glob), re.DOTALL)
 
 
 def seed_call(key: str, php_classes: dict[str, str]) -> Call | None:
@@ -147,8 +143,7 @@ class Bridge:
         handler the allowlist admits is skipped with a warning: the next key may be fine."""
         try:
             key = raw_key.decode("utf-8")
-            call = self.call_for(key)
-            if call is None:
+            if (call := self.call_for(key)) is None:
                 return False
             if event in GAINS_TTL:
                 return self.adopt(key, call)
@@ -170,13 +165,10 @@ class Bridge:
         if ttl == -1:  # SET without a TTL or PERSIST: the key no longer expires
             self.queue.cancel(ext=key, queue=self.queue_name)
             return False
-        now = self.queue.index.clock.now()
-        latest = self._latest(key)
+        now, latest = self._latest(key)
         # A reconnect's SCAN finds most keys as they were: a read, not a write, for those.
         if not (
-            latest
-            and latest["status"] == "pending"
-            and abs(latest["run_at"] - now - ttl / 1000) < UNMOVED
+            latest["status"] == "pending" and abs(latest["run_at"] - now - ttl / 1000) < UNMOVED
         ):
             self._add(call, key, now + ttl / 1000, now)
         return True
@@ -184,20 +176,20 @@ class Bridge:
     def fire(self, key: str, call: Call) -> bool:
         """The key expired: run its job now unless one is pending or fell due just now (the
         one this event announces, already run)."""
-        now = self.queue.index.clock.now()
-        latest = self._latest(key)
-        if latest and (
-            latest["status"] == "pending"
-            or (latest["status"] != "cancelled" and latest["run_at"] >= now - RECENTLY_DUE)
+        now, latest = self._latest(key)
+        if latest["status"] == "pending" or (
+            latest["status"] not in ("cancelled", None) and latest["run_at"] >= now - RECENTLY_DUE
         ):
             return False
         self._add(call, key, now, now)
         return True
 
-    def _latest(self, key: str) -> dict[str, Any] | None:
-        """The newest job for the key in the bridge's queue, as `list --json` shows it."""
+    def _latest(self, key: str) -> tuple[float, dict[str, Any]]:
+        """Now, and the newest job for the key in the bridge's queue as `list --json` shows it
+        ({"status": None} if there is none)."""
+        now = self.queue.index.clock.now()  # before the query: adopt reads the TTL against it
         jobs = self.queue.list_jobs(JobFilter(ext=key, queue=self.queue_name), limit=1)
-        return jobs[0] if jobs else None
+        return now, (jobs[0] if jobs else {"status": None})
 
     def _add(self, call: Call, key: str, run_at: float, now: float) -> None:
         self.queue.add(

@@ -106,8 +106,7 @@ class Queue(QueueReads):
         if not spec.ext:
             raise BadInput("--replace needs --ext: the key of the job to replace")
         now = self._now(now)
-        since = self.settings.since
-        row = to_row(spec, now, self.settings.handlers, set(), since=since, check=check)
+        row = to_row(spec, now, self.settings, set(), check=check)
         with queries.exclusive(self.table, f"{spec.queue}\0{spec.ext}"):
             job_id, dropped = queries.replace_pending(self.table, row, now)
         self.index.schedule.remove(spec.queue, dropped)
@@ -130,10 +129,9 @@ class Queue(QueueReads):
         now = self._now(now)
         located: set[tuple[str, str]] = set()
         stamp = utc_stamp(now)
-        allowed, since = self.settings.handlers, self.settings.since
 
         def to_rows(part: Sequence[JobSpec]) -> list[dict[str, Any]]:
-            return [to_row(spec, now, allowed, located, stamp, since, check) for spec in part]
+            return [to_row(spec, now, self.settings, located, stamp, check) for spec in part]
 
         specs = list(specs)
         if using is not None:  # a run's sweep indexes them once they commit
@@ -304,8 +302,7 @@ class Queue(QueueReads):
         """Delete finished rows last changed more than `older_than` seconds ago; the count."""
         from .ops import maintenance
 
-        age = parse_duration(older_than, "--older-than")
-        before = self._now(now) - age
+        before = self._now(now) - parse_duration(older_than, "--older-than")
         statuses = maintenance.PURGEABLE if statuses is None else statuses
         if dry_run:
             return sum(len(ids) for ids in maintenance.purgeable_ids(self.table, statuses, before))
@@ -320,15 +317,8 @@ class Queue(QueueReads):
         """`retry` every chain whose latest attempt matches `filters`, due now."""
         from .ops import maintenance
 
-        return maintenance.requeue(
-            self.table,
-            filters,
-            self.settings.handlers,
-            self.index,
-            self._now(now),
-            dry_run,
-            php_classes=dict(self.settings.php_classes),
-        )
+        now = self._now(now)
+        return maintenance.requeue(self.table, self.index, filters, self.settings, now, dry_run)
 
     def close(self) -> None:
         """Close the database connection and the Redis pool."""

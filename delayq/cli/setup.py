@@ -78,10 +78,10 @@ def doctor(as_json: JsonOption = False) -> None:
 def _diagnose() -> list[Check]:
     """Every check, in order; stops early only when there is nothing left to check against."""
     from ..connection import connect
-    from ..ops.consistency import consistency_checks
     from ..ops.doctor import (
         FAIL,
         Check,
+        consistency_checks,
         database_checks,
         handler_checks,
         redis_checks,

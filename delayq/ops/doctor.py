@@ -1,8 +1,8 @@
 """`delayq doctor`: the checks an operator would otherwise make by hand — settings, database
 and Redis reachability and versions, the table against the model, the handler allowlist,
-Redis's topology, eviction policy and persistence, the index marker — each an ok / warn /
-FAIL line saying what to fix. It only reads; cli/setup.py connects, prints the lines and
-turns a FAIL into exit 1."""
+Redis's topology, eviction policy and persistence, the index marker, how table and index
+agree — each an ok / warn / FAIL line saying what to fix. It only reads; cli/setup.py
+connects, prints the lines and turns a FAIL into exit 1."""
 
 from __future__ import annotations
 
@@ -17,11 +17,13 @@ from ..errors import BadInput, ConfigError
 from ..store.backend_errors import one_line
 from ..store.index import Index
 from ..store.keys import INDEXED_KEY, job_id_of
-from ..store.table import Job, Table, is_mysql
+from ..store.queries import overdue_pending
+from ..store.table import Job, Status, Table, is_mysql, tuples
 from ..store.topology import Server, servers
 from ..store.upgrade import column_problems
 from ..worker.allowlist import EMPTY_ALLOWLIST, check_entry
 from ..worker.handlers import import_prefix
+from ..worker.recovery import ORPHAN_GRACE, SWEEP_LIMIT
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
 MIN_REDIS = (6, 2)  # ZMSCORE, which the runner's orphan sweep uses
@@ -59,11 +61,9 @@ def handler_checks(prefixes: tuple[str, ...]) -> list[Check]:
     for prefix in prefixes:
         try:
             check_entry(prefix)  # before importing: a refused entry runs none of its code
+            import_prefix(prefix)
         except ConfigError as exc:
             checks.append(Check(FAIL, "handlers", str(exc)))
-            continue
-        try:
-            import_prefix(prefix)
         except BadInput as exc:
             checks.append(Check(FAIL, "handlers", f"DELAYQ_HANDLERS entry {prefix!r}: {exc}"))
         else:
@@ -89,7 +89,6 @@ def database_checks(db: peewee.Database, url: str | None) -> list[Check]:
 
 
 def _table_checks(db: peewee.Database) -> list[Check]:
-    """The table's columns, then each of the model's indexes."""
     table = Job._meta.table_name
     present = {column.name for column in db.get_columns(table)}
     expected = [field.column_name for field in Job._meta.sorted_fields]
@@ -201,14 +200,67 @@ def _topology_check(found: list[Server], where: str) -> Check:
 
 
 def _replicas(server: Server) -> str:
-    if not server.replicas:
+    if not (count := len(server.replicas)):
         return "no replica"
-    return f"{len(server.replicas)} replica{'s' * (len(server.replicas) > 1)}: " + ", ".join(
-        server.replicas
-    )
+    return f"{count} replica{'s' * (count > 1)}: {', '.join(server.replicas)}"
 
 
 def _stray_members(index: Index, queue: str) -> int:
-    """How many members of the queue's schedule are not job ids."""
     chunks = index.schedule.members(queue)
     return sum(job_id_of(member) is None for chunk in chunks for member, _ in chunk)
+
+
+def consistency_checks(table: Table, index: Index) -> list[Check]:
+    """An ok or warn line for pending rows the schedule lost (an index write that failed after
+    its INSERT, a Redis that lost data) and for journal fields no run will read again; runs
+    repair both, doctor only counts them."""
+    try:
+        now = index.clock.now()
+        unscheduled = stale = 0
+        for queue in index.registry.known_queues():
+            overdue = overdue_pending(table, queue, now - ORPHAN_GRACE, SWEEP_LIMIT)
+            unscheduled += len(index.schedule.missing(queue, [job_id for job_id, _ in overdue]))
+            stale += _stale_journal_fields(table, index, queue)
+    except (peewee.PeeweeException, redis.RedisError) as exc:
+        detail = f"could not compare table and schedule: {one_line(exc)}"
+        return [Check(FAIL, "consistency", detail)]
+    more = "+" if unscheduled >= SWEEP_LIMIT else ""
+    return [
+        verdict(
+            not unscheduled,
+            "orphans",
+            "every overdue pending row is on the schedule",
+            f"{unscheduled}{more} pending rows overdue by {ORPHAN_GRACE:g}s are not on the "
+            "schedule; the next run's sweep puts them back",
+        ),
+        verdict(
+            not stale,
+            "journal",
+            "no journal fields left by runs that are gone",
+            f"{stale} journal fields belong to no running job; recovery of the runs that left "
+            "them clears them, or they expire with the journal",
+        ),
+    ]
+
+
+def _stale_journal_fields(table: Table, index: Index, queue: str) -> int:
+    """Fields of the queue's journal whose job or run holds no RUNNING row: an outcome
+    already in the table, or the batch order and start notes of a run that is gone."""
+    fields = index.journal.fields(queue)
+    Job = table.model
+    running = Job.status == Status.RUNNING
+    held = tuples(Job.select(Job.id, Job.lease_token).where(running, Job.queue == queue))
+    ids = {str(job_id) for job_id, _ in held}
+    tokens = {token for _, token in held if token}
+    return sum(1 for field in fields if not _is_live(field, ids, tokens))
+
+
+def _is_live(field: str, running_ids: set[str], running_tokens: set[str]) -> bool:
+    if field.isdigit():
+        return field in running_ids
+    kind, _, rest = field.partition(":")
+    if kind in ("order", "starts"):
+        return rest in running_tokens
+    if kind == "start":
+        return rest.rpartition(":")[0] in running_tokens
+    return True  # not ours to judge

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from peewee import SQL, fn
 
+from ..config import Settings
 from ..errors import BadInput
 from ..store import chains
 from ..store.index import Index
@@ -88,14 +89,7 @@ class RequeueResult:
 
 
 def requeue(
-    table: Table,
-    filters: JobFilter,
-    allowed: Sequence[str],
-    index: Index,
-    now: float,
-    dry_run: bool = False,
-    *,
-    php_classes: Mapping[str, str] | None = None,
+    table: Table, index: Index, filters: JobFilter, settings: Settings, now: float, dry_run: bool
 ) -> RequeueResult:
     """Every chain whose latest finished attempt matches `filters` gets a pending attempt due
     now: the one it has, moved to now, or a new one as `Queue.retry` makes it (retry_times + 1,
@@ -111,9 +105,12 @@ def requeue(
         later.status != Status.PENDING,
     )
     result = RequeueResult()
+    php_classes = dict(settings.php_classes)
     for rows in id_batches(filters.query(table, now).where(~fn.EXISTS(has_later)), BATCH):
         matching = [row for row in rows if filters.matches_class(row)]
-        runnable = [row for row in matching if _is_allowed(row, allowed, php_classes or {}, result)]
+        runnable = [
+            row for row in matching if _is_allowed(row, settings.handlers, php_classes, result)
+        ]
         if dry_run:
             result.ids += [row.id for row in runnable]
             continue

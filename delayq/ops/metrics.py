@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator, Mapping
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
@@ -41,14 +41,12 @@ _QUEUE_HELP = {
 
 
 def exposition(table: Table, index: Index, now: float, report: RunReport | None = None) -> bytes:
-    """The whole exposition, in the text format, from a registry of its own."""
+    """The whole exposition, in the text format."""
     names = index.registry.known_queues()
     families = [*_tallies(index.tallies.counters(names)), *_queues(table, index, names, now)]
     if report is not None:
         families += _last_run(report, now)
-    registry = CollectorRegistry(auto_describe=True)
-    registry.register(_Families(families))
-    return generate_latest(registry)
+    return generate_latest(_Families(families))
 
 
 class _Families(Collector):

@@ -110,8 +110,7 @@ class StatusReport:
                 " is cron running delayq run?"
             )
         for name, stats in self.queues.items():
-            lag = stats.oldest_due_lag
-            if lag is not None and lag > max_lag:
+            if (lag := stats.oldest_due_lag) is not None and lag > max_lag:
                 found.append(
                     f"queue {name}: job {stats.oldest_due_id} is {format_delta(lag)} late"
                     f" (max {format_delta(max_lag)}), {stats.pending_due} due in all"
@@ -152,13 +151,12 @@ def status_report(
         for name, count in tuples(query):
             setattr(stats[name], field, count)
     for name, entry in stats.items():
-        oldest = _oldest_due(table, name, now)
-        if oldest is not None:
+        if oldest := _oldest_due(table, name, now):
             entry.oldest_due_id, entry.oldest_due_at = oldest
             entry.oldest_due_lag = max(0.0, now - oldest[1])
         upcoming = (
             Job.select(fn.MIN(Job.run_at))
-            .where(Job.status == Status.PENDING, Job.queue == name, Job.run_at > now)
+            .where(pending, Job.queue == name, Job.run_at > now)
             .scalar()
         )
         entry.next_due_at = None if upcoming is None else float(upcoming)
@@ -183,8 +181,7 @@ def _oldest_due(table: Table, queue: str, now: float) -> tuple[int, float] | Non
 
 def read_last_run(registry: Registry) -> LastRun | None:
     """What the last run recorded, or None when no run has recorded itself."""
-    fields = registry.last_run()
-    if not fields:
+    if not (fields := registry.last_run()):
         return None
     jobs = _number(fields.get("jobs"))
     return LastRun(
