@@ -48,7 +48,7 @@ class Caller:
         clock: Callable[[], float],
         time_limits: bool,
         on_outcome: OutcomeCallback | None,
-        reporters: tuple[FailureReporter, ...] = (),
+        reporters: tuple[FailureReporter, ...],
     ) -> None:
         self.allowed = settings.handlers
         self.php_classes = dict(settings.php_classes)  # PHP producers' class names
@@ -74,12 +74,6 @@ class Caller:
 
     def execute(self, job: ClaimedJob) -> Outcome:
         """Call the job's handler; never raises for what the handler or the job's params do."""
-        try:
-            return self._execute(job)
-        finally:  # in a child the handler forked (even at import), nothing more happens
-            forks.leave_if_forked(self.pid)
-
-    def _execute(self, job: ClaimedJob) -> Outcome:
         started = time.monotonic()
         try:
             call, handler, data = self._resolve(job)
@@ -88,7 +82,10 @@ class Caller:
             # deploy may fix a missing module, not bad params or a handler not allowed.
             retry = not isinstance(exc, HandlerNotAllowed) and not str(exc).startswith("bad params")
             return self._failed(job, _call_of(job, self.php_classes), started, str(exc), retry)
-        return self._call(job, call, handler, data, started)
+        else:
+            return self._call(job, call, handler, data, started)
+        finally:  # in a child the handler forked (even at import), nothing more happens
+            forks.leave_if_forked(self.pid)
 
     def coroutine_for(self, job: ClaimedJob) -> Coroutine[Any, Any, Outcome] | None:
         """The job's call as a coroutine for the run's event loop when its handler is an
@@ -184,26 +181,23 @@ class Caller:
         # logs.py keeps job records out unless --log-level info asks for them.
         level = logging.WARNING if outcome.status == Status.FAILED else logging.INFO
         if logger.isEnabledFor(level):  # most runs log no job: skip building its arguments
-            self._log(level, outcome)
+            logger.log(
+                level,
+                "job %d %s.%s attempt %d: %s in %.3fs%s",
+                outcome.id,
+                outcome.class_path,
+                outcome.method,
+                outcome.attempt,
+                outcome.word,
+                outcome.duration,
+                "; will retry" if outcome.will_retry else "",
+                extra={"job_outcome": outcome},  # logs.JsonLinesFormatter turns it into fields
+            )
         if outcome.status == Status.FAILED:
             for reporter in self.reporters:
                 reporter.call(outcome)
         if self.on_outcome is not None:
             self.on_outcome(outcome)
-
-    def _log(self, level: int, outcome: Outcome) -> None:
-        logger.log(
-            level,
-            "job %d %s.%s attempt %d: %s in %.3fs%s",
-            outcome.id,
-            outcome.class_path,
-            outcome.method,
-            outcome.attempt,
-            outcome.word,
-            outcome.duration,
-            "; will retry" if outcome.will_retry else "",
-            extra={"job_outcome": outcome},  # logs.JsonLinesFormatter turns it into fields
-        )
 
     def _raised(
         self, job: ClaimedJob, call: Call, started: float, exc: BaseException, limit: float
@@ -250,8 +244,7 @@ class Caller:
         """A failure, with the retry its policy gives it if it `retry` at all."""
         next_in = None
         if retry:
-            found = self.handlers.get(call)
-            declared = None if found is None else handler_policy(found)
+            declared = handler_policy(self.handlers.get(call))
             next_in = next_retry_in(job.retry_policy, job.retry_times, declared)
         # A driver's error in a handler may quote a URL.
         message = hide_secrets(storable(message, TEXT_MAX), *self.secret_urls)
@@ -296,11 +289,9 @@ def _call_of(job: ClaimedJob, php_classes: dict[str, str]) -> Call:
         return read_call(job.params, php_classes)[:2]
     except BadInput:
         payload = _named_fields(job.params)
-        return _name_or_unknown(payload.get("class")), _name_or_unknown(payload.get("method"))
-
-
-def _name_or_unknown(part: object) -> str:
-    return part if isinstance(part, str) else "?"
+    names = (payload.get("class"), payload.get("method"))
+    class_path, method = (name if isinstance(name, str) else "?" for name in names)
+    return class_path, method
 
 
 def _named_fields(params: str) -> dict[str, Any]:

@@ -103,7 +103,7 @@ class ConcurrentDrain(Drain):
         starting: list[ClaimedJob] = []
         while self.waiting and self.slots.free > len(starting) and not run.should_stop():
             job = self.waiting.popleft()
-            run.starting(job)
+            run.calls += 1
             starting.append(job)
         if starting:
             # Noted before the calls can begin: recovery charges a lost lease only to a job

@@ -64,7 +64,7 @@ class Run:
         self.token = uuid.uuid4().hex
         self.report = RunReport()
         self.started_at = time.monotonic()
-        self.calls = 0
+        self.calls = 0  # jobs started, counted against --limit
         self.deadline = LeaseDeadline(settings.lease)
         self.claimer = Claimer(table, index, self.token, settings.lease, settings.since)
         self.turn_left: int | None = None  # jobs the queue being drained may still take
@@ -174,10 +174,6 @@ class Run:
         self.report.missed += batch.missed
         self.report.dropped += batch.dropped
         self.deadline.leased(batch.leased_at)
-
-    def starting(self, job: ClaimedJob) -> None:
-        """A job is about to start: count it against --limit."""
-        self.calls += 1
 
     def should_stop(self) -> bool:
         if self.stop is not None and self.stop.requested:
