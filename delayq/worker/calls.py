@@ -113,7 +113,7 @@ class Caller:
         context.running(_context_of(job))  # a task runs in a context of its own
         try:
             message = _short_result(await under_limit(awaitable(), limit))
-            return self._outcome(job, call, started, Status.SUCCESS, storable(message))
+            return self._outcome(job, call, started, Status.SUCCESS, message)
         except BaseException as exc:  # noqa: BLE001 - a handler's error never stops the run
             return self._raised(job, call, started, exc, limit)
         finally:  # a child the handler forked on the loop's thread would serve the loop
@@ -143,7 +143,7 @@ class Caller:
             if self.time_limits:
                 interrupts.disarm()
             context.finished(token)
-        return self._outcome(job, call, started, Status.SUCCESS, storable(message))
+        return self._outcome(job, call, started, Status.SUCCESS, message)
 
     def _event_loop(self) -> EventLoopThread:
         with self._loop_lock:  # slots may meet their first async handler at once
@@ -326,8 +326,8 @@ def _timed_out(limit: float, described: str = "") -> str:
 
 
 def _short_result(result: Any) -> str:
-    """The text recorded for a handler's result. A result that cannot be shown does not
-    fail a job whose work is done (a retry would do it again): it is named by its type."""
+    """The text recorded for a handler's result, storable. A result that cannot be shown does
+    not fail a job whose work is done (a retry would do it again): it is named by its type."""
     if result is None:
         return ""
     if type(result) is str:  # a str subclass may override slicing
@@ -339,4 +339,4 @@ def _short_result(result: Any) -> str:
     try:
         return storable(str.__str__(repr(result)))
     except Exception:  # noqa: BLE001 - RecursionError, a digit limit, a hostile __repr__
-        return f"<a {type(result).__name__} that cannot be shown>"
+        return storable(f"<a {type(result).__name__} that cannot be shown>")

@@ -76,7 +76,7 @@ class Run:
         started_at = self.clock()
         self.show_progress()
         try:
-            self._run_queues(self.options.queues)
+            self._run_queues()
         except Exception as exc:
             self._record(started_at, f"failed: {type(exc).__name__}")
             raise
@@ -85,7 +85,7 @@ class Run:
         self._record(started_at, outcome_word(self.report))
         return self.report
 
-    def _run_queues(self, queues: Sequence[str] | None) -> None:
+    def _run_queues(self) -> None:
         # A reading of Redis's clock falls due once a minute; the heartbeat must not wait on
         # it: a host cut off from Redis only lost its running job when one did (a run at a
         # given `now` keeps that clock).
@@ -99,7 +99,7 @@ class Run:
                 caller = Caller(self.settings, self.clock, alarms, self.on_outcome, self.reporters)
                 grace = grace_on_alarm(self.stop if alarms else None, self.settings.grace)
                 with closing(caller), grace:
-                    self._run_each_queue(queues, caller)
+                    self._run_each_queue(caller)
         except Abandoned:
             logger.warning("run abandoned its current job; it is back on the schedule")
         finally:
@@ -107,13 +107,13 @@ class Run:
                 self._bookkeeper.close()
                 self._bookkeeper = None
 
-    def _run_each_queue(self, queues: Sequence[str] | None, caller: Caller) -> None:
+    def _run_each_queue(self, caller: Caller) -> None:
         """Serve the queues in turn, each its weight in batches a turn, so a backlog in one
         delays another queue's due jobs by about one batch, not by the whole backlog."""
         self.report.reindexed += recovery.ensure_index(self.table, self.index, self.show_progress)
         # On every pass, not only with the sweep: a committed job is due to start within 1 s.
         recovery.index_committed(self.table, self.index, self.clock())
-        names = list(queues) if queues else self.index.registry.known_queues()
+        names = list(self.options.queues) or self.index.registry.known_queues()
         for queue in names if self.sweep else ():  # recover leases, re-index orphans
             now = self.clock()
             recovered = recovery.recover_leases(self.table, self.index, queue, now)
