@@ -195,7 +195,7 @@ class Caller:
             )
         if outcome.status == Status.FAILED:
             for reporter in self.reporters:
-                reporter.call(outcome)
+                reporter(outcome)
         if self.on_outcome is not None:
             self.on_outcome(outcome)
 
