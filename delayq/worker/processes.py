@@ -121,12 +121,9 @@ class Supervisor:
 
     def _wait(self) -> None:
         """Up to POLL, or until a child beats or exits: its pipe's end wakes the parent at
-        once, so a drain split over children ends when the last one does."""
-        pipes = [child.beats for child in self.children if not child.ended]
-        if pipes:
-            select.select(pipes, [], [], POLL)
-        else:
-            time.sleep(POLL)
+        once, so a drain split over children ends when the last one does. With no pipe left
+        to read, select only sleeps."""
+        select.select([child.beats for child in self.children if not child.ended], [], [], POLL)
 
     def _kill_the_silent(self) -> None:
         """SIGKILL each child silent past what it promised: its main thread is stuck where

@@ -121,9 +121,8 @@ class Run:
             self.report.failed += recovered.poisoned
             self.report.reindexed += reindex_after_failover(self.table, self.index, queue, now)
             self.report.reindexed += recovery.reindex_orphans(self.table, self.index, queue, now)
-        active = names
-        while active and not self.should_stop():
-            active = [queue for queue in active if self._take_turn(queue, caller, len(active))]
+        while names and not self.should_stop():  # the queues that may have more
+            names = [queue for queue in names if self._take_turn(queue, caller, len(names))]
 
     def _take_turn(self, queue: str, caller: Caller, queues_left: int) -> bool:
         """Drain `queue` for one turn (all of it when no other queue waits); whether it
