@@ -22,7 +22,7 @@ from ..config import Settings, hide_secrets
 from ..durations import HORIZON, format_delta, seconds_of, shown
 from ..errors import BadInput, HandlerNotAllowed, NoRetry, RetryLater
 from ..store.outcomes import Outcome
-from ..store.params import read_call, read_payload
+from ..store.params import is_php, read_call, read_payload
 from ..store.policies import POLICY_MAX, read_policy
 from ..store.table import TEXT_MAX, ClaimedJob, Status, storable
 from . import forks, interrupts
@@ -295,14 +295,11 @@ def _call_of(job: ClaimedJob, php_classes: dict[str, str]) -> Call:
 
 
 def _named_fields(params: str) -> dict[str, Any]:
-    """The params object of a row that cannot be called, read as leniently as it can be."""
+    """The params object of a row that cannot be called, read as leniently as it can be: JSON
+    data nested too deep for a call can still be parsed for its names."""
     try:
-        return read_payload(params)
-    except BadInput:
-        pass
-    try:  # data nested too deep for a call can still be parsed for its names
-        payload = json.loads(params)
-    except (TypeError, ValueError, RecursionError):
+        payload = read_payload(params) if is_php(params) else json.loads(params)
+    except (BadInput, TypeError, ValueError, RecursionError):
         return {}
     return payload if isinstance(payload, dict) else {}
 

@@ -133,14 +133,12 @@ class Supervisor:
             child.read_beats()
             silent = not child.killed and time.monotonic() > child.silent_until
             if silent and child.process.poll() is None:
-                silence = time.monotonic() - child.last_beat
-                action = "killed it" if self.signum is not None else "killed it; starting another"
                 logger.error(
                     "runner process %d made no progress for %.1fs, past its job's time limit "
                     "and the grace; %s",
                     child.process.pid,
-                    silence,
-                    action,
+                    time.monotonic() - child.last_beat,
+                    "killed it" if self.signum is not None else "killed it; starting another",
                 )
                 child.process.kill()
                 child.killed = True
