@@ -82,10 +82,8 @@ def _location(top: str) -> Path | None:
     if spec is None:
         return None
     places: list[str | None] = [*(spec.submodule_search_locations or []), spec.origin]
-    for place in places:
-        if place and place not in ("built-in", "frozen"):
-            return Path(place).resolve()
-    return None
+    found = (place for place in places if place and place not in ("built-in", "frozen"))
+    return next((Path(place).resolve() for place in found), None)
 
 
 def _is_delayqs_stack(top: str) -> bool:

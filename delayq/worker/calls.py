@@ -22,7 +22,7 @@ from ..config import Settings, hide_secrets
 from ..durations import HORIZON, format_delta, seconds_of, shown
 from ..errors import BadInput, HandlerNotAllowed, NoRetry, RetryLater
 from ..store.outcomes import Outcome
-from ..store.params import read_call, read_payload
+from ..store.params import is_php, read_call, read_payload
 from ..store.policies import POLICY_MAX, read_policy
 from ..store.table import TEXT_MAX, ClaimedJob, Status, storable
 from . import forks, interrupts
@@ -48,7 +48,7 @@ class Caller:
         clock: Callable[[], float],
         time_limits: bool,
         on_outcome: OutcomeCallback | None,
-        reporters: tuple[FailureReporter, ...] = (),
+        reporters: tuple[FailureReporter, ...],
     ) -> None:
         self.allowed = settings.handlers
         self.php_classes = dict(settings.php_classes)  # PHP producers' class names
@@ -74,12 +74,6 @@ class Caller:
 
     def execute(self, job: ClaimedJob) -> Outcome:
         """Call the job's handler; never raises for what the handler or the job's params do."""
-        try:
-            return self._execute(job)
-        finally:  # in a child the handler forked (even at import), nothing more happens
-            forks.leave_if_forked(self.pid)
-
-    def _execute(self, job: ClaimedJob) -> Outcome:
         started = time.monotonic()
         try:
             call, handler, data = self._resolve(job)
@@ -88,7 +82,10 @@ class Caller:
             # deploy may fix a missing module, not bad params or a handler not allowed.
             retry = not isinstance(exc, HandlerNotAllowed) and not str(exc).startswith("bad params")
             return self._failed(job, _call_of(job, self.php_classes), started, str(exc), retry)
-        return self._call(job, call, handler, data, started)
+        else:
+            return self._call(job, call, handler, data, started)
+        finally:  # in a child the handler forked (even at import), nothing more happens
+            forks.leave_if_forked(self.pid)
 
     def coroutine_for(self, job: ClaimedJob) -> Coroutine[Any, Any, Outcome] | None:
         """The job's call as a coroutine for the run's event loop when its handler is an
@@ -116,7 +113,7 @@ class Caller:
         context.running(_context_of(job))  # a task runs in a context of its own
         try:
             message = _short_result(await under_limit(awaitable(), limit))
-            return self._outcome(job, call, started, Status.SUCCESS, storable(message))
+            return self._outcome(job, call, started, Status.SUCCESS, message)
         except BaseException as exc:  # noqa: BLE001 - a handler's error never stops the run
             return self._raised(job, call, started, exc, limit)
         finally:  # a child the handler forked on the loop's thread would serve the loop
@@ -146,7 +143,7 @@ class Caller:
             if self.time_limits:
                 interrupts.disarm()
             context.finished(token)
-        return self._outcome(job, call, started, Status.SUCCESS, storable(message))
+        return self._outcome(job, call, started, Status.SUCCESS, message)
 
     def _event_loop(self) -> EventLoopThread:
         with self._loop_lock:  # slots may meet their first async handler at once
@@ -184,26 +181,23 @@ class Caller:
         # logs.py keeps job records out unless --log-level info asks for them.
         level = logging.WARNING if outcome.status == Status.FAILED else logging.INFO
         if logger.isEnabledFor(level):  # most runs log no job: skip building its arguments
-            self._log(level, outcome)
+            logger.log(
+                level,
+                "job %d %s.%s attempt %d: %s in %.3fs%s",
+                outcome.id,
+                outcome.class_path,
+                outcome.method,
+                outcome.attempt,
+                outcome.word,
+                outcome.duration,
+                "; will retry" if outcome.will_retry else "",
+                extra={"job_outcome": outcome},  # logs.JsonLinesFormatter turns it into fields
+            )
         if outcome.status == Status.FAILED:
             for reporter in self.reporters:
-                reporter.call(outcome)
+                reporter(outcome)
         if self.on_outcome is not None:
             self.on_outcome(outcome)
-
-    def _log(self, level: int, outcome: Outcome) -> None:
-        logger.log(
-            level,
-            "job %d %s.%s attempt %d: %s in %.3fs%s",
-            outcome.id,
-            outcome.class_path,
-            outcome.method,
-            outcome.attempt,
-            outcome.word,
-            outcome.duration,
-            "; will retry" if outcome.will_retry else "",
-            extra={"job_outcome": outcome},  # logs.JsonLinesFormatter turns it into fields
-        )
 
     def _raised(
         self, job: ClaimedJob, call: Call, started: float, exc: BaseException, limit: float
@@ -250,8 +244,7 @@ class Caller:
         """A failure, with the retry its policy gives it if it `retry` at all."""
         next_in = None
         if retry:
-            found = self.handlers.get(call)
-            declared = None if found is None else handler_policy(found)
+            declared = handler_policy(self.handlers.get(call))
             next_in = next_retry_in(job.retry_policy, job.retry_times, declared)
         # A driver's error in a handler may quote a URL.
         message = hide_secrets(storable(message, TEXT_MAX), *self.secret_urls)
@@ -296,22 +289,17 @@ def _call_of(job: ClaimedJob, php_classes: dict[str, str]) -> Call:
         return read_call(job.params, php_classes)[:2]
     except BadInput:
         payload = _named_fields(job.params)
-        return _name_or_unknown(payload.get("class")), _name_or_unknown(payload.get("method"))
-
-
-def _name_or_unknown(part: object) -> str:
-    return part if isinstance(part, str) else "?"
+    names = (payload.get("class"), payload.get("method"))
+    class_path, method = (name if isinstance(name, str) else "?" for name in names)
+    return class_path, method
 
 
 def _named_fields(params: str) -> dict[str, Any]:
-    """The params object of a row that cannot be called, read as leniently as it can be."""
+    """The params object of a row that cannot be called, read as leniently as it can be: JSON
+    data nested too deep for a call can still be parsed for its names."""
     try:
-        return read_payload(params)
-    except BadInput:
-        pass
-    try:  # data nested too deep for a call can still be parsed for its names
-        payload = json.loads(params)
-    except (TypeError, ValueError, RecursionError):
+        payload = read_payload(params) if is_php(params) else json.loads(params)
+    except (BadInput, TypeError, ValueError, RecursionError):
         return {}
     return payload if isinstance(payload, dict) else {}
 
@@ -335,8 +323,8 @@ def _timed_out(limit: float, described: str = "") -> str:
 
 
 def _short_result(result: Any) -> str:
-    """The text recorded for a handler's result. A result that cannot be shown does not
-    fail a job whose work is done (a retry would do it again): it is named by its type."""
+    """The text recorded for a handler's result, storable. A result that cannot be shown does
+    not fail a job whose work is done (a retry would do it again): it is named by its type."""
     if result is None:
         return ""
     if type(result) is str:  # a str subclass may override slicing
@@ -348,4 +336,4 @@ def _short_result(result: Any) -> str:
     try:
         return storable(str.__str__(repr(result)))
     except Exception:  # noqa: BLE001 - RecursionError, a digit limit, a hostile __repr__
-        return f"<a {type(result).__name__} that cannot be shown>"
+        return storable(f"<a {type(result).__name__} that cannot be shown>")

@@ -34,7 +34,7 @@ class Batch:
     claimed: list[tuple[str, float]]
     due_by_id: dict[int, float]
     jobs: list[ClaimedJob]
-    leased_at: float  # monotonic
+    leased_at: float = 0.0  # monotonic
     missed: int = 0
     dropped: int = 0
     noted: bool = False  # whether its order (after the batch before it) was noted
@@ -57,7 +57,7 @@ class Claimer:
         claimed = self.index.schedule.claim_due(queue, now, size)
         if not claimed:
             return None
-        batch = Batch(size, claimed, {}, [], time.monotonic())
+        batch = Batch(size, claimed, {}, [])
         for member, score in claimed:
             job_id = job_id_of(member)
             if job_id is None:

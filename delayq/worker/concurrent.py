@@ -51,12 +51,12 @@ class ConcurrentDrain(Drain):
         are waited for: the run then ends with `report.stuck` set."""
         run = self.run
         while True:
-            stuck = self.slots.stuck >= self.slots.size
-            if stuck and not run.report.stuck:
-                logger.info("%d handler threads are stuck; the run stops", self.slots.stuck)
-            if stuck:
-                run.report.stuck = self.slots.stuck
-            stopping = stuck or run.should_stop()
+            stuck = self.slots.stuck
+            if stuck >= self.slots.size:
+                if not run.report.stuck:
+                    logger.info("%d handler threads are stuck; the run stops", stuck)
+                run.report.stuck = stuck
+            stopping = stuck >= self.slots.size or run.should_stop()
             if not stopping:
                 self._claim_if_short()
                 self._start_waiting()
@@ -103,7 +103,7 @@ class ConcurrentDrain(Drain):
         starting: list[ClaimedJob] = []
         while self.waiting and self.slots.free > len(starting) and not run.should_stop():
             job = self.waiting.popleft()
-            run.starting(job)
+            run.calls += 1
             starting.append(job)
         if starting:
             # Noted before the calls can begin: recovery charges a lost lease only to a job

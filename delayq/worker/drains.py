@@ -45,12 +45,12 @@ class Run(Protocol):
     deadline: LeaseDeadline
     report: RunReport
     stop: GracefulStop | None
+    calls: int  # jobs started: a drain counts each as it starts it
 
     def bookkeeper(self) -> Bookkeeper: ...
     def turn_over(self) -> bool: ...
     def room(self, pending: int) -> int: ...
     def took(self, batch: Batch) -> None: ...
-    def starting(self, job: ClaimedJob) -> None: ...
     def should_stop(self) -> bool: ...
     def show_progress(self, limit: float | None = None) -> None: ...
     def reassert_leases(self, jobs: Sequence[ClaimedJob]) -> set[int]: ...
@@ -105,10 +105,9 @@ class Drain:
         """Claim and take up to `size` due jobs on this thread; None if none is due."""
         if size <= 0:
             return None
-        batch = self.run.claimer.claim(self.queue, [], self.run.clock(), size, self.notes_starts)
-        if batch is not None:
-            self.take(batch)
-        return batch
+        return self.take(
+            self.run.claimer.claim(self.queue, [], self.run.clock(), size, self.notes_starts)
+        )
 
     def lease_ahead(self, size: int, before: list[int]) -> None:
         """Claim the next batch on the bookkeeping thread, while the jobs in hand run."""
@@ -116,22 +115,22 @@ class Drain:
             self.run.claimer.claim, self.queue, before, self.run.clock(), size, self.notes_starts
         )
 
-    def take(self, batch: Batch) -> None:
+    def take(self, batch: Batch | None) -> Batch | None:
         """Queue up a claimed batch's jobs to start, less those already in hand."""
+        if batch is None:
+            return None
         self.run.took(batch)
         self.noted = self.noted or batch.noted
         batch.jobs = without_jobs_in_hand(batch.jobs, self.due_by_id.keys())
         self.waiting.extend(batch.jobs)
         self.due_by_id.update((job.id, batch.due_by_id[job.id]) for job in batch.jobs)
+        return batch
 
     def take_upcoming(self) -> Batch | None:
         """Take in the batch leased ahead, waiting for it; None if none was due."""
         upcoming, self.upcoming = self.upcoming, None
         assert upcoming is not None
-        batch = upcoming.result()
-        if batch is not None:
-            self.take(batch)
-        return batch
+        return self.take(upcoming.result())
 
     def record(self, outcomes: list[Outcome]) -> None:
         """Journal or write finished calls, then announce them: a hook sees a recorded one."""
@@ -222,7 +221,7 @@ class SequentialDrain(Drain):
             if not self.waiting:
                 return
             job = self.waiting[0]
-            run.starting(job)
+            run.calls += 1
             run.show_progress(self.caller.limit_of(job))
             outcome = self.caller.execute(job)
             self.waiting.popleft()  # not before: a job whose call the run abandons goes back

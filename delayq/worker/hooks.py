@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from ..config import Settings
 from ..errors import BadInput, ConfigError
@@ -26,18 +26,14 @@ MAX_HANGING = 4
 logger = logging.getLogger(__name__)
 
 Hook = Callable[[dict[str, Any], BaseException | None], object]
-
-
-class FailureReporter(Protocol):
-    """What a run tells of each failed attempt: the hook, Sentry."""
-
-    def call(self, report: Outcome) -> None: ...
+# What a run tells of each failed attempt: the hook, Sentry.
+FailureReporter = Callable[[Outcome], None]
 
 
 def load_reporters(settings: Settings) -> tuple[FailureReporter, ...]:
     """The configured hook and Sentry reporter, checked before a run claims anything."""
     found = (load_hook(settings), load_sentry(settings))
-    return tuple(reporter for reporter in found if reporter is not None)
+    return tuple(reporter.call for reporter in found if reporter is not None)
 
 
 class FailureHook:

@@ -30,7 +30,7 @@ class OutcomeBuffer:
     With a bookkeeper the commits are written on its thread while handlers go on running; at
     most one waits behind the one being written, which bounds the outcomes held."""
 
-    def __init__(self, table: Table, index: Index, queue: str, token: str | None) -> None:
+    def __init__(self, table: Table, index: Index, queue: str, token: str) -> None:
         self.table = table
         self.index = index
         self.queue = queue
@@ -104,7 +104,7 @@ class OutcomeBuffer:
         written = write_outcomes(self.table, commit.outcomes, self.token)
         commit.table_written = True  # whatever the Redis half does: `salvage` skips these
         started = None
-        if self.notes_starts and self.token is not None:
+        if self.notes_starts:
             started = (self.token, [outcome.job.id for outcome in commit.outcomes])
         tally = tally_of(self.queue, commit.outcomes, set(written.lost))
         self.index.committed(self.queue, commit.journaled, written.scheduled, started, tally)

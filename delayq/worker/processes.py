@@ -121,12 +121,9 @@ class Supervisor:
 
     def _wait(self) -> None:
         """Up to POLL, or until a child beats or exits: its pipe's end wakes the parent at
-        once, so a drain split over children ends when the last one does."""
-        pipes = [child.beats for child in self.children if not child.ended]
-        if pipes:
-            select.select(pipes, [], [], POLL)
-        else:
-            time.sleep(POLL)
+        once, so a drain split over children ends when the last one does. With no pipe left
+        to read, select only sleeps."""
+        select.select([child.beats for child in self.children if not child.ended], [], [], POLL)
 
     def _kill_the_silent(self) -> None:
         """SIGKILL each child silent past what it promised: its main thread is stuck where
@@ -136,14 +133,12 @@ class Supervisor:
             child.read_beats()
             silent = not child.killed and time.monotonic() > child.silent_until
             if silent and child.process.poll() is None:
-                silence = time.monotonic() - child.last_beat
-                action = "killed it" if self.signum is not None else "killed it; starting another"
                 logger.error(
                     "runner process %d made no progress for %.1fs, past its job's time limit "
                     "and the grace; %s",
                     child.process.pid,
-                    silence,
-                    action,
+                    time.monotonic() - child.last_beat,
+                    "killed it" if self.signum is not None else "killed it; starting another",
                 )
                 child.process.kill()
                 child.killed = True

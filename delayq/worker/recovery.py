@@ -105,17 +105,16 @@ def _put_back(
 ) -> None:
     """A dead run's job with no journaled outcome: back on the schedule, or failed as a
     poison job when its handler was running for the last death it is allowed."""
-    tally = result.tally
     handler = handler_label(item.job.params)
     if was_running and item.lost_leases + 1 >= MAX_LOST_LEASES:
         if _fail_poison(table, index, item, now):
             result.poisoned += 1
-            tally.count(handler, "failed", now)
-            tally.count(handler, "poisoned", now)
+            result.tally.count(handler, "failed", now)
+            result.tally.count(handler, "poisoned", now)
     elif leases.reclaim(table, item, now, was_running):
         index.schedule.add(item.job.queue, item.job.id, now)
         result.requeued += 1
-        tally.count(handler, "recovered", now)
+        result.tally.count(handler, "recovered", now)
         logger.warning("job %d: its run died (lease lapsed); scheduled again", item.job.id)
 
 
@@ -147,7 +146,7 @@ def _were_running(index: Index, queue: str, ids_by_token: dict[str | None, set[i
     return running
 
 
-def _fail_poison(table: Table, index: Index, item: leases.Lapsed, now: float) -> int:
+def _fail_poison(table: Table, index: Index, item: leases.Lapsed, now: float) -> bool:
     message = (
         f"lost: the run holding it died {item.lost_leases + 1} times while it ran; "
         "not retried (does the handler kill its process?)"
@@ -163,11 +162,11 @@ def _fail_poison(table: Table, index: Index, item: leases.Lapsed, now: float) ->
     # The transaction is guarded by token, so a deadlock victim's second try is safe.
     failed, occurrence = run_reconnecting(table.db, fail)
     if not failed:
-        return 0
+        return False
     if occurrence is not None:
         index.schedule.add(item.job.queue, *occurrence)
     logger.error("job %d failed: %s", item.job.id, message)
-    return 1
+    return True
 
 
 def reindex_orphans(table: Table, index: Index, queue: str, now: float) -> int:

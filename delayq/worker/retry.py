@@ -46,26 +46,22 @@ def handler_policy(handler: object) -> RetryPolicy:
     return declared if isinstance(declared, RetryPolicy) else RetryPolicy()
 
 
-def effective_policy(stored: str | None, declared: RetryPolicy) -> RetryPolicy:
-    """The policy a failed attempt follows: each setting the job gives beats the handler's,
-    which beats the default ladder; a list of delays alone allows one retry per step."""
-    chosen = read_policy(stored).policy.over(declared)
-    if chosen.retries is None and chosen.delays is not None:
-        chosen = RetryPolicy(len(chosen.delays), chosen.delays)
-    return chosen.over(DEFAULT_POLICY)
-
-
 def next_retry_in(
     stored: str | None, retry_times: int, declared: RetryPolicy | None = None
 ) -> float | None:
     """Seconds before the retry of a failed attempt of a job with this `retry_policy`
-    column and `retry_times`, under its handler's `declared` policy; None for none."""
-    return retry_delay(effective_policy(stored, declared or RetryPolicy()), retry_times)
+    column and `retry_times`, under its handler's `declared` policy; None for none. Each
+    setting the job gives beats the handler's, which beats the default ladder; a list of
+    delays alone allows one retry per step."""
+    chosen = read_policy(stored).policy.over(declared or RetryPolicy())
+    if chosen.retries is None and chosen.delays is not None:
+        chosen = RetryPolicy(len(chosen.delays), chosen.delays)
+    return retry_delay(chosen.over(DEFAULT_POLICY), retry_times)
 
 
 def retry_delay(policy: RetryPolicy, retry_times: int) -> float | None:
     """Seconds before the retry that follows a failed attempt with `retry_times`, or None
-    when `policy` (made whole by effective_policy) allows no more; past its last step, the
+    when `policy` (made whole by next_retry_in) allows no more; past its last step, the
     last step repeats."""
     assert policy.retries is not None and policy.delays is not None
     if retry_times >= policy.retries:

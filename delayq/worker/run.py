@@ -64,7 +64,7 @@ class Run:
         self.token = uuid.uuid4().hex
         self.report = RunReport()
         self.started_at = time.monotonic()
-        self.calls = 0
+        self.calls = 0  # jobs started, counted against --limit
         self.deadline = LeaseDeadline(settings.lease)
         self.claimer = Claimer(table, index, self.token, settings.lease, settings.since)
         self.turn_left: int | None = None  # jobs the queue being drained may still take
@@ -76,7 +76,7 @@ class Run:
         started_at = self.clock()
         self.show_progress()
         try:
-            self._run_queues(self.options.queues)
+            self._run_queues()
         except Exception as exc:
             self._record(started_at, f"failed: {type(exc).__name__}")
             raise
@@ -85,7 +85,7 @@ class Run:
         self._record(started_at, outcome_word(self.report))
         return self.report
 
-    def _run_queues(self, queues: Sequence[str] | None) -> None:
+    def _run_queues(self) -> None:
         # A reading of Redis's clock falls due once a minute; the heartbeat must not wait on
         # it: a host cut off from Redis only lost its running job when one did (a run at a
         # given `now` keeps that clock).
@@ -99,7 +99,7 @@ class Run:
                 caller = Caller(self.settings, self.clock, alarms, self.on_outcome, self.reporters)
                 grace = grace_on_alarm(self.stop if alarms else None, self.settings.grace)
                 with closing(caller), grace:
-                    self._run_each_queue(queues, caller)
+                    self._run_each_queue(caller)
         except Abandoned:
             logger.warning("run abandoned its current job; it is back on the schedule")
         finally:
@@ -107,13 +107,13 @@ class Run:
                 self._bookkeeper.close()
                 self._bookkeeper = None
 
-    def _run_each_queue(self, queues: Sequence[str] | None, caller: Caller) -> None:
+    def _run_each_queue(self, caller: Caller) -> None:
         """Serve the queues in turn, each its weight in batches a turn, so a backlog in one
         delays another queue's due jobs by about one batch, not by the whole backlog."""
         self.report.reindexed += recovery.ensure_index(self.table, self.index, self.show_progress)
         # On every pass, not only with the sweep: a committed job is due to start within 1 s.
         recovery.index_committed(self.table, self.index, self.clock())
-        names = list(queues) if queues else self.index.registry.known_queues()
+        names = list(self.options.queues) or self.index.registry.known_queues()
         for queue in names if self.sweep else ():  # recover leases, re-index orphans
             now = self.clock()
             recovered = recovery.recover_leases(self.table, self.index, queue, now)
@@ -121,9 +121,8 @@ class Run:
             self.report.failed += recovered.poisoned
             self.report.reindexed += reindex_after_failover(self.table, self.index, queue, now)
             self.report.reindexed += recovery.reindex_orphans(self.table, self.index, queue, now)
-        active = names
-        while active and not self.should_stop():
-            active = [queue for queue in active if self._take_turn(queue, caller, len(active))]
+        while names and not self.should_stop():  # the queues that may have more
+            names = [queue for queue in names if self._take_turn(queue, caller, len(names))]
 
     def _take_turn(self, queue: str, caller: Caller, queues_left: int) -> bool:
         """Drain `queue` for one turn (all of it when no other queue waits); whether it
@@ -174,10 +173,6 @@ class Run:
         self.report.missed += batch.missed
         self.report.dropped += batch.dropped
         self.deadline.leased(batch.leased_at)
-
-    def starting(self, job: ClaimedJob) -> None:
-        """A job is about to start: count it against --limit."""
-        self.calls += 1
 
     def should_stop(self) -> bool:
         if self.stop is not None and self.stop.requested:

@@ -207,8 +207,10 @@ class Slots:
                     continue
                 expired.append(call)
                 self._give_up(call)  # a task still running swallowed the loop's cancel
-                if call.thread_id is not None:
-                    _raise_in_thread(call.thread_id, JobTimeout)
+                if call.thread_id is not None:  # raised at the thread's next Python instruction
+                    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                        ctypes.c_ulong(call.thread_id), ctypes.py_object(JobTimeout)
+                    )
         self.busy -= len(expired)
         return expired
 
@@ -298,10 +300,3 @@ class Slots:
             return True
         logger.error("job %d finished after its time limit; its result is refused", call.job.id)
         return not surplus
-
-
-def _raise_in_thread(thread_id: int, exc_type: type[BaseException]) -> None:
-    """Raise `exc_type` in another thread at its next Python instruction."""
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(
-        ctypes.c_ulong(thread_id), ctypes.py_object(exc_type)
-    )
