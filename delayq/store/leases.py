@@ -136,8 +136,7 @@ def release(
     held = Job.id.in_(list(ids)) & _running_under(Job, token)
 
     def hand_back() -> list[tuple[int, float | None]]:
-        rows = tuples(Job.select(Job.id, Job.run_at).where(held))
-        if rows:
+        if rows := tuples(Job.select(Job.id, Job.run_at).where(held)):
             Job.update(pending_again(now)).where(held).execute()
         return rows
 
