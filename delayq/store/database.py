@@ -80,14 +80,14 @@ def run_reconnecting(db: Database, work: Callable[[], T], reconnect: bool = True
     raise AssertionError("unreachable")
 
 
-def bound_replies(db: Database, seconds: float = RUN_REPLY_TIMEOUT) -> None:
-    """Make `db`'s MySQL connections give up on a reply (or a send) after `seconds`, unless
+def bound_replies(db: Database) -> None:
+    """Make `db`'s MySQL connections give up on a reply (or a send) after RUN_REPLY_TIMEOUT, unless
     its URL sets `read_timeout` / `write_timeout`: for runs only, since `init` may rebuild a
     large table for longer. Closes this thread's connection, so the next one has them."""
     if not isinstance(db, MySQLDatabase):
         return
     for key in ("read_timeout", "write_timeout"):
-        db.connect_params.setdefault(key, seconds)
+        db.connect_params.setdefault(key, RUN_REPLY_TIMEOUT)
     if not db.in_transaction():
         db.close()
 
