@@ -206,10 +206,8 @@ def _wait_until_answering(url: str, home: Path, keeper: subprocess.Popen[bytes])
 
 
 def _answers(url: str) -> bool:
-    client = redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=2)
-    try:
-        return bool(client.ping())
-    except (redis.ConnectionError, redis.TimeoutError, FileNotFoundError, redis.ResponseError):
-        return False  # a ResponseError is LOADING: the server is replaying its append-only file
-    finally:
-        client.close()
+    with redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=2) as client:
+        try:
+            return bool(client.ping())
+        except (redis.ConnectionError, redis.TimeoutError, FileNotFoundError, redis.ResponseError):
+            return False  # a ResponseError is LOADING: the server is replaying its append-only file
