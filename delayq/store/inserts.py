@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 from enum import IntEnum
 from typing import Any, TypeVar
 
@@ -86,15 +87,12 @@ def insert_through(table: Table, connection: Any, rows: Sequence[Row]) -> list[i
     """Insert `rows` with the statements `insert_many` writes, escaped by and sent on another
     DB-API `connection` to the same database (the caller's, inside its transaction); their
     ids. Commits nothing."""
-    cursor = connection.cursor()
-    try:
+    with closing(connection.cursor()) as cursor:
         ids: list[int] = []
         for chunk in _chunks(table, rows):
             cursor.execute(*_multi_insert(table, chunk, _returning(table), cursor))
             ids += _new_ids(cursor, len(chunk), _returning(table))
         return ids
-    finally:
-        cursor.close()
 
 
 def _returning(table: Table) -> bool:

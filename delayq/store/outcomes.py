@@ -13,7 +13,6 @@ from operator import iadd
 
 from ..errors import BadInput
 from . import leases, queries
-from .batch_sql import held_ids
 from .database import run_reconnecting
 from .policies import read_policy
 from .recurrence import is_recurring, next_due
@@ -146,7 +145,7 @@ def _write_outcomes(table: Table, outcomes: Sequence[Outcome], token: str | None
         recurring = [
             o.job.id for o in outcomes if is_recurring(o.job) and o.status != Status.PENDING
         ]
-        held = held_ids(table, recurring, token, lock=True) if recurring else set()
+        held = leases.held_ids(table, recurring, token, lock=True) if recurring else set()
         written.succeeded = leases.finish_many(table, successes, token, Status.SUCCESS, now)
         if written.succeeded < len(successes):
             written.lost += _not_succeeded(table, [job_id for job_id, _ in successes], token)

@@ -37,15 +37,15 @@ class RetryPolicy:
 
 def check_policy(retries: Any = None, delays: Any = None) -> RetryPolicy:
     """A RetryPolicy from what a caller gave, or BadInput naming what is wrong."""
-    if retries is not None and (
-        isinstance(retries, bool)
-        or not isinstance(retries, int)
-        or not 0 <= retries <= RETRIES_LIMIT
-    ):
+    if retries is not None and not _whole(retries, RETRIES_LIMIT):
         raise BadInput(
             f"retries must be a whole number from 0 to {RETRIES_LIMIT}, not {shown(retries)}"
         )
     return RetryPolicy(retries, None if delays is None else _check_steps(delays))
+
+
+def _whole(value: Any, high: float = float("inf")) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= high
 
 
 def _check_steps(delays: Any) -> tuple[float, ...]:
@@ -105,9 +105,7 @@ def read_policy(text: str | None) -> StoredPolicy:
         deferrals = fields.get("deferrals", 0)
     except (ValueError, TypeError, AttributeError, BadInput):
         return StoredPolicy()
-    if isinstance(deferrals, bool) or not isinstance(deferrals, int) or deferrals < 0:
-        deferrals = 0
-    return StoredPolicy(policy, deferrals)
+    return StoredPolicy(policy, deferrals if _whole(deferrals) else 0)
 
 
 def fresh_policy(text: str | None) -> str | None:

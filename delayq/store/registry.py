@@ -45,8 +45,7 @@ class Registry:
 
     def register(self, queues: Iterable[str]) -> None:
         """Record queue names so that a plain `run` visits them."""
-        names = list(queues)
-        if names:
+        if names := list(queues):
             self.client.sadd(QUEUES_KEY, *names)
 
     def record_run(

@@ -160,8 +160,7 @@ class Schedule:
     def earliest(self, queue: str, count: int) -> list[tuple[str, float]]:
         """The first `count` (member, score) of a queue's schedule, soonest first, unclaimed."""
         scored = self.client.zrange(schedule_key(queue), 0, count - 1, withscores=True)
-        pairs = cast(list[tuple[bytes, float]], scored)
-        return [(text(member), float(score)) for member, score in pairs]
+        return [(text(member), float(score)) for member, score in cast(list, scored)]
 
     def wait_for_wake(self, queues: Sequence[str], timeout: float) -> bool:
         """Block until a job due sooner is added to one of `queues`, or `timeout` passes."""

@@ -85,8 +85,7 @@ def failover_retry(**supported_errors: Any) -> Retry:
 
 def _parameters(query: str) -> dict[str, str]:
     pairs = parse_qsl(query, keep_blank_values=True)
-    unknown = sorted({name for name, _ in pairs} - set(QUERY_PARAMETERS))
-    if unknown:
+    if unknown := sorted({name for name, _ in pairs} - set(QUERY_PARAMETERS)):
         raise BadUrl(
             f"{SCHEME}:// knows no {unknown[0]!r}; it takes {' and '.join(QUERY_PARAMETERS)}"
         )

@@ -67,10 +67,9 @@ def _location(execute: Callable[[str], Any], sqlite: bool) -> tuple[str, str]:
     """Where a connection's data lives: the main file of an SQLite connection (none for an
     in-memory one), the server and current database of a MySQL one."""
     if sqlite:
-        files = [
-            file for _, name, file in execute("PRAGMA database_list").fetchall() if name == "main"
-        ]
-        return ("SQLite database", os.path.realpath(files[0]) if files and files[0] else "")
+        rows = execute("PRAGMA database_list").fetchall()
+        file = next((file for _, name, file in rows if name == "main"), None)
+        return ("SQLite database", os.path.realpath(file) if file else "")
     host, port, database = execute("SELECT @@hostname, @@port, DATABASE()").fetchone()
     return ("MySQL database", f"{database or '(none)'} on {host}:{port}")
 

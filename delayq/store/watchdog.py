@@ -123,8 +123,7 @@ def main(argv: list[str]) -> int:
     server = subprocess.Popen(server_args, stdin=subprocess.DEVNULL, preexec_fn=stop_with_parent)
     # SIGTERM to the keeper (a shutdown, `kill`) is passed on; the server's exit ends the watch.
     signal.signal(signal.SIGTERM, lambda *_: server.terminate())
-    reason = keep(server, home, sock, idle_limit)
-    if reason:
+    if reason := keep(server, home, sock, idle_limit):
         print(f"delayq: stopping the embedded Redis server: {reason}", file=sys.stderr)
         _stop(server)
     if sock.parent != home:
