@@ -9,6 +9,7 @@ the top: a cycle hidden in a function body still ties two layers together.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -197,3 +198,26 @@ def test_the_size_check_finds_a_large_class_and_a_long_function() -> None:
     body = "\n".join(f"    x{n} = {n}" for n in range(61))
     tree = ast.parse(f"class C:\n{methods}\ndef f():\n{body}\n")
     assert oversized(tree) == {"class C": 21, "def f": 61}
+
+
+def test_the_map_in_docs_internals_names_each_module_in_its_folders_row() -> None:
+    """A newcomer finds every module in docs/internals.md's map, under the folder it is in, and
+    the map names no module that is gone."""
+    named: dict[str, set[str]] = {}
+    for line in (PACKAGE.parent / "docs" / "internals.md").read_text().splitlines():
+        row = re.match(r"\| `(?:delayq/(\w*)/?|config\.py)`", line)
+        if row is None:
+            continue
+        for module in re.findall(r"`(\w+\.py)`", line):
+            folder = "" if module == "__main__.py" else row.group(1) or ""
+            named.setdefault(folder, set()).add(module)
+    present: dict[str, set[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        if path.name != "__init__.py":
+            folder = path.parent.relative_to(PACKAGE).as_posix().strip(".")
+            present.setdefault(folder, set()).add(path.name)
+    folders = sorted(named.keys() | present.keys())
+    unnamed = {f: m for f in folders if (m := present.get(f, set()) - named.get(f, set()))}
+    gone = {f: m for f in folders if (m := named.get(f, set()) - present.get(f, set()))}
+    assert not unnamed, f"modules the map does not name: {unnamed}"
+    assert not gone, f"modules the map names that are not there: {gone}"
