@@ -18,6 +18,7 @@ from .errors import (
 from .queue import JobSpec, Queue
 from .store.table import Status
 from .worker.retry import retry_policy
+from .worker.shutdown import on_shutdown
 
 try:
     # pyproject.toml holds the one version number; the installed metadata carries it here.
@@ -43,5 +44,6 @@ __all__ = [
     "connect",
     "connect_async",
     "current_job",
+    "on_shutdown",
     "retry_policy",
 ]

@@ -5,7 +5,9 @@ BackendUnavailable, so callers see one clear failure."""
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import closing
 from typing import TYPE_CHECKING, Any
 
 import peewee
@@ -23,13 +25,13 @@ from .store.index import Index
 from .store.params import read_call
 from .store.table import TABLE_NAME, Status, Table, create_tables, utc_stamp
 from .store.upgrade import upgrade_table
-from .worker import looping
 from .worker.allowlist import check_allowlist
 from .worker.handlers import locate
 from .worker.interrupts import GracefulStop
 from .worker.liveness import Liveness
 from .worker.options import RunOptions
 from .worker.report import OutcomeCallback, RunReport
+from .worker.runner import Runner
 
 if TYPE_CHECKING:  # loaded by the methods that use them, so `delayq run` does without
     from .ops.maintenance import RequeueResult
@@ -47,6 +49,10 @@ class Queue(QueueReads):
         self.db = db
         self.table = Table(db)
         self.index = index
+        # The runner of the jobs this Queue runs, made by the first run and kept until `close`:
+        # the handlers' event loop and clients live as long as it does.
+        self._runner: Runner | None = None
+        self._running = threading.Lock()
 
     @backend_errors
     def init(self, *, schedule_lost: bool = False, now: float | None = None) -> list[str]:
@@ -279,8 +285,20 @@ class Queue(QueueReads):
         """A pass, or with `options.loop` a loop of passes, as the options ask."""
         check_allowlist(self.settings.handlers)
         bound_replies(self.table.db)
-        store = (self.settings, self.table, self.index, options)
-        return looping.run(*store, now=now, on_outcome=on_outcome, stop=stop, liveness=liveness)
+        if not self._running.acquire(blocking=False):
+            # Another thread runs jobs on this Queue now: this call gets a runner of its own.
+            with closing(Runner(self.settings, self.table, self.index)) as runner:
+                return runner.run(
+                    options, now=now, on_outcome=on_outcome, stop=stop, liveness=liveness
+                )
+        try:
+            if self._runner is None:
+                self._runner = Runner(self.settings, self.table, self.index)
+            return self._runner.run(
+                options, now=now, on_outcome=on_outcome, stop=stop, liveness=liveness
+            )
+        finally:
+            self._running.release()
 
     @backend_errors
     def reconcile(self) -> Reconciled:
@@ -321,7 +339,12 @@ class Queue(QueueReads):
         return maintenance.requeue(self.table, self.index, filters, self.settings, now, dry_run)
 
     def close(self) -> None:
-        """Close the database connection and the Redis pool."""
+        """End the runner, if this Queue ran jobs (its threads, the handlers' `on_shutdown`
+        functions and their event loop), and close the database connection and the Redis
+        pool."""
+        if self._runner is not None:
+            self._runner.close()
+            self._runner = None
         self.db.close()
         self.index.client.close()
 

@@ -20,8 +20,9 @@ def keep_signals_off_this_thread() -> None:
 
 
 class Periodic:
-    """A helper thread that calls `action` every `interval` seconds until the `with` block
-    ends, then `finish` (say, closing the thread's own database connection)."""
+    """A helper thread that calls `action` every `interval` seconds from `start` (or the
+    `with` block's start) until `stop` (or its end), then `finish` (say, closing the
+    thread's own database connection)."""
 
     def __init__(
         self, name: str, interval: float, action: Callable[[], None], finish: Callable[[], object]
@@ -33,12 +34,20 @@ class Periodic:
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def __enter__(self) -> Periodic:
-        self.thread.start()
+        self.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        if not self.thread.is_alive():
+            self.thread.start()
+
+    def stop(self) -> None:
         self.stopped.set()
-        self.thread.join()
+        if self.thread.is_alive():
+            self.thread.join()
 
     def _run(self) -> None:
         keep_signals_off_this_thread()

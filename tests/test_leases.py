@@ -224,7 +224,7 @@ def test_a_heartbeat_held_up_by_a_locked_table_beats_again_at_once(queue, backen
     job_id = queue.add(H, "record", {"log": log}, delay=0)
     now = time.time()
     leases.mark_running(queue.table, [job_id], "run-a", now + 3, now)
-    heartbeat = Heartbeat(queue.table, "run-a", time.time, LeaseDeadline(3.0))
+    heartbeat = Heartbeat(queue.table, 3.0)
     ours = queue.db.connection().thread_id()  # the beat below runs on this thread
     locker = mysql_connect(backend["database_url"])
     locked = threading.Event()
@@ -241,7 +241,8 @@ def test_a_heartbeat_held_up_by_a_locked_table_beats_again_at_once(queue, backen
     thread = threading.Thread(target=lock_past_a_third_of_the_lease)
     thread.start()
     locked.wait(5)
-    heartbeat._beat()
+    with heartbeat.watching("run-a", time.time, LeaseDeadline(3.0)):
+        heartbeat._beat()  # on this thread: the heartbeat's own was never started
     thread.join()
     locker.close()
 

@@ -375,7 +375,7 @@ def test_verbose_run_prints_one_line_per_job_and_a_summary(queue, cli_env, log):
         assert re.fullmatch(pattern, line), (line, pattern)
     assert re.fullmatch(
         r"ran 5 jobs: 3 succeeded, 2 failed \(2 retried\), 0 missed, 0 dropped, "
-        r"0 recovered, 0 re-indexed in \d+\.\d\ds",
+        r"0 recovered, 0 re-indexed; \d+\.\d\ds wall, \d+\.\d\ds busy",
         lines[5],
     ), lines[5]
 

@@ -163,18 +163,20 @@ def _run_here(
 ) -> RunReport:
     liveness = _liveness(liveness_fd)
     _check_handlers(load_settings())
-    queue = open_queue(create=True, on_failure=outputs.on_failure)
-    with (
-        graceful_stop() as stop,
-        _progress(queue, options, outputs) as bar,
-        _rewriting(queue, options, outputs),
-    ):
-        on_outcome = printer if bar is None else bar
-        report = queue.run_with(options, on_outcome=on_outcome, stop=stop, liveness=liveness)
-    if outputs.metrics_file is not None:
-        from ..ops.textfile import write_file  # prometheus_client only when asked for
+    # Closed as the run ends: the runner's `on_shutdown` functions run, then its event loop
+    # closes.
+    with open_queue(create=True, on_failure=outputs.on_failure) as queue:
+        with (
+            graceful_stop() as stop,
+            _progress(queue, options, outputs) as bar,
+            _rewriting(queue, options, outputs),
+        ):
+            on_outcome = printer if bar is None else bar
+            report = queue.run_with(options, on_outcome=on_outcome, stop=stop, liveness=liveness)
+        if outputs.metrics_file is not None:
+            from ..ops.textfile import write_file  # prometheus_client only when asked for
 
-        write_file(outputs.metrics_file, queue.metrics(report))
+            write_file(outputs.metrics_file, queue.metrics(report))
     if outputs.verbose:
         _print_summary(report, outputs.as_json)
     return report
@@ -242,14 +244,16 @@ def _print_summary(report: RunReport, as_json: bool) -> None:
         names = "ran succeeded failed retried deferred missed dropped recovered reindexed stuck"
         ended = ["stopped_early", "interrupted"]
         fields = {name: getattr(report, name) for name in [*names.split(), *ended]}
-        print_json({**fields, "record": "summary", "elapsed": round(report.elapsed, 6)})
+        times = {"busy": round(report.elapsed, 6), "wall": round(report.wall, 6)}
+        print_json({**fields, **times, "record": "summary", "elapsed": times["busy"]})
         return
     jobs = "job" if report.ran == 1 else "jobs"
     deferred = f", {report.deferred} deferred" if report.deferred else ""
     typer.echo(
         f"ran {report.ran} {jobs}: {report.succeeded} succeeded, {report.failed} failed "
         f"({report.retried} retried){deferred}, {report.missed} missed, {report.dropped} dropped, "
-        f"{report.recovered} recovered, {report.reindexed} re-indexed in {report.elapsed:.2f}s"
+        f"{report.recovered} recovered, {report.reindexed} re-indexed; "
+        f"{report.wall:.2f}s wall, {report.elapsed:.2f}s busy"
     )
 
 

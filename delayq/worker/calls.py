@@ -1,6 +1,7 @@
-"""Calling one handler: resolve `class.method` once per run, call it with the job's data under
-its time limit and the job's context, and turn whatever happened into an Outcome. The one
-place that catches what a handler throws: however bad, it is the job's failure, not the run's.
+"""Calling one handler: resolve `class.method` once per runner process, call it with the job's
+data under its time limit and the job's context, and turn whatever happened into an Outcome.
+The one place that catches what a handler throws: however bad, it is the job's failure, not
+the run's.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from functools import partial
 from typing import Any
@@ -32,43 +34,59 @@ from .hooks import FailureReporter
 from .interrupts import RUN_STOPS, JobTimeout
 from .report import OutcomeCallback
 from .retry import MAX_DEFERRALS, handler_policy, next_retry_in
+from .shutdown import run_shutdown_functions
 from .tracebacks import describe, describe_with_traceback
 
 logger = logging.getLogger(__name__)
 
-Call = tuple[str, str]  # (class, method) as the job's params name them
+HandlerName = tuple[str, str]  # (class, method) as the job's params name them
 
 
 class Caller:
-    """Calls the handlers of one run: on the main thread one at a time, or on its slots."""
+    """Calls the handlers of a runner process, on the main thread one at a time or on its
+    slots. It lives as long as the runner: the handlers it resolved and the event loop of
+    async handlers serve every pass, so a client a handler keeps between calls stays usable.
+    A pass lends it its clock, its callback and whether SIGALRM may stop a handler
+    (`serving`)."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        clock: Callable[[], float],
-        time_limits: bool,
-        on_outcome: OutcomeCallback | None,
-        reporters: tuple[FailureReporter, ...],
-    ) -> None:
+    def __init__(self, settings: Settings, reporters: tuple[FailureReporter, ...]) -> None:
         self.allowed = settings.handlers
         self.php_classes = dict(settings.php_classes)  # PHP producers' class names
         self.timeout = settings.timeout  # for jobs that set none of their own
         self.secret_urls = (settings.database_url, settings.redis_url)
-        self.clock = clock
-        self.time_limits = time_limits  # whether SIGALRM can stop a handler here
-        self.on_outcome = on_outcome
         self.reporters = reporters  # told of each failed attempt once it is recorded
         self.pid = os.getpid()  # the runner's: a handler's forked child is any other
-        self.handlers: dict[Call, Handler | BadInput] = {}
+        self.handlers: dict[HandlerName, Handler] = {}
+        # Handlers that could not be resolved, asked again each pass: a deploy may add them.
+        self.refused: dict[HandlerName, BadInput] = {}
         self._loop: EventLoopThread | None = None  # started by the first async handler
         self._loop_lock = threading.Lock()
+        # The pass being served (`serving`).
+        self.clock: Callable[[], float] = time.time
+        self.time_limits = False  # whether SIGALRM can stop a handler here
+        self.on_outcome: OutcomeCallback | None = None
+
+    @contextmanager
+    def serving(
+        self, clock: Callable[[], float], time_limits: bool, on_outcome: OutcomeCallback | None
+    ) -> Iterator[Caller]:
+        """Call handlers for one pass: its clock for the outcomes' times, whether its main
+        thread enforces time limits with SIGALRM, and its callback for each outcome."""
+        self.clock, self.time_limits, self.on_outcome = clock, time_limits, on_outcome
+        self.refused.clear()
+        try:
+            yield self
+        finally:
+            self.time_limits, self.on_outcome = False, None
 
     def limit_of(self, job: ClaimedJob) -> float:
         """The job's time limit in seconds."""
         return job.timeout or self.timeout
 
     def close(self) -> None:
-        """Stop the event loop of async handlers, if one was started."""
+        """The runner ends: run the `on_shutdown` functions (async ones on the handlers' event
+        loop), then stop that loop."""
+        run_shutdown_functions(self._event_loop)
         if self._loop is not None:
             self._loop.close()
 
@@ -100,11 +118,15 @@ class Caller:
         return self._call_on_loop(job, call, started, partial(handler, data))
 
     def event_loop(self) -> asyncio.AbstractEventLoop:
-        """The run's event loop, started on first use."""
+        """The runner's event loop, started on first use."""
         return self._event_loop().loop
 
     async def _call_on_loop(
-        self, job: ClaimedJob, call: Call, started: float, awaitable: Callable[[], Awaitable[Any]]
+        self,
+        job: ClaimedJob,
+        call: HandlerName,
+        started: float,
+        awaitable: Callable[[], Awaitable[Any]],
     ) -> Outcome:
         """An async handler's call, as a task on the loop: `awaitable()` is cancelled at its
         time limit as arq does, and whatever it raises, BaseException included, fails only
@@ -120,7 +142,7 @@ class Caller:
             forks.leave_if_forked(self.pid)
 
     def _call(
-        self, job: ClaimedJob, call: Call, handler: Handler, data: Any, started: float
+        self, job: ClaimedJob, call: HandlerName, handler: Handler, data: Any, started: float
     ) -> Outcome:
         limit = self.limit_of(job)
         token = context.running(_context_of(job))
@@ -151,18 +173,19 @@ class Caller:
                 self._loop = EventLoopThread()
             return self._loop
 
-    def _resolve(self, job: ClaimedJob) -> tuple[Call, Handler, Any]:
+    def _resolve(self, job: ClaimedJob) -> tuple[HandlerName, Handler, Any]:
         """The job's (class, method), handler and data; BadInput if it cannot be called."""
         class_path, method, data = read_call(job.params, self.php_classes)
         call = (class_path, method)
-        if call not in self.handlers:
+        found = self.handlers.get(call)
+        if found is None:
+            if call in self.refused:
+                raise self.refused[call]
             try:
-                self.handlers[call] = resolve(class_path, method, self.allowed)
+                found = self.handlers[call] = resolve(class_path, method, self.allowed)
             except BadInput as exc:
-                self.handlers[call] = exc
-        found = self.handlers[call]
-        if isinstance(found, BadInput):
-            raise found
+                self.refused[call] = exc
+                raise
         return call, found, data
 
     def timed_out(self, job: ClaimedJob, started: float) -> Outcome:
@@ -200,7 +223,7 @@ class Caller:
             self.on_outcome(outcome)
 
     def _raised(
-        self, job: ClaimedJob, call: Call, started: float, exc: BaseException, limit: float
+        self, job: ClaimedJob, call: HandlerName, started: float, exc: BaseException, limit: float
     ) -> Outcome:
         """What a handler's exception makes of its job."""
         if isinstance(exc, RetryLater):  # not a failure: no traceback to keep
@@ -217,7 +240,7 @@ class Caller:
         return self._failed(job, call, started, message, not isinstance(exc, NoRetry), exc)
 
     def _deferred(
-        self, job: ClaimedJob, call: Call, started: float, message: str, delay: float
+        self, job: ClaimedJob, call: HandlerName, started: float, message: str, delay: float
     ) -> Outcome:
         """The same attempt due again `delay` seconds on; past MAX_DEFERRALS in a row (or a
         count the row cannot hold) it fails instead, so a handler always deferring is seen."""
@@ -235,7 +258,7 @@ class Caller:
     def _failed(
         self,
         job: ClaimedJob,
-        call: Call,
+        call: HandlerName,
         started: float,
         message: str,
         retry: bool,
@@ -253,7 +276,7 @@ class Caller:
     def _outcome(
         self,
         job: ClaimedJob,
-        call: Call,
+        call: HandlerName,
         started: float,
         status: Status,
         message: str,
@@ -283,7 +306,7 @@ def _context_of(job: ClaimedJob) -> context.JobContext:
     )
 
 
-def _call_of(job: ClaimedJob, php_classes: dict[str, str]) -> Call:
+def _call_of(job: ClaimedJob, php_classes: dict[str, str]) -> HandlerName:
     """(class, method) that a job's params name, even if not callable; "?" where they don't."""
     try:
         return read_call(job.params, php_classes)[:2]

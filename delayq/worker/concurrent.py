@@ -12,7 +12,8 @@ from ..store.outcomes import Outcome
 from ..store.table import ClaimedJob
 from .calls import Caller
 from .claims import Batch
-from .drains import Drain, Run
+from .drains import Drain, Turn
+from .passes import Pass
 from .slots import Slots
 
 logger = logging.getLogger(__name__)
@@ -21,6 +22,9 @@ logger = logging.getLogger(__name__)
 COLLECT_WAIT = 0.05
 # With calls in flight and nothing due, how often the schedule is asked for newly due jobs.
 LOOK_AGAIN = 0.005
+# How long a drain that ends waits for the outcomes of calls that finished as it gave up on
+# the rest, on their way from a slot's thread or the event loop.
+LANDING = 1.0
 
 
 class ConcurrentDrain(Drain):
@@ -28,42 +32,56 @@ class ConcurrentDrain(Drain):
 
     notes_starts = True  # no order tells which of many jobs in flight had started
 
-    def __init__(self, run: Run, queue: str, caller: Caller) -> None:
-        super().__init__(run, queue, caller)
+    def __init__(self, run: Pass, turn: Turn, caller: Caller, slots: Slots) -> None:
+        super().__init__(run, turn, caller)
         # Group commits go to the bookkeeping thread, so slots never wait on the database.
         self.buffer.write_on(run.bookkeeper(), notes_starts=True)
-        self.slots = Slots(
-            run.settings.concurrency,
-            caller.execute,
-            caller.crashed,
-            caller.limit_of,
-            caller.coroutine_for,
-            caller.event_loop,
-        )
+        self.slots = slots  # the runner's, with its threads
         self.drained = False  # the last claim found nothing due
         self.look_again_at = 0.0  # monotonic: when a drained schedule is asked again
         self.backlog = False  # the last claim came back full
 
     def pump(self) -> None:
+        stop = self.run.stop
+        if stop is not None:
+            stop.in_flight = self._on_stop
+        try:
+            self._pump()
+        finally:
+            if stop is not None:
+                stop.in_flight = None
+
+    def _on_stop(self) -> str:
+        """What a first stop signal makes of the calls in flight, in words for the log."""
+        busy = self.slots.busy
+        if not busy:
+            return "no job is running; handing the rest back"
+        jobs = "job" if busy == 1 else f"{busy} jobs"
+        return (
+            f"finishing the {jobs} in flight within {self.run.settings.grace:g}s, handing the "
+            "rest back; a second signal hands back at once what has not finished"
+        )
+
+    def _pump(self) -> None:
         """Keep every slot busy while jobs are due; return once none is due and every call
         has finished, or the run must stop (after a grace period for a stop signal). When
         as many threads as slots are stuck, nothing new starts and the calls still running
         are waited for: the run then ends with `report.stuck` set."""
-        run = self.run
+        report = self.turn.report
         while True:
             stuck = self.slots.stuck
             if stuck >= self.slots.size:
-                if not run.report.stuck:
+                if not report.stuck:
                     logger.info("%d handler threads are stuck; the run stops", stuck)
-                run.report.stuck = stuck
-            stopping = stuck >= self.slots.size or run.should_stop()
+                report.stuck = stuck
+            stopping = stuck >= self.slots.size or self.must_stop()
             if not stopping:
                 self._claim_if_short()
                 self._start_waiting()
-            if run.stop is not None and run.stop.requested:
+            if self.run.stopping:
                 self._wait_out_the_grace()
                 return
-            done_claiming = self.drained or run.turn_over()
+            done_claiming = self.drained or self.turn.over()
             if self.slots.busy == 0 and (stopping or (done_claiming and not self.waiting)):
                 return
             self._collect(self._wait_time())
@@ -72,18 +90,17 @@ class ConcurrentDrain(Drain):
         return self.slots.busy > 0
 
     def _claim_if_short(self) -> None:
-        run = self.run
         if self.upcoming is not None:
             if not self.upcoming.done() and (self.waiting or self.slots.free == 0):
                 return  # it lands while the slots are busy
             self._took(self.take_upcoming())
         # In a backlog the next batch is leased while a batch's worth waits: slots never wait.
-        ahead = run.settings.batch_size if self.backlog else 0
-        if run.turn_over() or len(self.waiting) >= max(self.slots.size, ahead):
+        ahead = self.turn.batch_size if self.backlog else 0
+        if self.turn.over() or len(self.waiting) >= max(self.slots.size, ahead):
             return
         if self.drained and (self.slots.free == 0 or time.monotonic() < self.look_again_at):
             return
-        size = run.room(len(self.waiting))
+        size = self.turn.room(len(self.waiting))
         if size > 0 and self.backlog:
             self.lease_ahead(size, [])
             return
@@ -98,17 +115,17 @@ class ConcurrentDrain(Drain):
             self.look_again_at = time.monotonic() + LOOK_AGAIN
 
     def _start_waiting(self) -> None:
-        run = self.run
         self.hold_leases()
         starting: list[ClaimedJob] = []
-        while self.waiting and self.slots.free > len(starting) and not run.should_stop():
+        while self.waiting and self.slots.free > len(starting) and not self.must_stop():
             job = self.waiting.popleft()
-            run.calls += 1
+            self.turn.calls += 1
             starting.append(job)
         if starting:
             # Noted before the calls can begin: recovery charges a lost lease only to a job
             # whose start it finds.
-            run.index.journal.note_starts(self.queue, run.token, [job.id for job in starting])
+            journal = self.run.index.journal
+            journal.note_starts(self.queue, self.run.token, [job.id for job in starting])
             self.slots.start(starting)
 
     def _wait_time(self) -> float:
@@ -116,7 +133,7 @@ class ConcurrentDrain(Drain):
         wait = COLLECT_WAIT
         if self.drained and self.slots.free > 0:
             wait = max(self.look_again_at - time.monotonic(), 0.0)
-        elif self.run.turn_over() or self.slots.free == 0 or self.run.should_stop():
+        elif self.turn.over() or self.slots.free == 0 or self.must_stop():
             wait = 1.0  # nothing to claim or start: sleep until a slot frees
         if deadline is not None:
             wait = min(wait, deadline - time.monotonic())
@@ -162,7 +179,7 @@ class ConcurrentDrain(Drain):
             self.due_by_id.pop(outcome.job.id, None)
             self.caller.announce(outcome)
         # Their retries and next occurrences are put on the schedule by the orphan sweep.
-        self.run.count(written)
+        self.turn.count(written)
 
     def _wait_out_the_grace(self) -> None:
         """A stop signal: nothing new starts; calls in flight get the grace period."""
@@ -171,12 +188,21 @@ class ConcurrentDrain(Drain):
             self._collect(min(until - time.monotonic(), COLLECT_WAIT * 4))
 
     def running(self) -> list[ClaimedJob]:
-        # Calls that finished meanwhile are recorded first: they ran, and must not run again.
+        # Calls that finished meanwhile are recorded first: they ran, and must not run again;
+        # so are those that finish as they are given up on (a thread's hand-over, a task's on
+        # the loop's next turn: milliseconds).
         try:
             self._collect(0.0)
         except Exception as exc:  # noqa: BLE001 - already stopping; the journal or leases settle them
             logger.error("could not record the last outcomes (%s); the next run settles them", exc)
-        return [call.job for call in self.slots.abandon_all()]
+        abandoned = [call.job for call in self.slots.abandon_all()]
+        try:
+            until = time.monotonic() + LANDING
+            while self.slots.busy and time.monotonic() < until:
+                self._collect(COLLECT_WAIT)
+        except Exception as exc:  # noqa: BLE001 - as above
+            logger.error("could not record the last outcomes (%s); the next run settles them", exc)
+        return abandoned
 
     def close(self) -> None:
-        self.slots.close()
+        self.slots.release()

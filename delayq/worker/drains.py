@@ -7,64 +7,90 @@ what each came to, and at the end hand back what did not start. Two ways to star
 - ConcurrentDrain (`--concurrency N`, concurrent.py): each job on a free slot (slots.py).
 
 The Drain holds what both share: the jobs claimed and not started, the batch leased ahead,
-the outcome buffer and the clean-up at the end.
+the outcome buffer and the clean-up at the end. It owns its Turn, what it may take and what
+it did, and hands it back to the pass when it ends.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from typing import Protocol
+from dataclasses import dataclass, field
 
-from ..config import Settings
-from ..store.index import Index
 from ..store.outcomes import Outcome, Written
-from ..store.table import ClaimedJob, Table
-from .bookkeeper import Bookkeeper
+from ..store.table import ClaimedJob
 from .calls import Caller
-from .claims import Batch, Claimer, without_jobs_in_hand
-from .heartbeat import LeaseDeadline
-from .interrupts import GracefulStop
+from .claims import Batch, without_jobs_in_hand
+from .interrupts import Abandoned
 from .outcomes import OutcomeBuffer
+from .passes import Pass
 from .report import RunReport
 
 logger = logging.getLogger(__name__)
 
 
-class Run(Protocol):
-    """What a drain reads of the pass it serves, and asks of it (run.py's Run)."""
+@dataclass
+class Turn:
+    """A queue's share of a pass: how many jobs its drain may still claim and start, and what
+    the drain did, for the pass to add up."""
 
-    settings: Settings
-    table: Table
-    index: Index
-    token: str
-    clock: Callable[[], float]
-    claimer: Claimer
-    deadline: LeaseDeadline
-    report: RunReport
-    stop: GracefulStop | None
-    calls: int  # jobs started: a drain counts each as it starts it
+    queue: str
+    batch_size: int
+    left: int | None  # jobs it may still claim; None: no other queue waits, all of them
+    may_start: int | None  # jobs it may still start under --limit; None: no limit
+    report: RunReport = field(default_factory=RunReport)
+    calls: int = 0  # jobs started
+    abandoned: int | None = None  # a second stop signal: how many calls it handed back
 
-    def bookkeeper(self) -> Bookkeeper: ...
-    def turn_over(self) -> bool: ...
-    def room(self, pending: int) -> int: ...
-    def took(self, batch: Batch) -> None: ...
-    def should_stop(self) -> bool: ...
-    def show_progress(self, limit: float | None = None) -> None: ...
-    def reassert_leases(self, jobs: Sequence[ClaimedJob]) -> set[int]: ...
-    def count(self, written: Written | None) -> None: ...
+    def over(self) -> bool:
+        """Whether the queue has taken its share of this turn."""
+        return self.left is not None and self.left <= 0
+
+    def at_limit(self) -> bool:
+        return self.may_start is not None and self.calls >= self.may_start
+
+    def room(self, pending: int) -> int:
+        """How many jobs the next claim may take with `pending` claimed but not started: a
+        batch at most, and within --limit and the turn (already charged for them)."""
+        size = self.batch_size
+        if self.may_start is not None:
+            size = min(size, self.may_start - self.calls - pending)
+        if self.left is not None:
+            size = min(size, self.left)
+        return size
+
+    def took(self, batch: Batch) -> None:
+        """Count a claimed batch against the turn and add it to the report."""
+        if self.left is not None:
+            self.left -= len(batch.jobs)
+        self.report.claimed += len(batch.claimed)
+        self.report.missed += batch.missed
+        self.report.dropped += batch.dropped
+
+    def count(self, written: Written | None) -> None:
+        """Add what a write of outcomes did to the report."""
+        if written is None:
+            return
+        self.report.succeeded += written.succeeded
+        self.report.failed += written.failed
+        self.report.retried += len(written.retries)
+        self.report.deferred += len(written.deferred)
+        for job_id in written.lost:
+            logger.error(
+                "job %d finished but its lease had been taken over; this outcome is refused", job_id
+            )
 
 
 class Drain:
-    """One queue's jobs for one turn of `run`: those claimed and not yet started wait here."""
+    """One queue's jobs for one turn of a pass: those claimed and not yet started wait here."""
 
     notes_starts = False  # whether each start is noted in the journal, or each batch's order
 
-    def __init__(self, run: Run, queue: str, caller: Caller) -> None:
+    def __init__(self, run: Pass, turn: Turn, caller: Caller) -> None:
         self.run = run
-        self.queue = queue
+        self.turn = turn
+        self.queue = queue = turn.queue
         self.caller = caller
         self.buffer = OutcomeBuffer(run.table, run.index, queue, run.token)
         self.waiting: deque[ClaimedJob] = deque()
@@ -72,20 +98,33 @@ class Drain:
         self.upcoming: Future[Batch | None] | None = None  # leased on the bookkeeping thread
         self.noted = False  # whether the journal holds this run's order or start mark
 
-    def drain(self) -> None:
-        completed = False
+    def drain(self) -> Turn:
+        """Drain the queue for its turn; the turn, with what the drain did."""
+        completed = abandoned = False
         try:
             self.pump()
             completed = True
+        except Abandoned:  # a second stop signal: what has not finished goes back at once
+            abandoned = True
         finally:
-            if not completed:
+            if not (completed or abandoned):
                 self.finish_in_flight()
-            self._hand_back_the_rest()
+            handed_back = self._hand_back_the_rest()
             self.close()
             self._flush(quietly=not completed)
             self.run.index.journal.close()
             if self.noted:
                 self.run.index.journal.forget_order(self.queue, self.run.token)
+        if abandoned:
+            self.turn.abandoned = handed_back
+        return self.turn
+
+    def must_stop(self) -> bool:
+        """Whether to start nothing more: the pass must stop, or the turn reached --limit."""
+        if self.turn.at_limit():
+            self.turn.report.stopped_early = True
+            return True
+        return self.run.must_stop()
 
     def pump(self) -> None:
         """Start and record jobs until none is due or the run must stop."""
@@ -95,7 +134,7 @@ class Drain:
         """The pass failed: what the calls still running do about it."""
 
     def running(self) -> list[ClaimedJob]:
-        """The run is stopping: give up on the calls still running, and return their jobs."""
+        """The drain is ending: give up on the calls still running, and return their jobs."""
         return []
 
     def close(self) -> None:
@@ -119,7 +158,8 @@ class Drain:
         """Queue up a claimed batch's jobs to start, less those already in hand."""
         if batch is None:
             return None
-        self.run.took(batch)
+        self.turn.took(batch)
+        self.run.deadline.leased(batch.leased_at)
         self.noted = self.noted or batch.noted
         batch.jobs = without_jobs_in_hand(batch.jobs, self.due_by_id.keys())
         self.waiting.extend(batch.jobs)
@@ -137,7 +177,7 @@ class Drain:
         for outcome in outcomes:
             self.due_by_id.pop(outcome.job.id, None)
         more = bool(self.waiting) or self.busy()
-        self.run.count(self.buffer.add_many(outcomes, more_coming=more))
+        self.turn.count(self.buffer.add_many(outcomes, more_coming=more))
         for outcome in outcomes:
             self.caller.announce(outcome)
 
@@ -154,9 +194,9 @@ class Drain:
                     del self.due_by_id[job.id]
             self.waiting = deque(job for job in self.waiting if job.id in held)
 
-    def _hand_back_the_rest(self) -> None:
+    def _hand_back_the_rest(self) -> int:
         """Jobs not started, the batch leased ahead and calls still running go back to
-        pending (the late results of those calls are refused)."""
+        pending (the late results of those calls are refused); how many calls were running."""
         if self.upcoming is not None:
             try:
                 self.take_upcoming()
@@ -175,18 +215,19 @@ class Drain:
         if running:
             started = (self.run.token, [job.id for job in running])
             self.run.index.journal.forget(self.queue, [], started)
+        return len(running)
 
     def _flush(self, quietly: bool) -> None:
         """Record what the buffer holds. If that fails, what is not in the table yet is
         written there alone (`salvage`): Redis, and the journal with it, may be what failed.
         Then the failure is raised, or with `quietly` (already failing) logged."""
         try:
-            self.run.count(self.buffer.flush())
+            self.turn.count(self.buffer.flush())
             return
         except Exception as exc:
             failure = exc
         try:
-            self.run.count(self.buffer.salvage())
+            self.turn.count(self.buffer.salvage())
             fallback = "wrote them to the table alone"
         except Exception as exc:  # noqa: BLE001 - already failing
             # Journaled (by now, if Redis answers), they are settled by lease recovery.
@@ -200,29 +241,28 @@ class SequentialDrain(Drain):
     """Each job's handler on the main thread, one at a time, under its time limit."""
 
     def pump(self) -> None:
-        while not self.run.should_stop():
+        while not self.must_stop():
             batch = self.take_upcoming() if self.upcoming is not None else None
-            if batch is None and not self.run.turn_over():
-                batch = self.claim(self.run.room(0))
+            if batch is None and not self.turn.over():
+                batch = self.claim(self.turn.room(0))
             if batch is None:
                 return
             # A full batch means a backlog: lease the next one on the bookkeeping thread
             # while this one runs, and write its commits there too.
-            room = self.run.room(len(self.waiting))
+            room = self.turn.room(len(self.waiting))
             if len(batch.claimed) == batch.size and room > 0:
                 self.buffer.write_on(self.run.bookkeeper())
                 self.lease_ahead(room, [job.id for job in self.waiting])
             self._call_waiting()
 
     def _call_waiting(self) -> None:
-        run = self.run
-        while self.waiting and not run.should_stop():
+        while self.waiting and not self.must_stop():
             self.hold_leases()
             if not self.waiting:
                 return
             job = self.waiting[0]
-            run.calls += 1
-            run.show_progress(self.caller.limit_of(job))
+            self.turn.calls += 1
+            self.run.show_progress(self.caller.limit_of(job))
             outcome = self.caller.execute(job)
             self.waiting.popleft()  # not before: a job whose call the run abandons goes back
             self.record([outcome])

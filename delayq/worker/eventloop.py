@@ -1,5 +1,6 @@
-"""`async def` handlers: one event loop per run, on a thread of its own, that every async call
-of the run shares; it cancels each at its time limit, as arq does.
+"""`async def` handlers: one event loop per runner process, on a thread of its own, that every
+async call of every pass shares (a client a handler keeps between calls is bound to it); it
+cancels each call at its time limit, as arq does.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from ..threads import keep_signals_off_this_thread
 from .interrupts import JobTimeout
 
 T = TypeVar("T")
+# How long closing waits for the tasks to take their cancellation and the loop to stop: a
+# handler that swallows it, or blocks the loop, is left behind on the daemon thread.
+CLOSE_SECONDS = 5.0
 
 
 class EventLoopThread:
@@ -36,14 +40,17 @@ class EventLoopThread:
             raise
 
     def close(self) -> None:
-        """Cancel what is still running and stop the loop."""
-        if self.loop.is_closed():
+        """Cancel what is still running, finish async generators and the loop's default
+        executor as `asyncio.run` does, and stop the loop."""
+        if self.loop.is_closed() or not self._thread.is_alive():
             return
-        done = concurrent.futures.Future[None]()
-        self.loop.call_soon_threadsafe(self._shut_down, done)
-        with contextlib.suppress(concurrent.futures.TimeoutError):
-            done.result(timeout=5)
-        self._thread.join(timeout=5)
+        finishing = asyncio.run_coroutine_threadsafe(self._finish(), self.loop)
+        with contextlib.suppress(
+            concurrent.futures.TimeoutError, concurrent.futures.CancelledError
+        ):
+            finishing.result(timeout=CLOSE_SECONDS)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=CLOSE_SECONDS)
 
     def _serve(self) -> None:
         keep_signals_off_this_thread()
@@ -51,11 +58,13 @@ class EventLoopThread:
         self.loop.run_forever()
         self.loop.close()
 
-    def _shut_down(self, done: concurrent.futures.Future[None]) -> None:
-        for task in asyncio.all_tasks(self.loop):
+    async def _finish(self) -> None:
+        tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in tasks:
             task.cancel()
-        self.loop.call_soon(self.loop.stop)  # one more turn: the tasks see their cancellation
-        done.set_result(None)
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.loop.shutdown_asyncgens()
+        await self.loop.shutdown_default_executor()
 
 
 async def under_limit(awaitable: Awaitable[T], limit: float) -> T:

@@ -1,6 +1,7 @@
-"""Keeping a run's leases alive: a heartbeat thread renews them every third of the lease, and
-a LeaseDeadline, the one thing it shares with the main thread, says when they may have lapsed.
-The lease only has to outlive a dead run, not a slow job.
+"""Keeping a run's leases alive: a heartbeat thread, one for the runner process, renews the
+leases of the pass in progress every third of the lease, and a LeaseDeadline, the one thing it
+shares with the pass, says when they may have lapsed. The lease only has to outlive a dead
+run, not a slow job.
 """
 
 from __future__ import annotations
@@ -8,7 +9,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 from ..store import leases
 from ..store.table import Table
@@ -53,28 +56,53 @@ class LeaseDeadline:
             return time.monotonic() > self._at - self.lease / 3
 
 
-class Heartbeat(Periodic):
-    """A thread that renews every lease of run `token` until the block ends."""
+@dataclass(frozen=True)
+class Watched:
+    """The pass whose leases the heartbeat renews: its token, clock and deadline."""
 
-    def __init__(
-        self, table: Table, token: str, clock: Callable[[], float], deadline: LeaseDeadline
-    ) -> None:
+    token: str
+    clock: Callable[[], float]
+    deadline: LeaseDeadline
+
+
+class Heartbeat(Periodic):
+    """A thread that renews every lease of the pass it is `watching`, from the runner's first
+    pass to its close; between passes it beats on nothing and asks nothing of the database."""
+
+    def __init__(self, table: Table, lease: float) -> None:
         self.table = table
-        self.token = token
-        self.clock = clock
-        self.deadline = deadline
-        super().__init__("delayq-heartbeat", deadline.lease / 3, self._beat, table.db.close)
+        self.lease = lease
+        self._lock = threading.Lock()
+        self._watched: Watched | None = None
+        super().__init__("delayq-heartbeat", lease / 3, self._beat, table.db.close)
+
+    @contextmanager
+    def watching(
+        self, token: str, clock: Callable[[], float], deadline: LeaseDeadline
+    ) -> Iterator[None]:
+        """Renew the leases of run `token` until the block ends (once `start`ed)."""
+        with self._lock:
+            self._watched = Watched(token, clock, deadline)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._watched = None
 
     def _beat(self) -> None:
+        with self._lock:
+            watched = self._watched
+        if watched is None:
+            return
         try:
             for _ in range(3):
                 renewed_at = time.monotonic()
-                leases.renew_leases(self.table, self.token, self.clock() + self.deadline.lease)
-                self.deadline.renewed(renewed_at)
+                leases.renew_leases(self.table, watched.token, watched.clock() + self.lease)
+                watched.deadline.renewed(renewed_at)
                 # A beat held up by a stalled database (a locked table) wrote a deadline
                 # reckoned before the stall, maybe past already: beat again at once, so
                 # that the jobs still running are not left to recovering runs to take.
-                if time.monotonic() - renewed_at < self.deadline.lease / 3:
+                if time.monotonic() - renewed_at < self.lease / 3:
                     break
         except Exception as exc:  # noqa: BLE001 - a missed beat only shortens the lease
             logger.warning("lease heartbeat failed: %s", exc)

@@ -112,12 +112,15 @@ def disarm() -> None:
 
 
 class GracefulStop:
-    """First SIGTERM/SIGINT: finish the current job (on the main thread, within the grace),
-    hand the rest back, stop. Second: abandon the current job, back to the schedule, at once."""
+    """First SIGTERM/SIGINT: finish the current job (on the main thread, within the grace) or
+    the jobs in flight, hand the rest back, stop. Second: abandon what has not finished, back
+    to the schedule, at once."""
 
     def __init__(self) -> None:
         self.signum: int | None = None
         self.grace: float | None = None  # set while calls run under SIGALRM (`grace_on_alarm`)
+        # Set while many calls are in flight: what the run does on a first signal, in words.
+        self.in_flight: Callable[[], str] | None = None
 
     @property
     def requested(self) -> bool:
@@ -127,14 +130,16 @@ class GracefulStop:
         if self.signum is not None:
             raise Abandoned()
         self.signum = signum
+        name = signal.Signals(signum).name
+        if self.in_flight is not None:
+            logger.warning("received %s: %s", name, self.in_flight())
+            return
         within = ""
         if self.grace is not None:
             _clock.end_grace_in(self.grace)
             within = f" within {self.grace:g}s"
         logger.warning(
-            "received %s: finishing the current job%s, handing the rest back",
-            signal.Signals(signum).name,
-            within,
+            "received %s: finishing the current job%s, handing the rest back", name, within
         )
 
 

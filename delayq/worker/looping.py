@@ -1,7 +1,7 @@
-"""A pass of `delayq run`, or with `--loop` passes back to back, sleeping between them until
-the head of the schedule is due or an adder wakes the loop because it added a job due sooner.
-No fixed polling step: the wait is computed from the schedule, so a job starts within
-milliseconds of its due time.
+"""What a looping runner (runner.py) does between passes: it sleeps until the head of the
+schedule is due or an adder wakes it because it added a job due sooner, notes itself for
+`delayq status`, and waits out an outage. No fixed polling step: the wait is computed from the
+schedule, so a job starts within milliseconds of its due time.
 """
 
 from __future__ import annotations
@@ -9,18 +9,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 
-from ..config import Settings
 from ..store import leases
 from ..store.backend_errors import is_lock_conflict, is_outage, one_line
 from ..store.index import Index
 from ..store.table import Table
 from .interrupts import GracefulStop
 from .liveness import Liveness
-from .options import RunOptions
-from .report import OutcomeCallback, RunReport
-from .run import Run, outcome_word
+from .report import RunReport
 
 # Lease recovery and the orphan sweep need not run on every wake-up.
 SWEEP_EVERY = 5.0
@@ -38,82 +34,6 @@ OUTAGE_PAUSE_FIRST = 0.5
 OUTAGE_PAUSE_MAX = 30.0
 
 logger = logging.getLogger(__name__)
-
-
-def run(
-    settings: Settings,
-    table: Table,
-    index: Index,
-    options: RunOptions,
-    *,
-    now: float | None = None,
-    on_outcome: OutcomeCallback | None = None,
-    stop: GracefulStop | None = None,
-    liveness: Liveness | None = None,
-) -> RunReport:
-    """One pass over the options' queues (default: every queue the index knows), or with
-    `options.loop` a loop of passes; `liveness`: beats for a supervising parent."""
-    if options.loop:
-        return _run_loop(settings, table, index, options, on_outcome, stop, liveness)
-    clock = (lambda: now) if now is not None else index.clock.now
-    return Run(settings, table, index, options, clock, on_outcome, stop, liveness).execute()
-
-
-def _run_loop(
-    settings: Settings,
-    table: Table,
-    index: Index,
-    options: RunOptions,
-    on_outcome: OutcomeCallback | None,
-    stop: GracefulStop | None,
-    liveness: Liveness | None,
-) -> RunReport:
-    """Run passes until the options' duration has passed (None: until stopped), noting the
-    loop for `delayq status` as one run: when it started, when it last beat, its jobs."""
-    # Ask both servers once: one the loop cannot reach at its start is more likely a wrong URL
-    # than a restart, and is said at once (exit 1), as a one-shot run says it. A `--processes`
-    # child skips this: its parent asked before starting any, and a child started again while
-    # Redis restarts must wait it out, not die.
-    if liveness is None:
-        index.client.ping()
-        table.db.execute_sql("SELECT 1")
-    total = RunReport()
-    record = LoopRecord(index)
-    try:
-        deadline = None if options.duration is None else time.monotonic() + options.duration
-        last_sweep = float("-inf")
-        clock = index.clock.now
-        asked = options.applied_to(settings)
-        outage = Outage(stop, liveness, asked.lease + asked.grace)
-        while True:
-            remaining = float("inf") if deadline is None else deadline - time.monotonic()
-            if remaining <= 0 or (stop is not None and stop.requested):
-                break
-            sweep = outage.let_go(table, clock) or time.monotonic() - last_sweep >= SWEEP_EVERY
-            budget = replace(options, max_seconds=min(asked.max_seconds, remaining))
-            each = Run(settings, table, index, budget, clock, on_outcome, stop, liveness, sweep)
-            try:
-                report = each.execute()
-            except Exception as exc:
-                outage.wait_out(exc, remaining)  # re-raises what is not an outage
-                outage.held.append(each.token)
-                continue
-            outage.end()
-            if sweep:
-                last_sweep = time.monotonic()
-            total.merge(report)
-            record.beat(total)
-            if report.interrupted is not None or report.stuck:
-                break
-            if not report.stopped_early:
-                _sleep_until_due(index, options.queues, remaining)
-    except Exception as exc:
-        record.write(f"failed: {type(exc).__name__}", total)
-        raise
-    if stop is not None and stop.requested:
-        total.interrupted = stop.signum
-    record.write(outcome_word(total, loop=True), total)
-    return total
 
 
 class LoopRecord:
@@ -198,7 +118,7 @@ class Outage:
         self.pause, self.failed = OUTAGE_PAUSE_FIRST, 0
 
 
-def _sleep_until_due(index: Index, queues: Sequence[str] | None, remaining: float) -> None:
+def sleep_until_due(index: Index, queues: Sequence[str] | None, remaining: float) -> None:
     try:
         names = list(queues) if queues else index.registry.known_queues()
         heads = index.schedule.heads(names)

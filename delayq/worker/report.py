@@ -25,7 +25,8 @@ class RunReport:
     stopped_early: bool = False  # --limit or --max-seconds reached with jobs still due
     interrupted: int | None = None  # the signal that stopped the run, if one did
     stuck: int = 0  # handler threads stuck past their time limit when the run gave up
-    elapsed: float = 0.0
+    elapsed: float = 0.0  # busy: seconds spent in passes (a loop's sleeps left out)
+    wall: float = 0.0  # seconds from the run's start to its end, a loop's sleeps included
 
     @property
     def ran(self) -> int:

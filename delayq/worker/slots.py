@@ -1,5 +1,7 @@
-"""Many jobs in flight: a run's slots. A plain handler's call takes a thread; an `async def`
-handler's call is a task on the run's event loop, cancelled there at its time limit.
+"""Many jobs in flight: a runner's slots. A plain handler's call takes a thread; an `async def`
+handler's call is a task on the runner's event loop, cancelled there at its time limit. The
+slots and their threads live as long as the runner; each drain that uses them ends by
+`release`, so that nothing it started can land in the next.
 
 The main thread hands jobs to free slots and collects what they finished; the two sides
 share only the queue of finished calls and the table of calls in flight, behind one lock.
@@ -39,7 +41,7 @@ logger = logging.getLogger(__name__)
 GATHER_FROM = 64
 GATHER_FOR = 0.001
 
-Call = Callable[[ClaimedJob], Outcome]
+CallJob = Callable[[ClaimedJob], Outcome]
 # What a call that raised came to: an error raised into its thread outside the handler's call.
 Crashed = Callable[[ClaimedJob, BaseException, float], Outcome]
 # The job's call as a coroutine for the event loop, or None when it needs a thread.
@@ -53,6 +55,7 @@ class InFlight:
     job: ClaimedJob
     deadline: float  # monotonic
     started: float  # monotonic
+    drain: int  # the `Slots.drain` it was started in
     thread_id: int | None = None
     abandoned: bool = False
     task: asyncio.Task[Outcome] | None = None  # a call on the event loop, once started
@@ -65,7 +68,7 @@ class Slots:
     def __init__(
         self,
         size: int,
-        call: Call,
+        call: CallJob,
         crashed: Crashed,
         limit_of: Callable[[ClaimedJob], float],
         coroutine_for: CoroutineFor = lambda job: None,  # by default every call takes a thread
@@ -79,9 +82,10 @@ class Slots:
         self.loop_of = loop_of
         self._lock = threading.Lock()
         self._work: queue.SimpleQueue[InFlight | None] = queue.SimpleQueue()
-        # Finished calls, handed over a few at a time: each put may wake the main thread.
-        self._done: queue.SimpleQueue[list[Outcome]] = queue.SimpleQueue()
-        self._landed_calls: list[Outcome] = []  # tasks that ended in this turn of the loop
+        # Finished calls, each with the drain it was started in, handed over a few at a time:
+        # each put may wake the main thread.
+        self._done: queue.SimpleQueue[list[tuple[int, Outcome]]] = queue.SimpleQueue()
+        self._landed_calls: list[tuple[int, Outcome]] = []  # tasks ended in this turn of the loop
         self._in_flight: dict[int, InFlight] = {}  # by job id
         # Deadlines in flight, soonest first, asked for on every turn (with hundreds in flight
         # a scan cost real time); an entry of a call ended or given up on leaves at the top.
@@ -94,6 +98,7 @@ class Slots:
         self._thread_calls = 0
         # Calls started and neither collected nor given up on; only the main thread counts.
         self.busy = 0
+        self.drain = 0  # counts the drains served: a late outcome of an earlier one is dropped
 
     @property
     def stuck(self) -> int:
@@ -112,7 +117,7 @@ class Slots:
         tasks: list[tuple[InFlight, Coroutine[Any, Any, Outcome]]] = []
         queued = 0
         for job in jobs:
-            call = InFlight(job, now + self.limit_of(job), now)
+            call = InFlight(job, now + self.limit_of(job), now, self.drain)
             coroutine = self.coroutine_for(job)
             with self._lock:
                 self._in_flight[job.id] = call
@@ -154,7 +159,7 @@ class Slots:
             return
         if not self._landed_calls:  # the first this turn: hand them all over on the next
             task.get_loop().call_soon(self._hand_over_landed)
-        self._landed_calls.append(outcome)
+        self._landed_calls.append((call.drain, outcome))
 
     def _hand_over_landed(self) -> None:
         """On the loop's thread: the tasks that ended in one turn wake the main thread once."""
@@ -164,15 +169,28 @@ class Slots:
     def collect(self, timeout: float) -> list[Outcome]:
         """What slots finished, waiting up to `timeout` for the first; never a call given up
         on (its job was recorded as timed out)."""
-        finished: list[Outcome] = []
+        finished: list[tuple[int, Outcome]] = []
         with contextlib.suppress(queue.Empty):
             finished += self._done.get(timeout=max(timeout, 0.0))
             if self.busy - self._thread_calls >= GATHER_FROM:
                 time.sleep(GATHER_FOR)
             while True:
                 finished += self._done.get_nowait()
-        self.busy -= len(finished)
-        return finished
+        mine = [outcome for drain, outcome in finished if drain == self.drain]
+        for outcome in (outcome for drain, outcome in finished if drain != self.drain):
+            logger.error(
+                "job %d finished after its run stopped; its lease brings it back", outcome.id
+            )
+        self.busy -= len(mine)
+        return mine
+
+    def release(self) -> None:
+        """The drain is over (every call collected or given up on): what it started and
+        still lands is dropped, not handed to the next drain."""
+        if self.busy:
+            logger.error("%d calls were neither collected nor given up on", self.busy)
+        self.drain += 1
+        self.busy = 0
 
     def next_deadline(self) -> float | None:
         with self._lock:
@@ -295,8 +313,9 @@ class Slots:
             surplus = late and self._threads > max(self.size, self._thread_calls)
             if surplus:
                 self._threads -= 1
+            if not late:  # under the lock: `abandon_all` finds it either in flight or landed
+                self._done.put([(call.drain, outcome)])
         if not late:
-            self._done.put([outcome])
             return True
         logger.error("job %d finished after its time limit; its result is refused", call.job.id)
         return not surplus

@@ -1,0 +1,284 @@
+"""A runner: what lives as long as the process that runs jobs (a `delayq run`, one-shot or
+looping, each `--processes` child, a Queue that runs jobs), and the passes it makes.
+
+The Runner keeps what must outlive a pass: the Caller with the handlers it resolved and the
+event loop of async handlers (so a client a handler keeps between calls stays usable), the
+failure hooks and their cap, the heartbeat, bookkeeping and slot threads. A pass (passes.py)
+is small: a lease token, a deadline, limits and a report; each queue's turn is a drain
+(drains.py), which hands back what it did.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+from ..config import Settings
+from ..store.index import Index
+from ..store.table import Table
+from . import interrupts, recovery
+from .bookkeeper import Bookkeeper
+from .calls import Caller
+from .concurrent import ConcurrentDrain
+from .drains import Drain, SequentialDrain, Turn
+from .failovers import reindex_after_failover
+from .heartbeat import Heartbeat
+from .hooks import load_reporters
+from .interrupts import Abandoned, GracefulStop, grace_on_alarm
+from .liveness import Liveness
+from .looping import SWEEP_EVERY, LoopRecord, Outage, sleep_until_due
+from .options import RunOptions
+from .passes import Pass, outcome_word
+from .report import OutcomeCallback, RunReport
+from .slots import Slots
+
+logger = logging.getLogger(__name__)
+
+
+class Runner:
+    """Runs passes over due jobs for as long as it lives; `close` ends it."""
+
+    def __init__(self, settings: Settings, table: Table, index: Index) -> None:
+        self.settings = settings
+        self.table = table
+        self.index = index
+        # Before any claim: a bad hook runs no job.
+        self.caller = Caller(settings, load_reporters(settings))
+        self.heartbeat = Heartbeat(table, settings.lease)  # started by the first pass
+        self._bookkeeper: Bookkeeper | None = None  # started when a drain first asks
+        self._slots: Slots | None = None  # made when a pass first runs jobs concurrently
+        self.passes = 0
+
+    def run(
+        self,
+        options: RunOptions,
+        *,
+        now: float | None = None,
+        on_outcome: OutcomeCallback | None = None,
+        stop: GracefulStop | None = None,
+        liveness: Liveness | None = None,
+    ) -> RunReport:
+        """One pass over the options' queues (default: every queue the index knows), at
+        `now` if given, or with `options.loop` a loop of passes; `liveness`: beats for a
+        supervising parent."""
+        if options.loop:
+            return self._loop(options, on_outcome, stop, liveness)
+        clock = (lambda: now) if now is not None else self.index.clock.now
+        each = self._new_pass(options, clock, stop, liveness)
+        return self._execute(each, on_outcome, record=True)
+
+    def close(self) -> None:
+        """End the runner: its threads, then the handlers' `on_shutdown` functions and their
+        event loop, if it ran a pass."""
+        if self._slots is not None:
+            self._slots.close()
+        self._close_bookkeeper()
+        self.heartbeat.stop()
+        if self.passes:
+            self.caller.close()
+
+    # The loop.
+
+    def _loop(
+        self,
+        options: RunOptions,
+        on_outcome: OutcomeCallback | None,
+        stop: GracefulStop | None,
+        liveness: Liveness | None,
+    ) -> RunReport:
+        """Run passes until the options' duration has passed (None: until stopped), noting the
+        loop for `delayq status` as one run: when it started, when it last beat, its jobs."""
+        # Ask both servers once: one the loop cannot reach at its start is more likely a wrong
+        # URL than a restart, and is said at once (exit 1), as a one-shot run says it. A
+        # `--processes` child skips this: its parent asked before starting any, and a child
+        # started again while Redis restarts must wait it out, not die.
+        if liveness is None:
+            self.index.client.ping()
+            self.table.db.execute_sql("SELECT 1")
+        total = RunReport()
+        record = LoopRecord(self.index)
+        started_at = time.monotonic()
+        try:
+            deadline = None if options.duration is None else started_at + options.duration
+            last_sweep = float("-inf")
+            asked = options.applied_to(self.settings)
+            outage = Outage(stop, liveness, asked.lease + asked.grace)
+            while True:
+                remaining = float("inf") if deadline is None else deadline - time.monotonic()
+                if remaining <= 0 or (stop is not None and stop.requested):
+                    break
+                swept = outage.let_go(self.table, self.index.clock.now)
+                sweep = swept or time.monotonic() - last_sweep >= SWEEP_EVERY
+                budget = replace(options, max_seconds=min(asked.max_seconds, remaining))
+                each = self._new_pass(budget, self.index.clock.now, stop, liveness)
+                try:
+                    report = self._execute(each, on_outcome, record=False, sweep=sweep)
+                except Exception as exc:
+                    outage.wait_out(exc, remaining)  # re-raises what is not an outage
+                    outage.held.append(each.token)
+                    continue
+                outage.end()
+                if sweep:
+                    last_sweep = time.monotonic()
+                total.merge(report)
+                total.wall = time.monotonic() - started_at
+                record.beat(total)
+                if report.interrupted is not None or report.stuck:
+                    break
+                if not report.stopped_early:
+                    sleep_until_due(self.index, options.queues, remaining)
+        except Exception as exc:
+            record.write(f"failed: {type(exc).__name__}", total)
+            raise
+        if stop is not None and stop.requested:
+            total.interrupted = stop.signum
+        total.wall = time.monotonic() - started_at
+        record.write(outcome_word(total, loop=True), total)
+        return total
+
+    # A pass.
+
+    def _new_pass(
+        self,
+        options: RunOptions,
+        clock: Callable[[], float],
+        stop: GracefulStop | None,
+        liveness: Liveness | None,
+    ) -> Pass:
+        return Pass(
+            self.settings, self.table, self.index, options, clock, self.bookkeeper, stop, liveness
+        )
+
+    def _execute(
+        self,
+        each: Pass,
+        on_outcome: OutcomeCallback | None,
+        record: bool,
+        sweep: bool = True,  # recover leases and re-index orphans before claiming
+    ) -> RunReport:
+        """Run the pass and return its report; with `record`, note it for `delayq status` (a
+        loop notes itself instead, as one run: its last pass's budget is no limit it was
+        given)."""
+        self.passes += 1
+        started_at = each.clock()
+        each.show_progress()
+        try:
+            self._serve(each, on_outcome, sweep)
+        except Exception as exc:
+            self._close_bookkeeper()  # its connection may be what failed: a fresh one next
+            if record:
+                self._record(each, started_at, f"failed: {type(exc).__name__}")
+            raise
+        if each.stop is not None and each.stop.requested:
+            each.report.interrupted = each.stop.signum
+        each.report.wall = each.report.elapsed
+        if record:
+            self._record(each, started_at, outcome_word(each.report))
+        return each.report
+
+    def _serve(self, each: Pass, on_outcome: OutcomeCallback | None, sweep: bool) -> None:
+        # A reading of Redis's clock falls due once a minute; the heartbeat must not wait on
+        # it: a host cut off from Redis only lost its running job when one did (a run at a
+        # given `now` keeps that clock).
+        index = self.index
+        beat_clock = index.clock.known if each.clock == index.clock.now else each.clock
+        self.heartbeat.start()
+        try:
+            # SIGALRM reaches only the main thread: with many in flight, slots enforce time
+            # limits from outside instead.
+            with (
+                interrupts.time_limits() as enabled,
+                self.heartbeat.watching(each.token, beat_clock, each.deadline),
+            ):
+                alarms = enabled and each.settings.concurrency == 1
+                grace = grace_on_alarm(each.stop if alarms else None, each.settings.grace)
+                with self.caller.serving(each.clock, alarms, on_outcome), grace:
+                    self._sweep_and_drain(each, sweep)
+        except Abandoned:  # between two drains: no job was running
+            logger.warning("a second stop signal: no job was running; the run stops")
+        finally:
+            each.report.elapsed = time.monotonic() - each.started_at
+
+    def _sweep_and_drain(self, each: Pass, sweep: bool) -> None:
+        """Settle dead runs' jobs, then serve the queues in turn, each its weight in batches a
+        turn, so a backlog in one delays another queue's due jobs by about one batch, not by
+        the whole backlog."""
+        table, index, report = self.table, self.index, each.report
+        report.reindexed += recovery.ensure_index(table, index, each.show_progress)
+        # On every pass, not only with the sweep: a committed job is due to start within 1 s.
+        recovery.index_committed(table, index, each.clock())
+        names = list(each.options.queues) or index.registry.known_queues()
+        for queue in names if sweep else ():  # recover leases, re-index orphans
+            now = each.clock()
+            recovered = recovery.recover_leases(table, index, queue, now)
+            report.recovered += recovered.requeued + recovered.journaled
+            report.failed += recovered.poisoned
+            report.reindexed += reindex_after_failover(table, index, queue, now)
+            report.reindexed += recovery.reindex_orphans(table, index, queue, now)
+        while names and not each.must_stop():  # the queues that may have more
+            names = [queue for queue in names if self._take_turn(each, queue, len(names))]
+
+    def _take_turn(self, each: Pass, queue: str, queues_left: int) -> bool:
+        """Drain `queue` for one turn (all of it when no other queue waits); whether it
+        stopped because its turn was over, so it may have more."""
+        batch_size = each.settings.batch_size
+        left = None if queues_left == 1 else each.options.weights.get(queue, 1) * batch_size
+        turn = Turn(queue, batch_size, left, each.may_start())
+        drain: Drain
+        if each.settings.concurrency > 1:
+            drain = ConcurrentDrain(each, turn, self.caller, self.slots(each.settings.concurrency))
+        else:
+            drain = SequentialDrain(each, turn, self.caller)
+        turn = drain.drain()
+        each.calls += turn.calls
+        stopped_early = each.report.stopped_early or turn.report.stopped_early
+        each.report.merge(turn.report)
+        each.report.stopped_early = stopped_early
+        if turn.abandoned is not None:  # the stop was asked for already: no turn follows
+            logger.warning("a second stop signal: %s", _handed_back(turn.abandoned))
+        return turn.over()
+
+    def _record(self, each: Pass, started_at: float, outcome: str) -> None:
+        try:
+            elapsed = each.report.elapsed
+            self.index.registry.record_run(started_at, elapsed, outcome, each.report.ran)
+        except Exception as exc:  # noqa: BLE001 - a run is not failed by its own bookkeeping
+            logger.warning("could not record the run for `delayq status`: %s", exc)
+
+    # What outlives a pass, started on first use.
+
+    def bookkeeper(self) -> Bookkeeper:
+        """The runner's bookkeeping thread, started on first use."""
+        if self._bookkeeper is None:
+            self._bookkeeper = Bookkeeper(self.table)
+        return self._bookkeeper
+
+    def slots(self, size: int) -> Slots:
+        """The runner's `size` slots; a pass asking for another number gets fresh ones."""
+        if self._slots is None or self._slots.size != size:
+            if self._slots is not None:
+                self._slots.close()
+            caller = self.caller
+            self._slots = Slots(
+                size,
+                caller.execute,
+                caller.crashed,
+                caller.limit_of,
+                caller.coroutine_for,
+                caller.event_loop,
+            )
+        return self._slots
+
+    def _close_bookkeeper(self) -> None:
+        if self._bookkeeper is not None:
+            self._bookkeeper.close()
+            self._bookkeeper = None
+
+
+def _handed_back(count: int) -> str:
+    if not count:
+        return "no job was running; the run stops"
+    jobs = "job that had not finished is" if count == 1 else "jobs that had not finished are"
+    return f"{count} {jobs} back on the schedule; the run stops"
