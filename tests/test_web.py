@@ -634,3 +634,31 @@ def test_the_overviews_index_only_figures_match_status(queue, log):
             assert getattr(live.queues[name], field) == getattr(stats, field), (name, field)
     assert sum(stats.failed_last_hour for stats in live.queues.values()) >= 1
     assert sum(stats.pending_due for stats in live.queues.values()) >= 1
+
+
+def upcoming_rows(page: str) -> dict[int, str]:
+    """{job id: its row's HTML} of the overview's "Up next" table."""
+    table = re.search(r'<table id="upcoming">(.*?)</table>', page, re.S)
+    assert table, page
+    return {
+        int(job_id): row
+        for job_id, row in re.findall(r'<tr data-job="(\d+)">(.*?)</tr>', table.group(1), re.S)
+    }
+
+
+def test_up_next_names_each_handler_and_says_how_late_an_overdue_job_is(queue, log):
+    now = time.time()
+    overdue = queue.add(H, "record", {"log": log}, queue="mail", delay=0, now=now - 600)
+    later = queue.add(H, "fail", {"log": log}, queue="mail", delay=3600)
+    broken = queue.add(H, "record", {"log": log}, queue="mail", delay=1800)
+    Job.update(params="not json").where(Job.id == broken).execute()
+
+    rows = upcoming_rows(client_of(queue).get("/").text)
+
+    assert set(rows) == {overdue, later, broken}
+    assert re.search(r'class="handler">tests\.sample_handlers\.jobs\.record<', rows[overdue])
+    assert re.search(r'class="handler">tests\.sample_handlers\.jobs\.fail<', rows[later])
+    assert re.search(r'class="handler">unreadable<', rows[broken])
+    # 600 s before the page asked, plus the moments the test took: "late by 10.0m" or so.
+    assert re.search(r'class="late">late by 10\.[0-9]m<', rows[overdue]), rows[overdue]
+    assert 'class="late"' not in rows[later] + rows[broken]
