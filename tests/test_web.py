@@ -628,9 +628,9 @@ def test_the_overviews_index_only_figures_match_status(queue, log):
     full = queue.status(now=now)
 
     live = status_report(queue.table, queue.index, now, LIVE_STATUSES)
-    fields = ("pending", "pending_due", "running", "failed", "failed_last_hour", "oldest_due_id")
+    fields = ("pending", "pending_due", "running", "failed", "failed_last_hour", "failed_retried")
     for name, stats in full.queues.items():
-        for field in (*fields, "next_due_at", "scheduled"):
+        for field in (*fields, "oldest_due_id", "next_due_at", "scheduled"):
             assert getattr(live.queues[name], field) == getattr(stats, field), (name, field)
     assert sum(stats.failed_last_hour for stats in live.queues.values()) >= 1
     assert sum(stats.pending_due for stats in live.queues.values()) >= 1
@@ -662,3 +662,20 @@ def test_up_next_names_each_handler_and_says_how_late_an_overdue_job_is(queue, l
     # 600 s before the page asked, plus the moments the test took: "late by 10.0m" or so.
     assert re.search(r'class="late">late by 10\.[0-9]m<', rows[overdue]), rows[overdue]
     assert 'class="late"' not in rows[later] + rows[broken]
+
+
+def test_the_overview_splits_failures_into_retried_and_failed_for_good_as_status_does(queue, log):
+    failed_job(queue, log, n="1")  # given a retry: its chain goes on
+    failed_job(queue, log, n="2")
+    failed_for_good(queue, log, n="3")  # NoRetry: its chain ends here
+    stats = queue.status().queues["default"]
+
+    page = client_of(queue).get("/").text
+
+    row = re.search(r'<tr data-queue="default">(.*?)</tr>', page, re.S)
+    assert row, page
+    assert (stats.failed_retried, stats.failed_terminal) == (2, 1)
+    assert re.search(r'class="n failed-retried">2<', row.group(1)), row.group(1)
+    assert re.search(r'class="n failed-terminal">1<', row.group(1)), row.group(1)
+    assert re.search(r"<th[^>]*>Failed for good</th>", page)
+    assert not re.search(r"<th[^>]*>Failed</th>", page)  # no total that mixes the two
