@@ -132,6 +132,28 @@ def test_delayq_metrics_prints_the_exposition_or_writes_the_file(queue, cli_env,
     assert "delayq_last_run_jobs" not in printed.stdout  # no run of its own to report
 
 
+def test_delayq_metrics_says_when_the_last_recorded_run_ended(queue, cli_env, log, tmp_path):
+    # A cron'd `delayq metrics --file` is the only writer of the file in that setup: the
+    # DelayqRunOverdue alert needs the time `delayq status` reads from Redis, from it too.
+    never = invoke(cli_env, "metrics")
+    queue.add(H, "record", {"log": log})
+    assert delayq(cli_env, "run").returncode == 0
+    last = queue.status().last_run
+    path = tmp_path / "delayq.prom"
+
+    printed = invoke(cli_env, "metrics")
+    written = invoke(cli_env, "metrics", "--file", str(path))
+
+    assert (never.exit_code, printed.exit_code, written.exit_code) == (0, 0, 0)
+    # No run recorded: no series, so that the alert's absent() fires rather than a made-up 0.
+    assert "delayq_last_run_timestamp_seconds" not in never.stdout
+    assert last is not None and last.finished_at is not None
+    for text in (printed.stdout, path.read_text()):
+        found, types = parse(text)
+        assert found[("delayq_last_run_timestamp_seconds", ())] == last.finished_at
+        assert types["delayq_last_run_timestamp_seconds"] == "gauge"
+
+
 @pytest.mark.parametrize("where", ["missing/x.prom", "a-directory", "nul\0.prom"])
 def test_metrics_to_an_unwritable_file_is_one_line_and_exit_2(queue, cli_env, tmp_path, where):
     (tmp_path / "a-directory").mkdir()

@@ -24,7 +24,7 @@ from starlette.testclient import TestClient  # noqa: E402
 from delayq.ops.overview import JobFilter  # noqa: E402
 from delayq.store.table import Job, Status, utc_stamp  # noqa: E402
 from delayq.web import create_app  # noqa: E402
-from delayq.web.charts import HEIGHT, Bin, lateness_chart  # noqa: E402
+from delayq.web.charts import HEIGHT, WIDTH, Bin, lateness_chart, throughput_chart, time_axis  # noqa: E402
 from delayq.web.rendering import SUMMARY_CHARS  # noqa: E402
 from delayq.web.security import CONTENT_SECURITY_POLICY  # noqa: E402
 from delayq.web.throttle import FAILURES, MAX_ADDRESSES, WINDOW, LoginThrottle  # noqa: E402
@@ -588,14 +588,55 @@ def test_the_charts_draw_what_the_last_runs_did_from_the_per_minute_aggregates(q
 
     for window, bins in (("hour", 60), ("day", 48)):
         page = client.get("/", params={"window": window}).text
-        bars = re.findall(r'<rect class="bar" [^>]*><title>([^<]*)</title>', page)
-        assert len(bars) == bins, window
-        busy = [bar for bar in bars if not bar.endswith(": 0 finished, 0 failed")]
-        assert len(busy) == 1 and busy[0].endswith(" UTC: 4 finished, 1 failed"), busy
+        throughput = re.search(r'<figure id="throughput">(.*?)</figure>', page, re.S)
+        assert throughput, page
+        shown = throughput.group(1)
+        columns = re.findall(r'<g class="column"><title>([^<]*)</title>(.*?)</g>', shown, re.S)
+        assert len(columns) == bins, window
+        busy = [(label, parts) for label, parts in columns if " 0 finished" not in label]
+        assert len(busy) == 1 and busy[0][0].endswith(" UTC: 4 finished, 3 succeeded, 1 failed")
+        # Stacked: failures drawn on top of successes, a quarter of the column's height.
+        heights = dict(
+            re.findall(r'<rect class="(succeeded|failed)" [^>]*height="([0-9.]+)"', busy[0][1])
+        )
+        assert float(heights["failed"]) * 3 == pytest.approx(float(heights["succeeded"]), abs=0.2)
+        legend = re.search(r"<figcaption>(.*?)</figcaption>", throughput.group(1), re.S)
+        assert legend and re.search(r'class="key succeeded">succeeded<', legend.group(1))
+        assert re.search(r'class="key failed">failed<', legend.group(1)), legend.group(1)
+        # A time axis under both charts: round times of day, UTC, as the tooltips say.
+        for figure in ("throughput", "lateness"):
+            chart = re.search(rf'<figure id="{figure}">(.*?)</figure>', page, re.S)
+            assert chart and len(re.findall(r"<text [^>]*>\d\d:\d0</text>", chart.group(1))) >= 4
         assert re.search(r'<polyline class="p99" points="[0-9.]+,[0-9.]+"', page), window
         row = re.search(r'<tr data-queue="mail">(.*?)</tr>', page, re.S)
         assert row and re.search(r'class="n p99">[0-9.]+(ms|s|m|h)<', row.group(1)), window
     assert client.get("/", params={"window": "week"}).status_code == 400
+
+
+def test_the_time_axis_marks_round_times_where_they_fall_in_the_window():
+    # An hour of minute bins from 08:03 UTC: ticks every 10 minutes, 08:10 at the 7th minute.
+    start = 1_800_000_000.0 // 3600 * 3600 + 3 * 60
+    hour = [Bin(start + 60 * n, 0, 0, None, None) for n in range(60)]
+    day = [Bin(start + 1800 * n, 0, 0, None, None) for n in range(48)]
+
+    ticks = time_axis(hour, "hour")
+    assert [tick.label for tick in ticks] == ["08:10", "08:20", "08:30", "08:40", "08:50", "09:00"]
+    assert [tick.x for tick in ticks] == [70.0, 170.0, 270.0, 370.0, 470.0, 570.0]
+    labels = [tick.label for tick in time_axis(day, "day")]
+    assert labels == ["09:00", "12:00", "15:00", "18:00", "21:00", "00:00", "03:00", "06:00"]
+    assert all(0 <= tick.x <= WIDTH for tick in time_axis(day, "day"))
+    assert time_axis([], "hour") == []
+
+
+def test_throughput_stacks_failures_on_successes():
+    chart = throughput_chart([Bin(0.0, 4, 1, None, None), Bin(60.0, 2, 2, None, None)])
+
+    first, second = ({part.kind: part for part in column.parts} for column in chart.columns)
+    assert chart.top == 4.0
+    assert (first["succeeded"].height, first["failed"].height) == (90.0, 30.0)
+    assert first["failed"].y + first["failed"].height == first["succeeded"].y  # on top
+    assert (second["succeeded"].height, second["failed"].height) == (0.0, 60.0)
+    assert second["failed"].y == HEIGHT - 60.0
 
 
 def test_a_lateness_line_at_the_top_of_its_chart_is_drawn_at_zero_not_minus_zero():
@@ -628,9 +669,54 @@ def test_the_overviews_index_only_figures_match_status(queue, log):
     full = queue.status(now=now)
 
     live = status_report(queue.table, queue.index, now, LIVE_STATUSES)
-    fields = ("pending", "pending_due", "running", "failed", "failed_last_hour", "oldest_due_id")
+    fields = ("pending", "pending_due", "running", "failed", "failed_last_hour", "failed_retried")
     for name, stats in full.queues.items():
-        for field in (*fields, "next_due_at", "scheduled"):
+        for field in (*fields, "oldest_due_id", "next_due_at", "scheduled"):
             assert getattr(live.queues[name], field) == getattr(stats, field), (name, field)
     assert sum(stats.failed_last_hour for stats in live.queues.values()) >= 1
     assert sum(stats.pending_due for stats in live.queues.values()) >= 1
+
+
+def upcoming_rows(page: str) -> dict[int, str]:
+    """{job id: its row's HTML} of the overview's "Up next" table."""
+    table = re.search(r'<table id="upcoming">(.*?)</table>', page, re.S)
+    assert table, page
+    return {
+        int(job_id): row
+        for job_id, row in re.findall(r'<tr data-job="(\d+)">(.*?)</tr>', table.group(1), re.S)
+    }
+
+
+def test_up_next_names_each_handler_and_says_how_late_an_overdue_job_is(queue, log):
+    now = time.time()
+    overdue = queue.add(H, "record", {"log": log}, queue="mail", delay=0, now=now - 600)
+    later = queue.add(H, "fail", {"log": log}, queue="mail", delay=3600)
+    broken = queue.add(H, "record", {"log": log}, queue="mail", delay=1800)
+    Job.update(params="not json").where(Job.id == broken).execute()
+
+    rows = upcoming_rows(client_of(queue).get("/").text)
+
+    assert set(rows) == {overdue, later, broken}
+    assert re.search(r'class="handler">tests\.sample_handlers\.jobs\.record<', rows[overdue])
+    assert re.search(r'class="handler">tests\.sample_handlers\.jobs\.fail<', rows[later])
+    assert re.search(r'class="handler">unreadable<', rows[broken])
+    # 600 s before the page asked, plus the moments the test took: "late by 10.0m" or so.
+    assert re.search(r'class="late">late by 10\.[0-9]m<', rows[overdue]), rows[overdue]
+    assert 'class="late"' not in rows[later] + rows[broken]
+
+
+def test_the_overview_splits_failures_into_retried_and_failed_for_good_as_status_does(queue, log):
+    failed_job(queue, log, n="1")  # given a retry: its chain goes on
+    failed_job(queue, log, n="2")
+    failed_for_good(queue, log, n="3")  # NoRetry: its chain ends here
+    stats = queue.status().queues["default"]
+
+    page = client_of(queue).get("/").text
+
+    row = re.search(r'<tr data-queue="default">(.*?)</tr>', page, re.S)
+    assert row, page
+    assert (stats.failed_retried, stats.failed_terminal) == (2, 1)
+    assert re.search(r'class="n failed-retried">2<', row.group(1)), row.group(1)
+    assert re.search(r'class="n failed-terminal">1<', row.group(1)), row.group(1)
+    assert re.search(r"<th[^>]*>Failed for good</th>", page)
+    assert not re.search(r"<th[^>]*>Failed</th>", page)  # no total that mixes the two

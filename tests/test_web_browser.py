@@ -9,8 +9,10 @@ prove the page works in one. Screenshots go to tests/screenshots/ (not committed
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import shutil
 import socket
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -277,3 +279,62 @@ def test_the_overview_refreshes_itself_and_cancel_asks_first(queue, cli_env, log
     wait_for(lambda: answer_cancel(accept=True), 20, "the confirmation, accepted")
     wait_for(lambda: text_of("#status") == "cancelled", 20, "the cancelled job's page")
     assert queue.show(job_id)["status"] == "cancelled"
+
+
+# Measured in the page in one script, so that a refresh of the live part cannot come between.
+MEASURE_CHART = """
+const figure = document.getElementById("throughput");
+if (!figure) return null;
+const box = (el) => { const r = el.getBoundingClientRect();
+  return {left: r.left, right: r.right, top: r.top, bottom: r.bottom, height: r.height}; };
+const colour = (el, pseudo, property) => getComputedStyle(el, pseudo)[property];
+return {
+  figure: box(figure),
+  svg: box(figure.querySelector("svg")),
+  ticks: [...figure.querySelectorAll("g.axis text")].map((t) => ({text: t.textContent, ...box(t)})),
+  failed: [...figure.querySelectorAll("rect.failed")].map((r) => box(r).height),
+  succeeded: [...figure.querySelectorAll("rect.succeeded")].map((r) => box(r).height),
+  keys: Object.fromEntries([...figure.querySelectorAll(".key")].map((k) =>
+    [k.textContent, colour(k, "::before", "backgroundColor")])),
+  late: [...document.querySelectorAll("#upcoming .late")].map((span) => span.innerText),
+  fills: Object.fromEntries(["succeeded", "failed"].map((kind) => {
+    const rect = figure.querySelector(`rect.${kind}`);
+    return [kind, rect && colour(rect, null, "fill")];
+  })),
+};
+"""
+
+
+def test_the_throughput_chart_has_a_time_axis_and_a_legend_in_a_real_browser(
+    queue, cli_env, log, browser, request
+):
+    for n in range(3):
+        queue.add(H, "record", {"log": log, "n": n}, queue="mail")
+    queue.add(H, "fail_for_good", {"log": log}, queue="mail")
+    queue.run()
+    # And for "Up next" in the screenshot: a job 10 minutes late, one due in an hour.
+    queue.add(H, "record", {"log": log}, queue="mail", delay=0, now=time.time() - 600)
+    queue.add(H, "fail", {"log": log}, queue="mail", delay=3600)
+    url = serve(cli_env)
+    shot = request.node.name.replace("[", "-").rstrip("]")
+
+    browser.get(url + "/")
+    wait_for(lambda: browser.execute_script(MEASURE_CHART) is not None, 20, "the chart")
+    chart = browser.execute_script(MEASURE_CHART)
+    browser.save_screenshot(str(SCREENSHOTS / f"{shot}-overview.png"))
+
+    # A time axis: round times of day, each readable and inside the chart, none overlapping.
+    ticks = chart["ticks"]
+    assert len(ticks) == 6 and all(len(tick["text"]) == 5 for tick in ticks), ticks
+    for tick in ticks:
+        assert tick["height"] >= 9, tick  # not squeezed into illegibility
+        assert chart["figure"]["left"] <= tick["left"] and tick["right"] <= chart["figure"]["right"]
+        assert chart["svg"]["top"] <= tick["top"] and tick["bottom"] <= chart["svg"]["bottom"]
+    for left, right in itertools.pairwise(ticks):
+        assert left["right"] < right["left"], (left, right)
+    # Failures drawn, in the colour the legend gives them, apart from the successes'.
+    assert max(chart["failed"]) > 5 and max(chart["succeeded"]) > 5, chart
+    assert chart["keys"]["failed"] == chart["fills"]["failed"]
+    assert chart["keys"]["succeeded"] == chart["fills"]["succeeded"]
+    assert chart["fills"]["failed"] != chart["fills"]["succeeded"]
+    assert [text[: len("late by 10.")] for text in chart["late"]] == ["late by 10."], chart

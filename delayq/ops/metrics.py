@@ -1,5 +1,6 @@
 """Prometheus text exposition, and the metric names: counters and histograms that every run
-adds to in Redis (store/tallies.py), the queues' gauges, and the last run's own figures. It
+adds to in Redis (store/tallies.py), the queues' gauges, and the last run's own figures (or,
+outside a run, when the last recorded run ended: what DelayqRunOverdue watches). It
 reads only what stays cheap at any table size: the tallies' hashes, ZCARD/ZCOUNT/the head of
 each schedule, and the running rows through the status index — never a GROUP BY over the
 whole table. Writing the file is textfile.py's."""
@@ -19,6 +20,7 @@ from ..store.index import Index
 from ..store.table import Table
 from ..store.tallies import DURATION_BOUNDS, LATENESS_BOUNDS, OUTCOMES, SEPARATOR, bucket_field
 from ..worker.report import RunReport
+from .overview import read_last_run
 
 LABELS = ["queue", "handler"]
 RUN_OUTCOMES = ("claimed", "succeeded", "failed", "retried", "missed")
@@ -44,8 +46,7 @@ def exposition(table: Table, index: Index, now: float, report: RunReport | None 
     """The whole exposition, in the text format."""
     names = index.registry.known_queues()
     families = [*_tallies(index.tallies.counters(names)), *_queues(table, index, names, now)]
-    if report is not None:
-        families += _last_run(report, now)
+    families += _recorded_run(index) if report is None else _last_run(report, now)
     return generate_latest(_Families(families))
 
 
@@ -117,5 +118,21 @@ def _last_run(report: RunReport, now: float) -> list[GaugeMetricFamily]:
         GaugeMetricFamily(
             "delayq_last_run_duration_seconds", "How long the last run took.", report.elapsed
         ),
-        GaugeMetricFamily("delayq_last_run_timestamp_seconds", "When the last run ended.", now),
+        _run_ended(now),
     ]
+
+
+def _recorded_run(index: Index) -> list[GaugeMetricFamily]:
+    """When the last run recorded in Redis ended, as `delayq status` reads it, for a file that
+    `delayq metrics --file` writes from cron; nothing when no run has recorded itself, so that
+    an alert's absent() says so rather than a made-up time."""
+    last = read_last_run(index.registry)
+    if last is None or last.finished_at is None:
+        return []
+    return [_run_ended(last.finished_at)]
+
+
+def _run_ended(at: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(
+        "delayq_last_run_timestamp_seconds", "When the last run ended (a loop: its last beat).", at
+    )

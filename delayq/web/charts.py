@@ -1,17 +1,22 @@
-"""The overview's charts: jobs finished and their lateness (p50, p99) over the last hour (60
-bins of a minute) or day (48 of half an hour), drawn as SVG on the server from the per-minute
-aggregates. Classes give the colours, no style attribute, so the page's CSP holds."""
+"""The overview's charts: jobs finished (succeeded and failed, stacked) and their lateness
+(p50, p99) over the last hour (60 bins of a minute) or day (48 of half an hour), on one time
+axis, drawn as SVG on the server from the per-minute aggregates. Classes give the colours, no
+style attribute, so the page's CSP holds."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from ..ops.minutes import Minute, merge
 
 WINDOWS = {"hour": (60, 1), "day": (1440, 30)}  # name: (minutes read, minutes per bin)
+TICKS = {"hour": 600, "day": 3 * 3600}  # seconds between the time axis's marks
 WIDTH = 600.0
 HEIGHT = 120.0
+AXIS = 18.0  # below the HEIGHT of bars: the time axis's labels
+EDGE = 16.0  # a tick this near an end has its text start or end there, not centred
 
 
 @dataclass(frozen=True)
@@ -26,19 +31,39 @@ class Bin:
 
 
 @dataclass(frozen=True)
-class Bar:
-    x: float
+class Part:
+    """One rectangle of a column, its class the colour: succeeded, failed, or hover."""
+
+    kind: str
     y: float
-    width: float
     height: float
+
+
+@dataclass(frozen=True)
+class Column:
+    """One bin's place on a chart, with its tooltip and its rectangles."""
+
+    x: float
+    width: float
     label: str
+    parts: tuple[Part, ...]
+
+
+@dataclass(frozen=True)
+class Tick:
+    """A round time of day on the time axis, where it falls; its text anchored so that it
+    stays inside the chart at either end."""
+
+    x: float
+    label: str
+    anchor: str = "middle"
 
 
 @dataclass(frozen=True)
 class Chart:
     """One chart's shapes in a WIDTH × HEIGHT box, and its largest value for the axis."""
 
-    bars: list[Bar]
+    columns: list[Column]
     lines: dict[str, str]  # class: SVG polyline points
     top: float
 
@@ -67,20 +92,27 @@ def bins_of(read: list[Minute], window: str) -> list[Bin]:
 
 
 def throughput_chart(bins: list[Bin]) -> Chart:
-    """A bar per bin, as tall as the jobs that finished in it."""
+    """A column per bin, as tall as the jobs that finished in it: those that failed (retried
+    or not) stacked on those that succeeded."""
     top = float(max((item.finished for item in bins), default=0)) or 1.0
     step = WIDTH / max(len(bins), 1)
-    bars = [
-        Bar(
-            x=round(index * step, 1),
-            y=round(HEIGHT - HEIGHT * item.finished / top, 1),
-            width=round(max(step - 1, 1), 1),
-            height=round(HEIGHT * item.finished / top, 1),
-            label=f"{_label(item.start)}: {item.finished} finished, {item.failed} failed",
+    columns = []
+    for index, item in enumerate(bins):
+        succeeded = round(HEIGHT * (item.finished - item.failed) / top, 1)
+        failed = round(round(HEIGHT * item.finished / top, 1) - succeeded, 1)
+        columns.append(
+            Column(
+                x=round(index * step, 1),
+                width=round(max(step - 1, 1), 1),
+                label=f"{_label(item.start)}: {item.finished} finished,"
+                f" {item.finished - item.failed} succeeded, {item.failed} failed",
+                parts=(
+                    Part("succeeded", round(HEIGHT - succeeded, 1), succeeded),
+                    Part("failed", round(HEIGHT - succeeded - failed, 1), failed),
+                ),
+            )
         )
-        for index, item in enumerate(bins)
-    ]
-    return Chart(bars, {}, top)
+    return Chart(columns, {}, top)
 
 
 def lateness_chart(bins: list[Bin]) -> Chart:
@@ -96,18 +128,34 @@ def lateness_chart(bins: list[Bin]) -> Chart:
         )
         for name in ("p50", "p99")
     }
-    bars = [
-        Bar(
+    columns = [
+        Column(
             x=round(index * step, 1),
-            y=0.0,
             width=round(max(step, 1), 1),
-            height=HEIGHT,
             label=f"{_label(item.start)}: p50 {_ms(item.p50)}, p99 {_ms(item.p99)}",
+            parts=(Part("hover", 0.0, HEIGHT),),
         )
         for index, item in enumerate(bins)
         if item.p99 is not None
     ]
-    return Chart(bars, lines, top)
+    return Chart(columns, lines, top)
+
+
+def time_axis(bins: list[Bin], window: str) -> list[Tick]:
+    """The round times of day (every 10 minutes over an hour, 3 hours over a day) between the
+    first bin's start and the last one's end, placed where the charts draw that time."""
+    if not bins:
+        return []
+    start, every = bins[0].start, TICKS[window]
+    span = 60 * WINDOWS[window][1] * len(bins)
+    ticks = []
+    at = math.ceil(start / every) * every
+    while at < start + span:
+        x = round((at - start) / span * WIDTH, 1)
+        anchor = "start" if x < EDGE else "end" if x > WIDTH - EDGE else "middle"
+        ticks.append(Tick(x, _label(at).removesuffix(" UTC"), anchor))
+        at += every
+    return ticks
 
 
 def _quantiles(total: Minute) -> tuple[float | None, ...]:

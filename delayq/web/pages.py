@@ -50,6 +50,7 @@ def overview(request: Request) -> Response:
         lateness=charts.lateness_by_queue(read, report.now - 3600),
         throughput=charts.throughput_chart(bins),
         late=charts.lateness_chart(bins),
+        axis=charts.time_axis(bins, window),
         chart=charts,
     )
 

@@ -14,12 +14,20 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
+from ..errors import BadInput
 from ..ops.printing import printable
+from ..store.params import read_payload
+from ..store.table import Job
 from .security import csrf_token, session_nonce
 
 # A job's message longer than one line (a traceback) or than this shows collapsed to its
 # first line, cut here, in a <details> the operator opens: no script, so the CSP holds.
 SUMMARY_CHARS = 200
+
+# What a row calls when its params name no class and method (not JSON, a PHP value delayq
+# cannot read, fields that are not text): the row's own page says why.
+UNREADABLE = "unreadable"
+NO_ROW = "(no row)"  # a schedule entry whose row is gone, as `delayq peek` says
 
 # An error page's heading: what the visitor reads first, so it names the kind of refusal.
 HEADINGS = {
@@ -38,7 +46,9 @@ def templates() -> Environment:
         loader=PackageLoader("delayq.web", "templates"),
         autoescape=select_autoescape(default=True, default_for_string=True),
     )
-    env.filters.update(visible=visible, clock=clock, seconds=seconds, pretty=pretty_json)
+    env.filters.update(
+        visible=visible, clock=clock, seconds=seconds, pretty=pretty_json, handler=handler
+    )
     env.globals["SUMMARY_CHARS"] = SUMMARY_CHARS
     return env
 
@@ -92,6 +102,21 @@ def seconds(value: float | None) -> str:
         if value >= size:
             return f"{value / size:.1f}{unit}"
     return f"{value:.1f}s"
+
+
+def handler(row: Job | None) -> str:
+    """What a row calls, "class.method" as its writer named them (a PHP producer's class
+    too, as the job's page shows it), or one word when its params name none."""
+    if row is None:
+        return NO_ROW
+    try:
+        payload = read_payload(row.params)
+    except BadInput:
+        return UNREADABLE
+    class_path, method = payload.get("class"), payload.get("method")
+    if not isinstance(class_path, str) or not isinstance(method, str):
+        return UNREADABLE
+    return f"{class_path}.{method}"
 
 
 def pretty_json(value: Any) -> str:
