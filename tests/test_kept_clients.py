@@ -40,7 +40,7 @@ DELAYQ = str(Path(sys.executable).parent / "delayq")  # the installed console sc
 # PYTHONWARNINGS=always, which the runners get); compared without case: redis-py's
 # connections say "unclosed Connection".
 DIRTY = ("event loop is closed", "unclosed", "resourcewarning", "task was destroyed")
-WAVES, WAVE_SIZE, WAVE_GAP = 20, 10, 0.3
+WAVES, WAVE_SIZE, WAVE_GAP = 20, 10, 0.5
 PASS_MARGIN = 0.05  # seconds: a wave finished this long before the next is due ended its pass
 
 # One backend: the subprocess runners are what is tested here, and each test takes seconds.
@@ -202,7 +202,7 @@ def test_kept_async_clients_serve_200_jobs_over_20_passes_without_a_failure(
     wait_for(lambda: read_log(ready) or runner.poll() is not None, 60, "the runner to start")
     assert runner.poll() is None, runner.communicate()[1]
 
-    first = time.time() + 0.5
+    first = time.time() + 1.0  # after the add_many below has returned
     due = [first + WAVE_GAP * wave for wave in range(WAVES)]
     specs = [
         JobSpec(K, "call", {"log": str(calls), "wave": wave, "n": wave * WAVE_SIZE + n}, at=at)
