@@ -171,9 +171,15 @@ def test_a_job_longer_than_the_lease_is_not_taken_over_by_a_second_run(queue, cl
     job_id = queue.add(H, "slow", {"log": log, "n": "long", "seconds": 6})
     first = start_run(cli_env, DELAYQ_LEASE="2")
     wait_for_line(log, "start long")
-    # The 2 s lease taken before the handler started is over 2 s from now: that much time
-    # passing is what is under test. From then on only the heartbeat keeps the job.
-    time.sleep(2.0)
+    # Second runs count once the lease taken before the handler started is over (the one read
+    # now ends no sooner): from then on only the heartbeat keeps the job.
+    first_lease_until = Job.get_by_id(job_id).lease_until
+    wait_for(
+        lambda: queue.index.clock.now() > first_lease_until,
+        10,
+        "the lease taken before the handler started to end",
+    )
+    assert Job.get_by_id(job_id).lease_until > queue.index.clock.now(), "no heartbeat renewed it"
     overlapping = 0  # second runs that began and ended while the handler still ran
     while "done long" not in read_log(log):
         second = run_cli(cli_env, "run", DELAYQ_LEASE="2")

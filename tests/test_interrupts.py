@@ -32,6 +32,12 @@ def _job(limit: float, runs_for: float) -> str:
     return "done"
 
 
+def timer_is_off() -> bool:
+    """Whether the interval timer has fired (or was never set): its handler has run, or runs
+    before the next line of the test."""
+    return signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
 def test_a_job_is_stopped_at_its_limit() -> None:
     with interrupts.time_limits() as enabled:
         assert enabled
@@ -61,7 +67,7 @@ def test_a_shorter_limit_after_a_longer_one_applies() -> None:
 def test_a_timer_left_from_a_finished_job_fires_harmlessly_between_jobs() -> None:
     with interrupts.time_limits():
         assert _job(0.1, 0) == "done"
-        time.sleep(0.3)  # no job runs: the stale timer fires and must not raise
+        wait_for(timer_is_off, 5, "the stale timer to fire")  # between jobs: it must not raise
         assert _job(0.5, 0.1) == "done"
 
 
@@ -112,9 +118,9 @@ def test_a_job_that_ends_within_the_grace_is_not_abandoned_after_it() -> None:
         assert _job(30, 0.05) == "done"  # a job before the stop
         interrupts.arm(30)
         stop.request(signal.SIGTERM)
-        time.sleep(0.05)
+        time.sleep(0.05)  # the job's own run, shorter than the grace: the behaviour under test
         interrupts.disarm()
-        time.sleep(0.3)  # the grace ends between jobs: nothing is raised
+        wait_for(timer_is_off, 5, "the grace to end")  # between jobs: nothing is raised
     assert stop.grace is None
 
 

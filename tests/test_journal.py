@@ -18,16 +18,24 @@ WRITER = """
 import os, signal, sys, time
 import redis
 from delayq.store.index import Index
+from delayq.store.keys import queue_key
 client = redis.Redis.from_url(sys.argv[1])
 index = Index(client)
 for job_id in range(1000):
     index.journal.write("default", job_id, '[10, "", false, 1.0]')
-time.sleep(0.2)  # Redis has applied these (and, with replies on, answered them)
+while client.hlen(queue_key("default", "journal")) < 1000:
+    time.sleep(0.01)  # until Redis has applied these
 # Keep Redis busy for a moment on another connection, so the next writes wait unread in
-# its socket when this process dies.
+# its socket when this process dies: it is busy once a PING goes unanswered.
 busy = client.connection_pool.get_connection()
 busy.send_command("EVAL", BUSY_LOOP, 0)
-time.sleep(0.05)
+probe = redis.Redis.from_url(sys.argv[1], socket_timeout=0.05)
+ends = time.monotonic() + 0.4  # the busy loop's length: past it, waiting is pointless
+while time.monotonic() < ends:
+    try:
+        probe.ping()
+    except redis.TimeoutError:
+        break
 for job_id in range(1000, 2000):
     index.journal.write("default", job_id, '[10, "", false, 1.0]')
 os.kill(os.getpid(), signal.SIGKILL)  # no close, no flush: the sockets are the kernel's now

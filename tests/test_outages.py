@@ -328,12 +328,24 @@ def test_a_job_that_finishes_while_redis_is_away_runs_once(
     wait_for(lambda: read_log(log) == ["start away", "done away"], 30, "the job to finish")
     private_redis.start()
     wait_for(lambda: queue.show(job_id)["status"] == "success", 60, "its outcome recorded")
-    time.sleep(8)  # a lapsed lease would be swept and the job run again meanwhile
+    Job = queue.table.model
+    wait_for(
+        lambda: (Job.get_by_id(job_id).lease_until or 0) < time.time(),
+        30,
+        "the job's lease to be past its end",
+    )
+    # A probe: a job held by a run that died, its lease lapsed. Once the runner has swept it
+    # back and run it, a sweep has passed over the queue after our job's lease ended, and a
+    # claim after that sweep: had either put our job back, it would have run again by then.
+    probe = queue.add(H, "record", {"log": log, "n": "probe"}, delay=3600)
+    now = time.time()
+    assert leases.mark_running(queue.table, [probe], "a-run-that-died", now - 1, now)
+    wait_for(lambda: "probe" in read_log(log), 30, "a sweep to recover the probe and run it")
 
     runner.send_signal(signal.SIGTERM)
     _, stderr = runner.communicate(timeout=30)
     queue.close()
-    assert read_log(log) == ["start away", "done away"], stderr.decode()
+    assert read_log(log) == ["start away", "done away", "probe"], stderr.decode()
 
 
 @pytest.mark.parametrize("backend", ["mariadb"], indirect=True)

@@ -8,6 +8,7 @@ only a job whose handler was running at the cut may run twice (docs/guarantees.m
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -25,6 +26,7 @@ from delayq.worker.looping import SWEEP_EVERY
 from tests import netns
 from tests.conftest import DELAYQ, HANDLERS, IN_CI, ROOT, STARTED, mysql_connect
 from tests.sample_handlers.jobs import read_log
+from tests.servers import Proxy
 from tests.waiting import wait_for
 
 LEASE = 3  # seconds: short, so a cut-off host's jobs are taken over within seconds
@@ -162,9 +164,10 @@ def cut_off(hosts: netns.Hosts, host: netns.Host, what: str, log: str) -> Cut:
     at = time.time()
     host.cut(netns.cut_ports(hosts, host, what))
     cut = Cut(host.name, what, at, running_on(host.name, log, before=at))
-    # Statements the host sent before the rule land within milliseconds: what is running
-    # once they have is what the host held at the cut.
-    time.sleep(0.5)
+    # What is running once the statements the host sent before the rule have been executed
+    # is what the host held at the cut.
+    assert host.relay is not None
+    wait_for(lambda: relay_idle(host.relay), 10, f"{host.name}'s statements in flight to land")
     cut.held = running_rows()
     deadline = at + (TAKEOVER_WITHIN if what != "redis" else MIN_CUT)
     while time.time() < deadline:
@@ -198,6 +201,20 @@ def running_on(host: str, log: str, before: float = float("inf")) -> set[int]:
 
 def _lines(log: str, word: str) -> list[list[str]]:
     return [line.split()[1:] for line in read_log(log) if line.startswith(word + " ")]
+
+
+def relay_idle(relay: Proxy) -> bool:
+    """Whether no statement that came through `relay` is still being executed: each of its
+    links' MariaDB sessions is asleep, waiting for the next one (a host cut off from MySQL
+    sends none; the packets past the rule were relayed at once)."""
+    ports = set()
+    for server_side in relay.links[1::2]:
+        with contextlib.suppress(OSError):  # a link closed since
+            ports.add(str(server_side.getsockname()[1]))
+    sessions = Job._meta.database.execute_sql(
+        "SELECT HOST, COMMAND FROM information_schema.PROCESSLIST"
+    ).fetchall()
+    return all(command == "Sleep" for host, command in sessions if host.rpartition(":")[2] in ports)
 
 
 def running_rows() -> dict[int, str]:
