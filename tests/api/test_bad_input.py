@@ -1,5 +1,5 @@
 """Bad input through the Python API: refused with BadInput before anything is written, the
-same rules the command line goes through (tests/test_cli.py drives those)."""
+same rules the command line goes through (tests/cli/test_cli.py drives those)."""
 
 from __future__ import annotations
 

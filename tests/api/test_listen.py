@@ -24,7 +24,7 @@ from delayq.listen import Match
 from delayq.store.table import Job, Status
 from tests.conftest import DELAYQ, IN_CI, ROOT, STARTED
 from tests.servers import PrivateRedis, answers, free_port
-from tests.test_php_producer import php_or_fail_in_ci
+from tests.store.test_php_producer import php_or_fail_in_ci
 from tests.waiting import wait_for
 
 FIRE = "tests.sample_handlers.timers.Timers.fire"

@@ -17,7 +17,7 @@ import delayq as delayq_api
 from delayq import BadInput, JobSpec
 from delayq.cli import app
 from delayq.config import load_settings
-from tests.test_cli import (
+from tests.cli.test_cli import (
     delayq,  # noqa: F401 - a fixture
     stored,  # noqa: F401 - a fixture
 )

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_printing import HOSTILE, SHOWN, hidden_characters
-from tests.test_processes import delayq
-from tests.test_progress import on_a_terminal
+from tests.cli.test_progress import on_a_terminal
+from tests.faults.test_processes import delayq
+from tests.ops.test_printing import HOSTILE, SHOWN, hidden_characters
 
 H = "tests.sample_handlers.jobs"
 BOX_DRAWING = range(0x2500, 0x2580)

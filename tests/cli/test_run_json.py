@@ -10,8 +10,8 @@ from typing import Any
 
 from delayq import Status
 from delayq.store.table import Job
-from tests.test_printing import HOSTILE, hidden_characters
-from tests.test_processes import delayq
+from tests.faults.test_processes import delayq
+from tests.ops.test_printing import HOSTILE, hidden_characters
 
 H = "tests.sample_handlers.jobs"
 R = "tests.sample_handlers.retrying"

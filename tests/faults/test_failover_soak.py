@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_soak import counts, run_summary
+from tests.faults.test_soak import counts, run_summary
 from tests.topologies import need_servers
 
 pytestmark = pytest.mark.slow

@@ -36,9 +36,9 @@ from delayq.worker.bookkeeper import Bookkeeper
 from delayq.worker.looping import Outage
 from delayq.worker.outcomes import OutcomeBuffer
 from tests.conftest import HANDLERS, IN_CI, mysql_connect
+from tests.faults.test_processes import start
 from tests.sample_handlers.jobs import read_log
 from tests.servers import PrivateRedis, Proxy, free_port
-from tests.test_processes import start
 from tests.waiting import wait_for
 
 H = "tests.sample_handlers.jobs"

@@ -9,8 +9,8 @@ import signal
 import time
 
 from delayq.store.keys import LAST_RUN_KEY
+from tests.faults.test_processes import start
 from tests.invoke import invoke
-from tests.test_processes import start
 from tests.waiting import wait_for
 
 H = "tests.sample_handlers.jobs"

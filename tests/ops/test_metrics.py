@@ -24,10 +24,10 @@ from delayq.store.table import Job, Status
 from delayq.store.tallies import MAX_HANDLERS, OTHER_HANDLERS, label
 from delayq.worker.outcomes import OutcomeBuffer
 from delayq.worker.recovery import MAX_LOST_LEASES
+from tests.faults.test_outages import private_redis, queue_on  # noqa: F401 - a fixture
+from tests.faults.test_processes import delayq, start
 from tests.invoke import invoke
 from tests.sample_handlers.jobs import read_log
-from tests.test_outages import private_redis, queue_on  # noqa: F401 - a fixture
-from tests.test_processes import delayq, start
 from tests.waiting import wait_for
 
 H = "tests.sample_handlers.jobs"

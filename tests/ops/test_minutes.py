@@ -10,8 +10,8 @@ import pytest
 
 from delayq.ops.minutes import LATENESS_BOUNDS, Minute, merge, per_minute
 from delayq.store.tallies import MINUTE_TTL
+from tests.faults.test_processes import delayq
 from tests.sample_handlers.jobs import read_log
-from tests.test_processes import delayq
 
 H = "tests.sample_handlers.jobs"
 ZEROS = (0,) * len(LATENESS_BOUNDS)

@@ -22,8 +22,8 @@ from delayq.store.index import Index
 from delayq.store.keys import queue_key, schedule_key
 from delayq.store.urls import open_redis
 from tests.clusters import Cluster
+from tests.faults.test_processes import start
 from tests.sample_handlers.jobs import read_log
-from tests.test_processes import start
 from tests.topologies import (
     a_rolled_back_add_is_put_back_at_once,
     add,

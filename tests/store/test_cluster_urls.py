@@ -9,7 +9,7 @@ import pytest
 from delayq.cli import app
 from delayq.store.clusters import CLUSTER_PORT
 from delayq.store.sentinels import servers
-from tests.test_cli import assert_one_error_line, bare_env  # noqa: F401 - a fixture
+from tests.cli.test_cli import assert_one_error_line, bare_env  # noqa: F401 - a fixture
 
 BAD_URLS = {
     "database-number": ("redis+cluster://10.0.0.1:6379/0", "only database 0"),

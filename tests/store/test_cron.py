@@ -19,9 +19,9 @@ from delayq.durations import HORIZON
 from delayq.store.keys import schedule_key
 from delayq.store.recurrence import CronSchedule, parse_schedule
 from tests.conftest import DELAYQ
+from tests.faults.test_faults import run_cli
 from tests.sample_handlers.jobs import read_log
-from tests.test_faults import run_cli
-from tests.test_recurring import pending
+from tests.store.test_recurring import pending
 
 H = "tests.sample_handlers.jobs"
 BERLIN = ZoneInfo("Europe/Berlin")

@@ -28,7 +28,7 @@ import redis
 
 from tests.conftest import DELAYQ, HANDLERS, IN_CI, ROOT, mysql_connect
 from tests.sample_handlers.jobs import read_log
-from tests.test_seed_upgrade import SEED_MYSQL
+from tests.store.test_seed_upgrade import SEED_MYSQL
 
 PRODUCER = ROOT / "tests" / "php" / "producer.php"
 PHP_CLASSES = "App\\Jobs\\Refund=tests.sample_handlers.php_shop.Refund"
@@ -217,7 +217,7 @@ def run_sample(language: str, tmp_path: Path, mariadb_url: str, redis_url: str) 
     if language == "php":
         command = [php_or_fail_in_ci(), str(tmp_path / "producer.php")]
     else:
-        from tests.test_listen import node_or_fail_in_ci
+        from tests.api.test_listen import node_or_fail_in_ci
 
         command = [node_or_fail_in_ci(), str(tmp_path / "producer.js")]
     (tmp_path / Path(command[1]).name).write_text(sample(language))

@@ -14,8 +14,8 @@ from delayq.store.outcomes import Outcome, write_outcomes
 from delayq.store.table import Job
 from delayq.worker.retry import LADDER
 from tests.conftest import DELAYQ
+from tests.faults.test_faults import run_cli, wait_for_leases_to_lapse
 from tests.sample_handlers.jobs import read_log
-from tests.test_faults import run_cli, wait_for_leases_to_lapse
 
 NOW = 1_800_000_000.0
 H = "tests.sample_handlers.jobs"

@@ -19,9 +19,9 @@ import delayq
 from delayq.config import Settings
 from delayq.store import embedded
 from delayq.store.database import sqlite_url
+from tests.conftest import ROOT
 from tests.sample_handlers.jobs import read_log
 
-ROOT = Path(__file__).resolve().parent.parent
 HANDLERS = ("tests.sample_handlers",)
 H = "tests.sample_handlers.jobs"
 NOW = 1_800_000_000.0

@@ -9,7 +9,7 @@ from redis.sentinel import SentinelConnectionPool
 from delayq.cli import app
 from delayq.config import redact_url
 from delayq.store.urls import open_redis
-from tests.test_cli import assert_one_error_line, bare_env  # noqa: F401 - a fixture
+from tests.cli.test_cli import assert_one_error_line, bare_env  # noqa: F401 - a fixture
 
 BAD_URLS = {
     "no-service": ("redis+sentinel://10.0.0.1:26379", "name the service"),

@@ -14,21 +14,20 @@ import socket
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from delayq.store.table import Job, Status
-from tests.conftest import IN_CI
+from tests.conftest import IN_CI, ROOT
+from tests.faults.test_processes import start
 from tests.invoke import invoke
 from tests.servers import free_port
-from tests.test_processes import start
 from tests.waiting import wait_for
 
 H = "tests.sample_handlers.jobs"
 TOKEN = "correct-horse-battery-staple"
-SCREENSHOTS = Path(__file__).resolve().parent / "screenshots"
+SCREENSHOTS = ROOT / "tests" / "screenshots"  # git ignores it there
 CHROMIUM = ("chromium", "chromium-browser")
 CHROMEDRIVER = "chromedriver"
 

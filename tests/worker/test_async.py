@@ -11,7 +11,7 @@ import pytest
 from delayq import JobSpec, Status
 from tests.sample_handlers.aio import slot_threads
 from tests.sample_handlers.jobs import read_log
-from tests.test_concurrency import most_at_once, statuses
+from tests.worker.test_concurrency import most_at_once, statuses
 
 A = "tests.sample_handlers.aio"
 H = "tests.sample_handlers.jobs"

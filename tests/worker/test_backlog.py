@@ -13,8 +13,8 @@ import pytest
 from delayq import Status
 from delayq.store.keys import queue_key
 from delayq.store.table import Job
+from tests.faults.test_faults import run_cli, start_run, wait_for_leases_to_lapse, wait_for_line
 from tests.sample_handlers.jobs import read_log
-from tests.test_faults import run_cli, start_run, wait_for_leases_to_lapse, wait_for_line
 from tests.waiting import wait_for
 
 H = "tests.sample_handlers.jobs"

@@ -20,9 +20,9 @@ from delayq import JobSpec, Status
 from delayq.errors import BadInput
 from delayq.store.keys import schedule_key
 from tests.conftest import DELAYQ
+from tests.faults.test_processes import start, wait_for
 from tests.invoke import invoke
 from tests.sample_handlers.jobs import read_log
-from tests.test_processes import start, wait_for
 
 H = "tests.sample_handlers.jobs"
 P = "tests.sample_handlers.procs"

@@ -2,8 +2,8 @@
 promoted a replica: a new replication id) puts back the jobs added since that the schedule
 lacks, not yet due ones too; and for a while after, those added since its previous check
 (an old primary not yet demoted takes writes that are then dropped). On the suite's one
-server the failover is played by rewriting the note; tests/test_sentinel.py and
-tests/test_cluster.py roll back real servers."""
+server the failover is played by rewriting the note; tests/store/test_sentinel.py and
+tests/store/test_cluster.py roll back real servers."""
 
 from __future__ import annotations
 

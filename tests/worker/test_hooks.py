@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from delayq.store.table import Job, Status
+from tests.faults.test_processes import delayq
 from tests.sample_handlers.jobs import read_log
-from tests.test_processes import delayq
 
 H = "tests.sample_handlers.jobs"
 HOOKS = "tests.sample_handlers.hooks"

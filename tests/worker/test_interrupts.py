@@ -13,8 +13,8 @@ from delayq import threads
 from delayq.store.table import Job, Status
 from delayq.worker import interrupts
 from delayq.worker.interrupts import JobTimeout
+from tests.faults.test_processes import delayq, start
 from tests.sample_handlers.jobs import read_log
-from tests.test_processes import delayq, start
 from tests.waiting import wait_for
 
 H = "tests.sample_handlers.jobs"

@@ -9,8 +9,8 @@ import time
 
 from delayq import Status
 from delayq.store.table import Job
+from tests.faults.test_processes import start, zset
 from tests.sample_handlers.jobs import read_log
-from tests.test_processes import start, zset
 from tests.waiting import wait_for
 
 H = "tests.sample_handlers.jobs"

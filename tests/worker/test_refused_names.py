@@ -12,7 +12,7 @@ import pytest
 from delayq.store.table import Job
 from delayq.store.tallies import label
 from tests.invoke import invoke
-from tests.test_metrics import parse
+from tests.ops.test_metrics import parse
 
 MISSING = "tests.sample_handlers.no_such_module"
 

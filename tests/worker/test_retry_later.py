@@ -14,8 +14,8 @@ from delayq.store.keys import schedule_key
 from delayq.store.outcomes import Outcome
 from delayq.store.table import Job
 from delayq.worker.retry import MAX_DEFERRALS
+from tests.faults.test_processes import delayq, statuses
 from tests.sample_handlers.jobs import read_log
-from tests.test_processes import delayq, statuses
 
 NOW = 1_800_000_000.0
 R = "tests.sample_handlers.retrying"

@@ -12,8 +12,8 @@ import pytest
 from delayq import BadInput, JobSpec, Status
 from delayq.store.keys import schedule_key
 from delayq.store.table import Job
+from tests.faults.test_processes import delayq, statuses
 from tests.sample_handlers.jobs import read_log
-from tests.test_processes import delayq, statuses
 
 NOW = 1_800_000_000.0
 H = "tests.sample_handlers.jobs"

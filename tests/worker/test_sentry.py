@@ -13,8 +13,8 @@ import pytest
 
 from delayq.store.table import Job, Status
 from delayq.worker.sentry import load_sentry
+from tests.faults.test_processes import delayq
 from tests.sample_handlers.jobs import read_log
-from tests.test_processes import delayq
 
 sentry_sdk = pytest.importorskip("sentry_sdk")
 from sentry_sdk.scope import Scope  # noqa: E402

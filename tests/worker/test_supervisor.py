@@ -16,9 +16,9 @@ from delayq.store.database import sqlite_url
 from delayq.store.table import Job
 from delayq.worker import recovery
 from tests.conftest import DELAYQ
+from tests.faults.test_processes import start, wait_for
 from tests.invoke import invoke
 from tests.sample_handlers.jobs import read_log
-from tests.test_processes import start, wait_for
 
 H = "tests.sample_handlers.jobs"
 P = "tests.sample_handlers.procs"

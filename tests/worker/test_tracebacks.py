@@ -9,8 +9,8 @@ import json
 import pytest
 
 from delayq.store.table import MESSAGE_MAX, TEXT_MAX, TRACEBACK_START, Job, Status
+from tests.faults.test_processes import delayq
 from tests.sample_handlers.jobs import read_log
-from tests.test_processes import delayq
 
 H = "tests.sample_handlers.jobs"
 X = "tests.sample_handlers.hostile"
