@@ -28,7 +28,8 @@ from delayq.store.database import sqlite_url
 from delayq.store.table import Job
 from tests.embedded_processes import embedded_processes_under
 
-ROOT = Path(__file__).resolve().parent.parent
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
 HANDLERS = ("tests.sample_handlers",)
 # Under pytest-xdist (`bin/test -n 2`) each worker has databases of its own: worker N uses
 # the Redis database 2N below DELAYQ_TEST_REDIS_URL's (the one between is its soak's) and the
@@ -58,43 +59,47 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 # These files start runners, kill them and count leases, time limits, grace periods and
 # idle limits of a few seconds. Beside another pytest-xdist worker on a small machine they
 # lost leases to CPU contention, so `bin/test` runs them after the others, alone (and the
-# slow tests with them).
+# slow tests with them). Paths are under tests/.
 SERIAL_FILES = {
-    "test_async.py",
-    "test_async_producer.py",
-    "test_backlog.py",
-    "test_cluster.py",
-    "test_concurrency.py",
-    "test_embedded.py",
-    "test_embedded_fallback.py",
-    "test_failover_soak.py",
-    "test_faults.py",
-    "test_forks.py",
-    "test_hooks.py",
-    "test_interrupts.py",
-    "test_journal.py",
-    "test_lapsed_leases.py",
-    "test_listen.py",
-    "test_leases.py",
-    "test_outages.py",
-    "test_partitions.py",
-    "test_processes.py",
+    "api/test_async_producer.py",
+    "api/test_listen.py",
+    "faults/test_failover_soak.py",
+    "faults/test_faults.py",
+    "faults/test_outages.py",
+    "faults/test_partitions.py",
+    "faults/test_processes.py",
+    "faults/test_soak.py",
+    "faults/test_takeover.py",
+    "ops/test_requeue.py",
+    "store/test_cluster.py",
+    "store/test_embedded.py",
+    "store/test_embedded_fallback.py",
+    "store/test_journal.py",
+    "store/test_leases.py",
+    "store/test_recurring.py",
+    "store/test_sentinel.py",
     "test_readme.py",
-    "test_recurring.py",
-    "test_requeue.py",
-    "test_sentinel.py",
-    "test_slots.py",
-    "test_soak.py",
-    "test_supervisor.py",
-    "test_takeover.py",
-    "test_web_browser.py",
+    "web/test_web_browser.py",
+    "worker/test_async.py",
+    "worker/test_backlog.py",
+    "worker/test_concurrency.py",
+    "worker/test_forks.py",
+    "worker/test_hooks.py",
+    "worker/test_interrupts.py",
+    "worker/test_lapsed_leases.py",
+    "worker/test_slots.py",
+    "worker/test_supervisor.py",
 }
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    gone = sorted(name for name in SERIAL_FILES if not (TESTS / name).is_file())
+    if gone:  # a moved file would otherwise quietly run beside other workers
+        raise pytest.UsageError(f"SERIAL_FILES in tests/conftest.py names no file: {gone}")
     for item in items:
-        path = getattr(item, "path", None) or item.fspath  # pytest 6 has only fspath
-        if os.path.basename(str(path)) in SERIAL_FILES or item.get_closest_marker("slow"):
+        path = Path(str(getattr(item, "path", None) or item.fspath)).resolve()  # pytest 6: fspath
+        named = path.is_relative_to(TESTS) and path.relative_to(TESTS).as_posix() in SERIAL_FILES
+        if named or item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.serial)
 
 

@@ -17,7 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import IN_CI, ROOT
-from tests.test_processes import delayq
+from tests.faults.test_processes import delayq
 
 H = "tests.sample_handlers.jobs"
 RULES = ROOT / "contrib" / "prometheus" / "alerts.yml"

@@ -19,8 +19,8 @@ from croniter import croniter
 
 from delayq.config import DEFAULTS
 from delayq.durations import parse_duration
+from tests.faults.test_processes import start
 from tests.sample_handlers.jobs import read_log
-from tests.test_processes import start
 from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -21,8 +21,8 @@ import delayq
 from delayq.config import Settings
 from delayq.store.keys import schedule_key
 from tests.conftest import DELAYQ, HANDLERS, IN_CI, ROOT, _drop_table
+from tests.faults.test_processes import start
 from tests.sample_handlers.jobs import read_log
-from tests.test_processes import start
 from tests.waiting import wait_for
 
 H = "tests.sample_handlers.jobs"

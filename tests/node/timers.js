@@ -1,4 +1,4 @@
-// A producer written as seed 003's are, for tests/test_listen.py: a per-user timer is a key
+// A producer written as seed 003's are, for tests/api/test_listen.py: a per-user timer is a key
 // carrying its ids (`send_message-<userId>-<type>`), set with a TTL in a Redis database of its
 // own, `SET key 1 EX seconds` through ioredis; a DEL cancels it.
 //

@@ -1,5 +1,5 @@
 <?php
-// A producer written the way seed 000's PHP code sets its timers, for tests/test_listen.py:
+// A producer written the way seed 000's PHP code sets its timers, for tests/api/test_listen.py:
 // the key is Class@method@arg@..., set with SETEX in the timers' Redis database; its cancel
 // helper DELs the same key.
 //

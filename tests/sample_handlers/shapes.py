@@ -1,4 +1,4 @@
-"""Handler shapes for tests/test_handlers.py: a class that counts how often it is created,
+"""Handler shapes for tests/worker/test_handlers.py: a class that counts how often it is created,
 its static and class methods, a class that needs arguments, and foreign names reachable from
 an allowed module (which the allowlist must not follow)."""
 

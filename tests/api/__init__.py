@@ -1,0 +1,1 @@
+"""Tests of the top-level modules: the Queue and AsyncQueue API, config, durations, listen."""

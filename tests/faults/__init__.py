@@ -1,0 +1,1 @@
+"""Faults, outages, partitions and soaks across the layers, on real processes and servers."""

@@ -1,0 +1,1 @@
+"""Tests of delayq/store: the table, the Redis index, URLs, servers and the seed upgrade."""

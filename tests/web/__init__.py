@@ -1,0 +1,1 @@
+"""Tests of delayq/web: the dashboard over HTTP and in a browser."""
