@@ -24,7 +24,7 @@ INSERT_CHUNK = 2500
 INSERT_CHUNK_BYTES = 4 << 20
 
 # Column defaults the table itself holds (schema.sql and create_tables agree, as
-# tests/test_schema.py checks, and the model repeats them): a column left out of an INSERT
+# tests/store/test_schema.py checks, and the model repeats them): a column left out of an INSERT
 # gets the same value. (created and modified default to the clock, never left out.)
 _TABLE_DEFAULTS = {
     field.name: field.default

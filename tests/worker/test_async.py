@@ -1,4 +1,4 @@
-"""`async def` handlers: awaited on one event loop per run, up to N in flight with
+"""`async def` handlers: awaited on the runner's one event loop, up to N in flight with
 --concurrency N, mixed with plain handlers in one queue, cancelled at their time limit."""
 
 from __future__ import annotations

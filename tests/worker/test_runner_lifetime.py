@@ -16,9 +16,9 @@ import pytest
 
 from delayq import JobSpec, Status
 from delayq.store.table import Job
+from tests.faults.test_processes import delayq, start
 from tests.sample_handlers import lifetime
 from tests.sample_handlers.jobs import read_log
-from tests.test_processes import delayq, start
 from tests.waiting import wait_for
 
 L = "tests.sample_handlers.lifetime"
