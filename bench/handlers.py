@@ -48,6 +48,14 @@ async def await_incr(data: Any) -> None:
     await async_client().incr(COUNTER_KEY)
 
 
+async def await_incr_own_client(data: Any) -> None:
+    """await_incr with a client opened and closed by the job itself: what a handler that keeps
+    no client between calls pays, beside await_incr's client kept for the runner's loop."""
+    await asyncio.sleep(IO_WAIT)
+    async with redis.asyncio.Redis.from_url(env.redis_url("delayq")) as own:
+        await own.incr(COUNTER_KEY)
+
+
 _async_client: redis.asyncio.Redis | None = None
 
 
