@@ -5,9 +5,9 @@ BackendUnavailable, so callers see one clear failure."""
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from contextlib import closing
 from typing import TYPE_CHECKING, Any
 
 import peewee
@@ -286,13 +286,18 @@ class Queue(QueueReads):
         check_allowlist(self.settings.handlers)
         bound_replies(self.table.db)
         if not self._running.acquire(blocking=False):
-            # Another thread runs jobs on this Queue now: this call gets a runner of its own.
-            with closing(Runner(self.settings, self.table, self.index)) as runner:
+            # Another thread runs jobs on this Queue now: this call gets a runner of its own,
+            # which leaves the `on_shutdown` functions to the Queue's runner.
+            runner = Runner(self.settings, self.table, self.index)
+            try:
                 return runner.run(
                     options, now=now, on_outcome=on_outcome, stop=stop, liveness=liveness
                 )
+            finally:
+                runner.close(shutdown=False)
         try:
-            if self._runner is None:
+            if self._runner is None or self._runner.pid != os.getpid():
+                # Made anew in a child forked after a run: the parent's threads are not here.
                 self._runner = Runner(self.settings, self.table, self.index)
             return self._runner.run(
                 options, now=now, on_outcome=on_outcome, stop=stop, liveness=liveness
@@ -342,9 +347,9 @@ class Queue(QueueReads):
         """End the runner, if this Queue ran jobs (its threads, the handlers' `on_shutdown`
         functions and their event loop), and close the database connection and the Redis
         pool."""
-        if self._runner is not None:
+        if self._runner is not None and self._runner.pid == os.getpid():
             self._runner.close()
-            self._runner = None
+        self._runner = None
         self.db.close()
         self.index.client.close()
 

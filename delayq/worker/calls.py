@@ -83,10 +83,11 @@ class Caller:
         """The job's time limit in seconds."""
         return job.timeout or self.timeout
 
-    def close(self) -> None:
-        """The runner ends: run the `on_shutdown` functions (async ones on the handlers' event
-        loop), then stop that loop."""
-        run_shutdown_functions(self._event_loop)
+    def close(self, shutdown: bool = True) -> None:
+        """The runner ends: run the `on_shutdown` functions if `shutdown` (async ones on the
+        handlers' event loop), then stop that loop."""
+        if shutdown:
+            run_shutdown_functions(self._event_loop)
         if self._loop is not None:
             self._loop.close()
 

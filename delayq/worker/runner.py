@@ -11,6 +11,7 @@ is small: a lease token, a deadline, limits and a report; each queue's turn is a
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -50,6 +51,7 @@ class Runner:
         self._bookkeeper: Bookkeeper | None = None  # started when a drain first asks
         self._slots: Slots | None = None  # made when a pass first runs jobs concurrently
         self.passes = 0
+        self.pid = os.getpid()  # its threads live in this process only
 
     def run(
         self,
@@ -69,15 +71,16 @@ class Runner:
         each = self._new_pass(options, clock, stop, liveness)
         return self._execute(each, on_outcome, record=True)
 
-    def close(self) -> None:
-        """End the runner: its threads, then the handlers' `on_shutdown` functions and their
-        event loop, if it ran a pass."""
+    def close(self, shutdown: bool = True) -> None:
+        """End the runner: its threads, then, if it ran a pass, the handlers' `on_shutdown`
+        functions (unless not `shutdown`: another runner of the process owns them) and their
+        event loop."""
         if self._slots is not None:
             self._slots.close()
         self._close_bookkeeper()
         self.heartbeat.stop()
         if self.passes:
-            self.caller.close()
+            self.caller.close(shutdown)
 
     # The loop.
 

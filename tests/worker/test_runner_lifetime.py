@@ -170,3 +170,29 @@ def test_the_summary_of_a_loop_names_its_wall_and_busy_times(queue, cli_env, log
     assert times is not None, summary
     wall, busy = map(float, times.groups())
     assert wall >= 2.0 and busy < wall, summary
+
+
+def test_a_second_run_at_once_on_one_queue_leaves_on_shutdown_to_the_first(
+    make_queue, log, tmp_path
+):
+    queue = make_queue()
+    gate = tmp_path / "gate"
+    queue.add(H, "gated", {"log": log, "n": "first", "gate": str(gate)}, now=time.time())
+    first = threading.Thread(target=queue.run)
+    first.start()
+    wait_for(lambda: read_log(log) == ["start first"], 30, "the first run's job to start")
+    lifetime.armed["log"] = log
+    try:
+        queue.add(L, "loop_id", {"log": log}, now=time.time(), queue="other")
+        assert queue.run(queues=["other"]).succeeded == 1  # on a runner of its own meanwhile
+        second_ran = read_log(log)
+        gate.touch()
+        first.join(30)
+        queue.close()
+    finally:
+        lifetime.armed.clear()
+
+    assert second_ran[0] == "start first" and second_ran[1].startswith("loop ")
+    assert len(second_ran) == 2  # its own runner ended without the on_shutdown functions
+    assert read_log(log)[-2:] == ["plain shutdown", read_log(log)[-1]]
+    assert read_log(log)[-1].startswith("shutdown on loop")  # once, by the queue's runner
