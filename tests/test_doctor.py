@@ -6,7 +6,7 @@ import pytest
 import redis
 
 from delayq.store import embedded
-from delayq.store.database import sqlite_url
+from delayq.store.database import sqlite_file, sqlite_url
 from delayq.store.keys import INDEXED_KEY, schedule_key
 from delayq.store.table import Job
 from tests.invoke import invoke
@@ -77,6 +77,8 @@ def test_a_redis_that_keeps_nothing_on_disk_is_a_warning(queue, cli_env):
 
 
 def test_missing_table_fails_and_says_to_run_init(backend, cli_env):
+    if path := sqlite_file(backend["database_url"]):
+        path.touch()  # a database without the table (none at all: tests/test_sqlite_urls.py)
     result = invoke(cli_env, "doctor")
 
     assert result.exit_code == 1

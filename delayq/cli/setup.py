@@ -10,7 +10,7 @@ import typer
 
 from ..config import load_settings
 from ..errors import DelayqError
-from .app import Command, JsonOption, app, open_queue, print_json
+from .app import Command, JsonOption, app, check_database_exists, open_queue, print_json
 
 if TYPE_CHECKING:
     from ..ops.doctor import Check
@@ -94,6 +94,7 @@ def _diagnose() -> list[Check]:
         return [Check(FAIL, "config", str(exc))]
     checks = [settings_check(settings), *handler_checks(settings.handlers)]
     try:
+        check_database_exists(settings)  # doctor only reads: it creates no database
         queue = connect(settings)
     except DelayqError as exc:
         return [*checks, Check(FAIL, "connect", str(exc))]
