@@ -212,8 +212,12 @@ def list_jobs(
 
 
 def _call(view: dict[str, Any]) -> str:
-    """What a row calls, and how it recurs (by cron or `every 1h`)."""
-    call = f"{view['class']}.{view['method']}"
+    """What a row calls, and how it recurs (by cron or `every 1h`); UNREADABLE when its params
+    name no class and method."""
+    from ..store.params import UNREADABLE
+
+    names = (view["class"], view["method"])
+    call = ".".join(names) if all(isinstance(name, str) for name in names) else UNREADABLE
     return f"{call} ({view['schedule']})" if view.get("schedule") else call
 
 
