@@ -243,7 +243,10 @@ def peek(
     for view in views:
         call = printable(_call(view)) if view["status"] else "(no row)"
         cells = [str(view["id"]), printable(view["queue"]), _relative(view["due_in"]), call]
-        table.add_row(*cells, printable(view["ext"]), view["status"] or "-")
+        state = view["status"] or "-"
+        if not view["indexed"]:  # added with using=: the next run's sweep schedules it
+            state += " (not yet indexed)"
+        table.add_row(*cells, printable(view["ext"]), state)
     _console().print(table if views else "nothing scheduled")
 
 
@@ -256,6 +259,7 @@ def _upcoming_view(entry: Upcoming, now: float) -> dict[str, Any]:
         "queue": entry.queue,
         "run_at": entry.run_at,
         "due_in": entry.run_at - now,
+        "indexed": entry.indexed,
         **{key: row.get(key) for key in ("class", "method", "ext", "status", "schedule")},
     }
 
