@@ -78,25 +78,23 @@ class LastRun:
         return None if self.started_at is None else self.started_at + (self.duration or 0.0)
 
 
-@dataclass(frozen=True)
-class StatusReport:
-    """Every queue's stats and the last run, as seen at `now`."""
+class StatusReport(dict[str, Any]):
+    """Every queue's stats and the last run, as seen at `now`. It is the dict `delayq status
+    --json` prints, `{"now", "last_run", "queues": {name: {...}}}`, so that json.dumps and a
+    web framework's JSON response take it as it is, as they take `show`'s and `list_jobs`'
+    dicts; the same figures are its attributes: `now`, `queues` (name: QueueStats) and
+    `last_run` (a LastRun, or None)."""
 
-    now: float
-    queues: dict[str, QueueStats]
-    last_run: LastRun | None
+    def __init__(self, now: float, queues: dict[str, QueueStats], last_run: LastRun | None):
+        super().__init__(now=now, last_run=_last_run_json(now, last_run))
+        self["queues"] = {name: stats.as_json() for name, stats in queues.items()}
+        self.now = now
+        self.queues = queues
+        self.last_run = last_run
 
     def as_json(self) -> dict[str, Any]:
-        last = None
-        if self.last_run is not None:
-            finished = self.last_run.finished_at
-            age = None if finished is None else max(0.0, self.now - finished)
-            last = dict(asdict(self.last_run), age=age, beat_at=finished)
-        return {
-            "now": self.now,
-            "last_run": last,
-            "queues": {name: stats.as_json() for name, stats in self.queues.items()},
-        }
+        """The report as a plain dict (what it holds as a dict itself)."""
+        return dict(self)
 
     def problems(self, max_idle: float, max_lag: float) -> list[str]:
         """One line per thing a monitoring probe should page about."""
@@ -116,6 +114,16 @@ class StatusReport:
                     f" (max {format_delta(max_lag)}), {stats.pending_due} due in all"
                 )
         return found
+
+
+def _last_run_json(now: float, last_run: LastRun | None) -> dict[str, Any] | None:
+    """The last run's fields, with how long ago it last said it was alive (`age`) and when
+    (`beat_at`)."""
+    if last_run is None:
+        return None
+    finished = last_run.finished_at
+    age = None if finished is None else max(0.0, now - finished)
+    return dict(asdict(last_run), age=age, beat_at=finished)
 
 
 def status_report(
