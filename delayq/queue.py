@@ -55,6 +55,21 @@ class Queue(QueueReads):
         self._running = threading.Lock()
 
     @backend_errors
+    def serve(self, queues: Iterable[str]) -> list[str]:
+        """Note `queues` as queues a run serves, so that `status` lists them; return those no
+        job has used yet: neither registered nor holding a schedule entry (a producer of its
+        own may ZADD without registering). Such a name may be a typo, or a queue whose jobs
+        come later, so the caller warns and runs on."""
+        known = set(self.index.registry.known_queues())
+        unused = [
+            name
+            for name in dict.fromkeys(queues)
+            if name not in known and not self.index.schedule.size(name)
+        ]
+        self.index.registry.register(name for name in queues if name not in known)
+        return unused
+
+    @backend_errors
     def init(self, *, schedule_lost: bool = False, now: float | None = None) -> list[str]:
         """Create the table or bring an existing one (the seed's, an older version's) up to
         date, and index every pending job; one line per change made. `schedule_lost`: upgrade

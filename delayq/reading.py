@@ -81,14 +81,13 @@ class QueueReads:
 
     @backend_errors
     def peek(self, count: int = 10, *, queues: Sequence[str] | None = None) -> list[Upcoming]:
-        """The next `count` scheduled jobs across `queues` (default all), without claiming."""
+        """The next `count` jobs due across `queues` (default all), without claiming: those on
+        the schedule, and those added with `using=` that a run has not indexed yet."""
         if not 1 <= count <= MAX_PAGE:
             raise BadInput(f"peek needs a count between 1 and {MAX_PAGE}")
-        if queues:
-            names = [validate_queue_name(name) for name in queues]
-        else:
-            # The default schedule's key is the contract's, so producers ZADD it directly.
-            names = self.index.registry.known_queues()
+        # None: every queue the registry knows, and always the default one, whose schedule's
+        # key is the contract's, so producers ZADD it directly.
+        names = [validate_queue_name(name) for name in queues] if queues else None
         from .ops import overview
 
         return overview.next_scheduled(self.table, self.index, names, count)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import DELAYQ, ROOT
 from tests.embedded_processes import embedded_processes_under
 from tests.waiting import wait_for
 
@@ -145,6 +145,27 @@ def test_the_quickstart_runs_in_an_empty_directory(tmp_path):
     assert shown["message"] == "mailed ann@example.com", result.stdout
     assert result.stdout.rstrip().endswith("stopped"), result.stdout
     assert left_running.stdout == b"not running\n", left_running
+
+
+DOCTOR_SAMPLE = re.search(r"^```\n\$ delayq doctor\n(.*?)```", README, re.S | re.M)
+VERSION = re.compile(r"\b\d+\.\d+(\.\d+)*\b")
+
+
+def test_the_doctor_sample_is_what_doctor_prints_after_init(tmp_path):
+    """The README's `delayq doctor` on the embedded default, line for line; only the SQLite
+    and Redis versions, which differ by machine, are left out of the comparison."""
+    assert DOCTOR_SAMPLE, "no ``` block opening with `$ delayq doctor`: the extraction is broken"
+    (tmp_path / "shop").mkdir()
+    (tmp_path / "shop" / "__init__.py").touch()
+    (tmp_path / "shop" / "handlers.py").write_text("class Refund:\n    def run(self, data): ...\n")
+    env = dict(_new_users_environment(), DELAYQ_HANDLERS="shop.handlers")
+    try:
+        assert _run_in(tmp_path, env, *DELAYQ, "init").returncode == 0
+        result = _run_in(tmp_path, env, *DELAYQ, "doctor")
+    finally:
+        _stop_embedded(env, tmp_path)
+    assert (result.returncode, result.stderr) == (0, "")
+    assert VERSION.sub("V", result.stdout) == VERSION.sub("V", DOCTOR_SAMPLE.group(1))
 
 
 def _anchors(text: str) -> set[str]:

@@ -16,6 +16,7 @@ from ..errors import BackendUnavailable, BadInput, ConfigError, DelayqError
 from ..ops.printing import printable
 
 if TYPE_CHECKING:
+    from ..config import Settings
     from ..queue import Queue
 
 
@@ -130,22 +131,56 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object.
 
 
 def open_queue(*, create: bool = False, **overrides: Any) -> Queue:
-    """The configured Queue. On the embedded default, only where its database exists unless
-    `create` (init, run, web): a command that reads or changes jobs must not leave an empty
-    `.delayq` and a background redis-server behind in a directory that never had jobs."""
+    """The configured Queue. Where its SQLite file (the embedded default's, or one a URL
+    names) does not exist, only if `create` (init, run, web): a command that reads or changes
+    jobs must not leave an empty database file, or `.delayq` and a background redis-server,
+    behind in a directory that never had jobs."""
     from ..config import load_settings
     from ..connection import connect  # imported here so `delayq --help` stays fast
-    from ..store.embedded import database_path
 
     settings = load_settings().with_overrides(**overrides)
-    if not create and not settings.database_url:
+    if not create:
+        check_database_exists(settings)
+    return connect(settings)
+
+
+def check_database_exists(settings: Settings) -> None:
+    """BackendUnavailable, saying where it looked, when the SQLite file is not there; a
+    malformed Redis URL is reported first, as the usage error it is."""
+    from ..store.database import sqlite_file
+    from ..store.embedded import database_path
+
+    if not settings.database_url:
         home = settings.home.resolve()
         if not database_path(home).exists():
+            _check_redis_url(settings.redis_url)
             raise BackendUnavailable(
                 f"no delayq database in {home}: run the command where `delayq init` ran (your "
                 "application's directory), or set DELAYQ_HOME or DELAYQ_DATABASE_URL"
             )
-    return connect(settings)
+    elif (path := sqlite_file(settings.database_url)) and not path.exists():
+        _check_redis_url(settings.redis_url)
+        raise BackendUnavailable(
+            f"no delayq database at {path}: run `delayq init` to create it, or correct "
+            "DELAYQ_DATABASE_URL (sqlite:////absolute/path.db)"
+        )
+
+
+def _check_redis_url(url: str | None) -> None:
+    """The error connect() would give for this Redis URL, if any: ConfigError for a malformed
+    one, BackendUnavailable for a Cluster whose nodes do not answer (its client asks them for
+    their slots at once; any other connects lazily, so nothing is reached)."""
+    import redis
+
+    from ..store.backend_errors import one_line
+    from ..store.urls import open_redis
+
+    if not url:
+        return
+    try:
+        open_redis(url).close()
+    except redis.RedisError as exc:
+        raise BackendUnavailable(f"Redis error: {one_line(exc, url)}") from exc
 
 
 def print_json(obj: Any) -> None:

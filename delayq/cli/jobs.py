@@ -12,6 +12,7 @@ from ..config import DEFAULT_QUEUE
 from ..durations import format_instant, parse_duration, shown
 from ..errors import BadInput
 from ..jobspec import check_at, check_timeout
+from ..store.params import UNREADABLE
 from .app import (
     Command,
     JsonOption,
@@ -138,7 +139,10 @@ def show(
         print_json(view)
         return
     for key in ("id", "status", "class", "method", "ext", "retry_times", "message"):
-        typer.echo(f"{key:<12}{printable(view[key])}")
+        value = view[key]
+        if key in ("class", "method") and not isinstance(value, str):
+            value = UNREADABLE  # params that name none: not JSON, not an object, no such key
+        typer.echo(f"{key:<12}{printable(value)}")
     typer.echo(f"{'data':<12}{printable(json.dumps(view['data'], ensure_ascii=False))}")
     typer.echo(f"{'run_at':<12}{format_instant(view['run_at'])}")
     if view["schedule"] is not None:

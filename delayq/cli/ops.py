@@ -212,8 +212,12 @@ def list_jobs(
 
 
 def _call(view: dict[str, Any]) -> str:
-    """What a row calls, and how it recurs (by cron or `every 1h`)."""
-    call = f"{view['class']}.{view['method']}"
+    """What a row calls, and how it recurs (by cron or `every 1h`); UNREADABLE when its params
+    name no class and method."""
+    from ..store.params import UNREADABLE
+
+    names = (view["class"], view["method"])
+    call = ".".join(names) if all(isinstance(name, str) for name in names) else UNREADABLE
     return f"{call} ({view['schedule']})" if view.get("schedule") else call
 
 
@@ -239,7 +243,10 @@ def peek(
     for view in views:
         call = printable(_call(view)) if view["status"] else "(no row)"
         cells = [str(view["id"]), printable(view["queue"]), _relative(view["due_in"]), call]
-        table.add_row(*cells, printable(view["ext"]), view["status"] or "-")
+        state = view["status"] or "-"
+        if not view["indexed"]:  # added with using=: the next run's sweep schedules it
+            state += " (not yet indexed)"
+        table.add_row(*cells, printable(view["ext"]), state)
     _console().print(table if views else "nothing scheduled")
 
 
@@ -252,6 +259,7 @@ def _upcoming_view(entry: Upcoming, now: float) -> dict[str, Any]:
         "queue": entry.queue,
         "run_at": entry.run_at,
         "due_in": entry.run_at - now,
+        "indexed": entry.indexed,
         **{key: row.get(key) for key in ("class", "method", "ext", "status", "schedule")},
     }
 

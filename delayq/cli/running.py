@@ -166,6 +166,7 @@ def _run_here(
     # Closed as the run ends: the runner's `on_shutdown` functions run, then its event loop
     # closes.
     with open_queue(create=True, on_failure=outputs.on_failure) as queue:
+        _warn_of_unused(queue, options)
         with (
             graceful_stop() as stop,
             _progress(queue, options, outputs) as bar,
@@ -197,13 +198,27 @@ def _supervise(processes: int, options: RunOptions, outputs: Outputs) -> None:
     settings = load_settings().with_overrides(on_failure=outputs.on_failure)
     _check_handlers(settings)
     load_reporters(settings)
-    if options.loop:  # a looping child waits out an outage, even one at its start
+    if options.loop or options.queues:
         with open_queue(create=True, on_failure=outputs.on_failure) as queue:
-            queue.reach()  # so a wrong URL is said once, here, and at once
+            if options.loop:  # a looping child waits out an outage, even one at its start
+                queue.reach()  # so a wrong URL is said once, here, and at once
+            _warn_of_unused(queue, options)  # here, once: the children find the names noted
     from ..worker.processes import Supervisor
 
     child = [sys.executable, "-m", "delayq", "run", *options.argv(), *outputs.argv()]
     raise typer.Exit(Supervisor(lambda fd: [*child, "--liveness-fd", str(fd)], processes).run())
+
+
+def _warn_of_unused(queue: Queue, options: RunOptions) -> None:
+    """One line for each queue named that no job has used: a typo would otherwise idle for
+    ever without a word. The run goes on (a queue may get jobs later); noting the names
+    makes `status` list them, and the next run silent."""
+    for name in queue.serve(options.queues):
+        typer.echo(
+            f"delayq: warning: no job has used queue {printable(repr(name))} yet; serving it "
+            "(check the name: jobs added to it from now on will run)",
+            err=True,
+        )
 
 
 def _liveness(fd: int | None) -> Liveness | None:

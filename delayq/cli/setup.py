@@ -10,7 +10,7 @@ import typer
 
 from ..config import load_settings
 from ..errors import DelayqError
-from .app import Command, JsonOption, app, open_queue, print_json
+from .app import Command, JsonOption, app, check_database_exists, open_queue, print_json
 
 if TYPE_CHECKING:
     from ..ops.doctor import Check
@@ -76,33 +76,39 @@ def doctor(as_json: JsonOption = False) -> None:
 
 
 def _diagnose() -> list[Check]:
-    """Every check, in order; stops early only when there is nothing left to check against."""
+    """Every check, in order; one that cannot be made is a `skip` line saying why."""
     from ..connection import connect
     from ..ops.doctor import (
+        CONSISTENCY_CHECKS,
+        DATABASE_CHECKS,
         FAIL,
+        REDIS_CHECKS,
         Check,
         consistency_checks,
         database_checks,
         handler_checks,
         redis_checks,
         settings_check,
+        skipped,
     )
 
+    after_connect = DATABASE_CHECKS + REDIS_CHECKS + CONSISTENCY_CHECKS
     try:
         settings = load_settings()
     except DelayqError as exc:
-        return [Check(FAIL, "config", str(exc))]
+        rest = skipped(("handlers", *after_connect), "the settings are wrong")
+        return [Check(FAIL, "config", str(exc)), *rest]
     checks = [settings_check(settings), *handler_checks(settings.handlers)]
     try:
+        check_database_exists(settings)  # doctor only reads: it creates no database
         queue = connect(settings)
     except DelayqError as exc:
-        return [*checks, Check(FAIL, "connect", str(exc))]
+        rest = skipped(after_connect, "delayq could not connect")
+        return [*checks, Check(FAIL, "connect", str(exc)), *rest]
     with queue:
-        checks += database_checks(queue.db, settings.database_url)
-        checks += redis_checks(queue.index, queue.settings)
-        if all(check.level != FAIL for check in checks):
-            checks += consistency_checks(queue.table, queue.index)
-        return checks
+        servers = database_checks(queue.db, settings.database_url)
+        servers += redis_checks(queue.index, queue.settings)
+        return [*checks, *servers, *consistency_checks(queue.table, queue.index, servers)]
 
 
 class Shell(str, Enum):  # noqa: UP042 - StrEnum is new in Python 3.11

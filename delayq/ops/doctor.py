@@ -25,7 +25,10 @@ from ..worker.allowlist import EMPTY_ALLOWLIST, check_entry
 from ..worker.handlers import import_prefix
 from ..worker.recovery import ORPHAN_GRACE, SWEEP_LIMIT
 
-OK, WARN, FAIL = "ok", "warn", "FAIL"
+OK, WARN, FAIL, SKIP = "ok", "warn", "FAIL", "skip"  # skip: not made, the line says why
+DATABASE_CHECKS = ("database", "columns", "index")
+REDIS_CHECKS = ("redis", "topology", "eviction", "disk", "schedule", "members")
+CONSISTENCY_CHECKS = ("orphans", "journal")
 MIN_REDIS = (6, 2)  # ZMSCORE, which the runner's orphan sweep uses
 
 
@@ -41,6 +44,11 @@ class Check:
 def verdict(passed: bool, name: str, good: str, bad: str, level: str = WARN) -> Check:
     """An ok line saying `good` if `passed`, else a `level` line saying `bad`."""
     return Check(OK, name, good) if passed else Check(level, name, bad)
+
+
+def skipped(names: tuple[str, ...], reason: str) -> list[Check]:
+    """A line for each of the checks `names` that was not made, saying why."""
+    return [Check(SKIP, name, f"not checked: {reason}") for name in names]
 
 
 def settings_check(settings: Settings) -> Check:
@@ -82,10 +90,12 @@ def database_checks(db: peewee.Database, url: str | None) -> list[Check]:
             version = f"SQLite {db.execute_sql('SELECT sqlite_version()').fetchone()[0]}"
         reached = Check(OK, "database", f"{version} at {where}")
         if not db.table_exists(Job._meta.table_name):
-            return [reached, Check(FAIL, "table", "delay_queue does not exist; run `delayq init`")]
+            missing = Check(FAIL, "table", "delay_queue does not exist; run `delayq init`")
+            return [reached, missing, *skipped(DATABASE_CHECKS[1:], "delay_queue does not exist")]
         return [reached, *_table_checks(db)]
     except (peewee.DatabaseError, peewee.InterfaceError) as exc:
-        return [Check(FAIL, "database", f"{where} cannot be used: {one_line(exc, url)}")]
+        failed = Check(FAIL, "database", f"{where} cannot be used: {one_line(exc, url)}")
+        return [failed, *skipped(DATABASE_CHECKS[1:], "the database cannot be used")]
 
 
 def _table_checks(db: peewee.Database) -> list[Check]:
@@ -120,7 +130,8 @@ def redis_checks(index: Index, settings: Settings) -> list[Check]:
         strays = {queue: _stray_members(index, queue) for queue in index.registry.known_queues()}
     except redis.RedisError as exc:
         detail = one_line(exc, settings.redis_url)
-        return [Check(FAIL, "redis", f"{where} cannot be used: {detail}")]
+        failed = Check(FAIL, "redis", f"{where} cannot be used: {detail}")
+        return [failed, *skipped(REDIS_CHECKS[1:], "Redis cannot be used")]
     versions = sorted({server.version for server in found})
     try:
         too_old = any(
@@ -210,10 +221,15 @@ def _stray_members(index: Index, queue: str) -> int:
     return sum(job_id_of(member) is None for chunk in chunks for member, _ in chunk)
 
 
-def consistency_checks(table: Table, index: Index) -> list[Check]:
+def consistency_checks(table: Table, index: Index, servers_checks: list[Check]) -> list[Check]:
     """An ok or warn line for pending rows the schedule lost (an index write that failed after
     its INSERT, a Redis that lost data) and for journal fields no run will read again; runs
-    repair both, doctor only counts them."""
+    repair both, doctor only counts them. Not made, and said so, after a FAIL among
+    `servers_checks` (the database's and Redis's): there would be nothing sound to compare."""
+    if failed := [check.name for check in servers_checks if check.level == FAIL]:
+        names = ", ".join(dict.fromkeys(failed))
+        check = "check" if len(set(failed)) == 1 else "checks"
+        return skipped(CONSISTENCY_CHECKS, f"the {names} {check} FAILed")
     try:
         now = index.clock.now()
         unscheduled = stale = 0

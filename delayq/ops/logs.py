@@ -16,7 +16,9 @@ from ..errors import BadInput, ConfigError
 if TYPE_CHECKING:
     from ..store.outcomes import Outcome
 
-TEXT_FORMAT = "%(asctime)s delayq %(levelname)s %(message)s"
+# `logger`: the record's logger name, as --log-json gives it, but `delayq` for every module of
+# delayq's own: what its lines have always said, where the module adds nothing an operator uses.
+TEXT_FORMAT = "%(asctime)s %(logger)s %(levelname)s %(message)s"
 LEVELS = ("debug", "info", "warning", "error", "critical")
 _installed: list[logging.Handler] = []
 
@@ -74,6 +76,7 @@ class TextFormatter(logging.Formatter):
     logging shows an exception."""
 
     def format(self, record: logging.LogRecord) -> str:
+        record.logger = logger_label(record.name)
         text = super().format(record)
         outcome: Outcome | None = getattr(record, "job_outcome", None)
         if outcome is None or outcome.status.word != "failed" or not outcome.failure[0]:
@@ -81,6 +84,11 @@ class TextFormatter(logging.Formatter):
         error, traceback = outcome.failure
         lines = [error, *(traceback.splitlines() if traceback else [])]
         return "\n".join([text, *(f"    {line}" for line in lines)])
+
+
+def logger_label(name: str) -> str:
+    """How a text line names the logger `name`: `delayq` for delayq's own, else `name`."""
+    return "delayq" if name == "delayq" or name.startswith("delayq.") else name
 
 
 class JsonLinesFormatter(logging.Formatter):

@@ -78,25 +78,23 @@ class LastRun:
         return None if self.started_at is None else self.started_at + (self.duration or 0.0)
 
 
-@dataclass(frozen=True)
-class StatusReport:
-    """Every queue's stats and the last run, as seen at `now`."""
+class StatusReport(dict[str, Any]):
+    """Every queue's stats and the last run, as seen at `now`. It is the dict `delayq status
+    --json` prints, `{"now", "last_run", "queues": {name: {...}}}`, so that json.dumps and a
+    web framework's JSON response take it as it is, as they take `show`'s and `list_jobs`'
+    dicts; the same figures are its attributes: `now`, `queues` (name: QueueStats) and
+    `last_run` (a LastRun, or None)."""
 
-    now: float
-    queues: dict[str, QueueStats]
-    last_run: LastRun | None
+    def __init__(self, now: float, queues: dict[str, QueueStats], last_run: LastRun | None):
+        super().__init__(now=now, last_run=_last_run_json(now, last_run))
+        self["queues"] = {name: stats.as_json() for name, stats in queues.items()}
+        self.now = now
+        self.queues = queues
+        self.last_run = last_run
 
     def as_json(self) -> dict[str, Any]:
-        last = None
-        if self.last_run is not None:
-            finished = self.last_run.finished_at
-            age = None if finished is None else max(0.0, self.now - finished)
-            last = dict(asdict(self.last_run), age=age, beat_at=finished)
-        return {
-            "now": self.now,
-            "last_run": last,
-            "queues": {name: stats.as_json() for name, stats in self.queues.items()},
-        }
+        """The report as a plain dict (what it holds as a dict itself)."""
+        return dict(self)
 
     def problems(self, max_idle: float, max_lag: float) -> list[str]:
         """One line per thing a monitoring probe should page about."""
@@ -116,6 +114,16 @@ class StatusReport:
                     f" (max {format_delta(max_lag)}), {stats.pending_due} due in all"
                 )
         return found
+
+
+def _last_run_json(now: float, last_run: LastRun | None) -> dict[str, Any] | None:
+    """The last run's fields, with how long ago it last said it was alive (`age`) and when
+    (`beat_at`)."""
+    if last_run is None:
+        return None
+    finished = last_run.finished_at
+    age = None if finished is None else max(0.0, now - finished)
+    return dict(asdict(last_run), age=age, beat_at=finished)
 
 
 def status_report(
@@ -280,28 +288,52 @@ def list_jobs(
 
 @dataclass(frozen=True)
 class Upcoming:
-    """One entry of the schedule and, when it has one, its row."""
+    """One entry of the schedule and, when it has one, its row; or (`indexed` False) a pending
+    row added inside a caller's transaction (`add(using=)`) that no run's sweep has put on the
+    schedule yet: it is due all the same, and the next run schedules it."""
 
     queue: str
     id: int
     run_at: float
     row: Job | None
+    indexed: bool = True
 
 
-def next_scheduled(table: Table, index: Index, queues: Sequence[str], count: int) -> list[Upcoming]:
-    """The first `count` entries across the queues' schedules (read with ZRANGE: nothing is
-    claimed), soonest first, with their rows; members that are not ids (a run drops them) are
+def next_scheduled(
+    table: Table, index: Index, queues: Sequence[str] | None, count: int
+) -> list[Upcoming]:
+    """The first `count` jobs due across `queues` (None: every queue), soonest first: entries
+    of the schedules (read with ZRANGE: nothing is claimed) with their rows, and the rows
+    still waiting for a sweep to index them. Members that are not ids (a run drops them) are
     left out."""
+    names = index.registry.known_queues() if queues is None else queues
     entries = sorted(
         (float(score), job_id, queue)
-        for queue in queues
+        for queue in names
         for member, score in index.schedule.earliest(queue, count)
         if (job_id := job_id_of(member)) is not None
     )[:count]
     Job = table.model
     ids = [job_id for _, job_id, _ in entries]
     rows = {row.id: row for row in Job.select().where(Job.id.in_(ids))} if ids else {}
-    return [Upcoming(queue, job_id, due, rows.get(job_id)) for due, job_id, queue in entries]
+    found = [Upcoming(queue, job_id, due, rows.get(job_id)) for due, job_id, queue in entries]
+    scheduled = set(ids)
+    found += [
+        Upcoming(row.queue, row.id, float(row.run_at or 0.0), row, indexed=False)
+        for row in _unindexed(table, queues, count)
+        if row.id not in scheduled  # a sweep has scheduled it, and not yet cleared its mark
+    ]
+    return sorted(found, key=lambda entry: (entry.run_at, entry.id))[:count]
+
+
+def _unindexed(table: Table, queues: Sequence[str] | None, count: int) -> list[Job]:
+    """The first `count` pending rows, soonest first, that a caller's transaction added and no
+    sweep has scheduled yet: a range of the (unindexed) index, small as those rows are few."""
+    Job = table.model
+    query = Job.select().where(Job.unindexed == 1, Job.status == Status.PENDING)
+    if queues is not None:
+        query = query.where(Job.queue.in_(list(queues)))
+    return list(query.order_by(Job.run_at, Job.id).limit(count))
 
 
 def _number(text: str | None) -> float | None:

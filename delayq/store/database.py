@@ -4,6 +4,7 @@ reconnect-on-gone-away on MySQL/MariaDB."""
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
 from contextlib import suppress
@@ -22,6 +23,7 @@ SQLITE_PRAGMAS = {
     "journal_mode": "wal",  # readers never block the writer; several runs may overlap
     "synchronous": "full",  # a committed outcome survives power loss
 }
+SQLITE_SCHEMES = ("sqlite", "sqlite3")
 DATABASE_FORMS = "use mysql://user:pw@host:3306/db or sqlite:////absolute/path.db"
 LOOPBACK = ("localhost", "127.0.0.1", "::1")
 LOCK_RETRIES = 4
@@ -96,6 +98,25 @@ def open_database(url: str) -> Database:
     """A peewee Database for `url`; connects lazily on first use. Its arguments are read as
     playhouse.db_url reads them, but not by it: its import loads every backend extension
     peewee ships (13 ms on each cron run)."""
+    scheme, name, kwargs = _read_url(url)
+    if scheme in SQLITE_SCHEMES:
+        return _open_sqlite(url, name, kwargs)
+    if scheme == "mysql":
+        return _open_mysql(url, name, kwargs)
+    raise refuse("DELAYQ_DATABASE_URL", url, DATABASE_FORMS)
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file a sqlite:// URL names, a relative one taken from the working directory as
+    open_database takes it; None for a URL of another database or one naming no file."""
+    scheme, name, _ = _read_url(url)
+    if scheme not in SQLITE_SCHEMES or not name or name == ":memory:":
+        return None
+    return Path(os.path.abspath(name))
+
+
+def _read_url(url: str) -> tuple[str, str, dict[str, Any]]:
+    """(scheme, database name or file, connection arguments) of a database URL."""
     check_netloc("DELAYQ_DATABASE_URL", url)
     try:
         parts = urlparse(url)
@@ -109,12 +130,7 @@ def open_database(url: str) -> Database:
         raise refuse("DELAYQ_DATABASE_URL", url, "not a URL delayq can read") from None
     kwargs: dict[str, Any] = {key: value for key, value in given.items() if value}
     kwargs.update((k, _query_value(v)) for k, v in parse_qsl(parts.query, keep_blank_values=True))
-    name = kwargs.pop("database", parts.path[1:])
-    if parts.scheme in ("sqlite", "sqlite3"):
-        return _open_sqlite(url, name, kwargs)
-    if parts.scheme == "mysql":
-        return _open_mysql(url, name, kwargs)
-    raise refuse("DELAYQ_DATABASE_URL", url, DATABASE_FORMS)
+    return parts.scheme, kwargs.pop("database", parts.path[1:]), kwargs
 
 
 def _query_value(value: str) -> Any:
@@ -141,9 +157,22 @@ def _open_sqlite(url: str, name: str, kwargs: dict) -> Database:
             "use sqlite:////absolute/path.db "
             "(three slashes before a relative path, four before an absolute one)"
         )
-    Path(name).parent.mkdir(parents=True, exist_ok=True)
+    path = Path(os.path.abspath(name))
+    if not Path(name).is_absolute():
+        # Taken from the working directory now, once: peewee opens a connection per thread,
+        # and a handler that changes directory would otherwise reach another file. Not
+        # refused, since a setup that always starts in one directory works; but cron and a
+        # shell rarely start in the same one, so the warning names the URL to write.
+        logger.warning(
+            "DELAYQ_DATABASE_URL %r names a relative path, read from the working directory "
+            "as %s; write sqlite:///%s to use that file from anywhere",
+            redact_url(url),
+            path,
+            path,
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
     # timeout: wait up to 30 s for the write lock (SQLite's busy timeout) instead of failing.
-    return SqliteDatabase(name, pragmas=SQLITE_PRAGMAS, timeout=30, **kwargs)
+    return SqliteDatabase(str(path), pragmas=SQLITE_PRAGMAS, timeout=30, **kwargs)
 
 
 def _open_mysql(url: str, name: str, kwargs: dict) -> Database:

@@ -15,6 +15,9 @@ from typing import Any, NamedTuple
 from ..errors import BadInput
 from .backend_errors import one_line
 
+# How a row's class or method is shown where its params name none (not JSON, not an object,
+# no such key): one word for list, show, peek and a run's lines, never `None` or `?`.
+UNREADABLE = "(unreadable)"
 # serialize() of an array or an object; no JSON text starts like this.
 PHP_SERIALIZED = re.compile(r"^[aO]:\d+:")
 # How deeply a job's data may nest lists and objects: Python's JSON parser and encoder recurse,
@@ -40,6 +43,11 @@ def read_call(params: str, php_classes: Mapping[str, str]) -> Call:
     class_path, method = payload.get("class"), payload.get("method")
     if not isinstance(class_path, str) or not isinstance(method, str):
         raise BadInput('bad params: "class" and "method" must be strings')
+    if "data" not in payload:
+        # Required, as docs/producers.md says and the seed's producers always write it
+        # (serialize(['class' => ..., 'method' => ..., 'data' => ...])): a row without it is a
+        # producer's mistake (a misspelt key), which calling the handler with None would hide.
+        raise BadInput('bad params: no "data"; write "data": null for a call without any')
     if is_php(params):
         class_path = python_class(class_path, php_classes)
     return Call(class_path, method, payload.get("data"))

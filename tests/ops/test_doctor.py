@@ -6,7 +6,7 @@ import pytest
 import redis
 
 from delayq.store import embedded
-from delayq.store.database import sqlite_url
+from delayq.store.database import sqlite_file, sqlite_url
 from delayq.store.keys import INDEXED_KEY, schedule_key
 from delayq.store.table import Job
 from tests.invoke import invoke
@@ -77,6 +77,8 @@ def test_a_redis_that_keeps_nothing_on_disk_is_a_warning(queue, cli_env):
 
 
 def test_missing_table_fails_and_says_to_run_init(backend, cli_env):
+    if path := sqlite_file(backend["database_url"]):
+        path.touch()  # a database without the table (none at all: tests/test_sqlite_urls.py)
     result = invoke(cli_env, "doctor")
 
     assert result.exit_code == 1
@@ -122,6 +124,57 @@ def test_handler_prefix_that_does_not_import_fails(queue, cli_env):
     assert "DELAYQ_HANDLERS entry 'billing.nowhere'" in result.stdout
 
 
+def test_a_handler_that_does_not_import_leaves_the_table_and_schedule_checks_in(queue, cli_env):
+    env = dict(cli_env, DELAYQ_HANDLERS="tests.sample_handlers,billing.nowhere")
+
+    found = levels(invoke(env, "doctor"))
+
+    assert (found["orphans"], found["journal"], found["members"]) == (["ok"], ["ok"], ["ok"])
+
+
+def test_checks_that_cannot_run_after_a_missing_table_say_why(backend, cli_env):
+    if path := sqlite_file(backend["database_url"]):
+        path.touch()
+
+    result = invoke(cli_env, "doctor")
+
+    assert result.exit_code == 1
+    assert line(result, "columns") == ("skip", "not checked: delay_queue does not exist")
+    assert line(result, "index") == ("skip", "not checked: delay_queue does not exist")
+    assert line(result, "orphans") == ("skip", "not checked: the table check FAILed")
+    assert line(result, "journal") == ("skip", "not checked: the table check FAILed")
+
+
+def test_every_check_after_a_failed_connect_says_it_was_not_made(tmp_path, cli_env):
+    env = dict(cli_env, DELAYQ_DATABASE_URL=sqlite_url(tmp_path / "nowhere.db"))
+
+    result = invoke(env, "doctor")
+
+    assert result.exit_code == 1
+    assert [(level, name) for level, name, _ in lines_of(result)] == [
+        ("ok", "config"),
+        ("ok", "handlers"),
+        ("FAIL", "connect"),
+        *(("skip", name) for name in NAMES_AFTER_CONNECT),
+    ]
+    assert line(result, "journal")[1] == "not checked: delayq could not connect"
+
+
+NAMES_AFTER_CONNECT = [
+    "database",
+    "columns",
+    "index",
+    "redis",
+    "topology",
+    "eviction",
+    "disk",
+    "schedule",
+    "members",
+    "orphans",
+    "journal",
+]
+
+
 def test_a_class_inside_a_module_is_a_valid_prefix(queue, cli_env):
     env = dict(cli_env, DELAYQ_HANDLERS="tests.sample_handlers.jobs.Refund")
 
@@ -150,7 +203,11 @@ def test_a_bad_setting_fails_before_anything_is_contacted(cli_env):
     result = invoke(dict(cli_env, DELAYQ_LEASE="1"), "doctor")
 
     assert result.exit_code == 1
-    assert lines_of(result) == [("FAIL", "config", "DELAYQ_LEASE must be at least 2 seconds")]
+    assert lines_of(result) == [
+        ("FAIL", "config", "DELAYQ_LEASE must be at least 2 seconds"),
+        *(("skip", name, "not checked: the settings are wrong") for name in ["handlers"]),
+        *(("skip", name, "not checked: the settings are wrong") for name in NAMES_AFTER_CONNECT),
+    ]
 
 
 @pytest.mark.parametrize("broken", ["DELAYQ_DATABASE_URL", "DELAYQ_REDIS_URL"])

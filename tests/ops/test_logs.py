@@ -82,6 +82,24 @@ def test_records_without_a_job_have_only_the_base_keys(tmp_path):
     assert entry["message"] == "index rebuilt: 3 entries"
 
 
+def test_text_lines_name_the_logger_of_another_library_and_delayq_for_its_own(tmp_path):
+    path = tmp_path / "delayq.log"
+    setup_logging("info", path)
+
+    logging.getLogger("httpx").info('HTTP Request: POST https://example.com "HTTP/1.1 200 OK"')
+    logging.getLogger("delayq.worker.calls").warning("job 12 shop.Refund.run attempt 0: failed")
+    logging.getLogger().warning("from the root logger")
+    logging.getLogger("delayqueue").warning("a library whose name only starts like ours")
+
+    labels = [line.split()[2:4] for line in path.read_text().splitlines()]
+    assert labels == [
+        ["httpx", "INFO"],
+        ["delayq", "WARNING"],
+        ["root", "WARNING"],
+        ["delayqueue", "WARNING"],
+    ]
+
+
 def test_warning_level_leaves_job_lines_out(queue, cli_env, log, tmp_path):
     queue.add(H, "record", {"log": log})
     path = tmp_path / "delayq.log"

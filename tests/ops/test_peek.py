@@ -7,6 +7,7 @@ import json
 
 from delayq.store.keys import schedule_key
 from delayq.store.table import Job, Status
+from tests.callers import open_transaction
 from tests.invoke import invoke
 
 NOW = 1_800_000_000.0
@@ -66,6 +67,7 @@ def test_peek_json_has_time_until_due_and_the_row_fields(queue, cli_env, log):
         "queue",
         "run_at",
         "due_in",
+        "indexed",
         "class",
         "method",
         "ext",
@@ -90,3 +92,50 @@ def test_peek_table(queue, cli_env, log):
     lines = result.stdout.splitlines()
     assert lines[0].split() == ["id", "queue", "due", "call", "ext", "status"]
     assert lines[1].split() == [str(job_id), "default", "in", "60m", f"{H}.record", "pending"]
+
+
+def test_jobs_added_in_a_caller_transaction_show_as_not_yet_indexed(backend, queue, cli_env, log):
+    indexed = queue.add(H, "record", {"log": log}, delay=300)
+    transaction = open_transaction("dbapi", backend["database_url"])
+    try:
+        waiting = queue.add(H, "record", {"log": log}, delay=60, ext="tx", using=transaction.using)
+        transaction.commit()
+    finally:
+        transaction.close()
+
+    upcoming = queue.peek(5)
+    body = json.loads(invoke(cli_env, "peek", "--json").stdout)
+    text = invoke(cli_env, "peek").stdout.splitlines()
+
+    assert [(entry.id, entry.indexed) for entry in upcoming] == [(waiting, False), (indexed, True)]
+    assert [(view["id"], view["indexed"]) for view in body["jobs"]] == [
+        (waiting, False),
+        (indexed, True),
+    ]
+    assert text[1].split()[0] == str(waiting)
+    assert text[1].rstrip().endswith("pending (not yet indexed)")
+    assert text[2].rstrip().endswith("pending")
+
+
+def test_a_job_the_sweep_has_indexed_is_shown_once(backend, queue, log):
+    transaction = open_transaction("dbapi", backend["database_url"])
+    try:
+        job_id = queue.add(H, "record", {"log": log}, delay=60, using=transaction.using)
+        transaction.commit()
+    finally:
+        transaction.close()
+    queue.run()  # its sweep puts the job on the schedule
+
+    assert [(entry.id, entry.indexed) for entry in queue.peek(5)] == [(job_id, True)]
+
+
+def test_not_yet_indexed_jobs_of_other_queues_are_left_out(backend, queue, log):
+    transaction = open_transaction("dbapi", backend["database_url"])
+    try:
+        queue.add(H, "record", {"log": log}, queue="mail", using=transaction.using)
+        transaction.commit()
+    finally:
+        transaction.close()
+
+    assert queue.peek(5, queues=["default"]) == []
+    assert [entry.queue for entry in queue.peek(5, queues=["mail"])] == ["mail"]

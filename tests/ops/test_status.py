@@ -246,3 +246,16 @@ def test_unknown_status_numbers_are_left_out_of_the_counts(queue):
     default = queue.status(now=NOW).queues["default"]
 
     assert (default.success, default.pending) == (1, 0)
+
+
+def test_the_python_status_is_the_json_status_prints(queue, cli_env, log):
+    from starlette.responses import JSONResponse
+
+    queue.add(H, "record", {"log": log}, queue="mail", now=NOW)
+    report = queue.status(now=NOW)
+
+    assert json.loads(json.dumps(report)) == json.loads(json.dumps(report.as_json()))
+    assert report["queues"]["mail"]["pending"] == report.queues["mail"].pending == 1
+    assert json.loads(JSONResponse(report).body)["now"] == NOW
+    printed = json.loads(invoke(cli_env, "status", "--json").stdout)
+    assert set(printed) == set(report) and set(printed["queues"]["mail"]) == QUEUE_KEYS

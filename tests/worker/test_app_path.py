@@ -73,6 +73,7 @@ def test_without_the_path_the_module_is_not_importable_and_the_error_says_where_
 ):
     app = tmp_path / "app"
     configure(app, "")
+    assert delayq(app, app_env, "init").returncode == 0  # else: no database, exit 1
 
     added = delayq(app, app_env, *ADD)
 
