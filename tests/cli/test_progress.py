@@ -7,6 +7,7 @@ import json
 import shlex
 import shutil
 import subprocess
+from pathlib import Path
 
 import delayq
 from tests.conftest import DELAYQ
@@ -59,9 +60,14 @@ def test_add_before_init_says_to_run_init(backend, cli_env):
     )
 
     assert result.returncode == 1
-    assert result.stderr == (
-        "delayq: error: the delay_queue table does not exist here; run `delayq init` first\n"
-    )
+    if backend["database_url"].startswith("sqlite"):  # not even the file: nothing is made
+        path = backend["database_url"].removeprefix("sqlite:///")
+        assert result.stderr.startswith(f"delayq: error: no delayq database at {path}: run ")
+        assert not Path(path).exists()
+    else:
+        assert result.stderr == (
+            "delayq: error: the delay_queue table does not exist here; run `delayq init` first\n"
+        )
 
 
 def test_verbose_json_run_on_a_terminal_prints_json_lines_and_no_bar(queue, cli_env):
