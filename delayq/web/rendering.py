@@ -16,7 +16,10 @@ from starlette.responses import HTMLResponse
 
 from ..errors import BadInput
 from ..ops.printing import printable
-from ..store.params import read_payload
+from ..store.params import (
+    UNREADABLE,  # a row naming no handler: the word list and peek use
+    read_payload,
+)
 from ..store.table import Job
 from .security import csrf_token, session_nonce
 
@@ -24,9 +27,6 @@ from .security import csrf_token, session_nonce
 # first line, cut here, in a <details> the operator opens: no script, so the CSP holds.
 SUMMARY_CHARS = 200
 
-# What a row calls when its params name no class and method (not JSON, a PHP value delayq
-# cannot read, fields that are not text): the row's own page says why.
-UNREADABLE = "unreadable"
 NO_ROW = "(no row)"  # a schedule entry whose row is gone, as `delayq peek` says
 
 # An error page's heading: what the visitor reads first, so it names the kind of refusal.

@@ -28,6 +28,7 @@ from delayq.web.charts import HEIGHT, WIDTH, Bin, lateness_chart, throughput_cha
 from delayq.web.rendering import SUMMARY_CHARS  # noqa: E402
 from delayq.web.security import CONTENT_SECURITY_POLICY  # noqa: E402
 from delayq.web.throttle import FAILURES, MAX_ADDRESSES, WINDOW, LoginThrottle  # noqa: E402
+from tests.callers import open_transaction  # noqa: E402
 from tests.topologies import web_topology_line  # noqa: E402
 from tests.waiting import wait_for  # noqa: E402
 
@@ -699,10 +700,26 @@ def test_up_next_names_each_handler_and_says_how_late_an_overdue_job_is(queue, l
     assert set(rows) == {overdue, later, broken}
     assert re.search(r'class="handler">tests\.sample_handlers\.jobs\.record<', rows[overdue])
     assert re.search(r'class="handler">tests\.sample_handlers\.jobs\.fail<', rows[later])
-    assert re.search(r'class="handler">unreadable<', rows[broken])
+    assert re.search(r'class="handler">\(unreadable\)<', rows[broken])
     # 600 s before the page asked, plus the moments the test took: "late by 10.0m" or so.
     assert re.search(r'class="late">late by 10\.[0-9]m<', rows[overdue]), rows[overdue]
     assert 'class="late"' not in rows[later] + rows[broken]
+
+
+def test_up_next_shows_a_job_added_in_a_caller_transaction_as_not_yet_indexed(backend, queue, log):
+    indexed = queue.add(H, "record", {"log": log}, delay=300)
+    transaction = open_transaction("dbapi", backend["database_url"])
+    try:
+        waiting = queue.add(H, "record", {"log": log}, delay=60, using=transaction.using)
+        transaction.commit()
+    finally:
+        transaction.close()
+
+    rows = upcoming_rows(client_of(queue).get("/").text)
+
+    assert set(rows) == {indexed, waiting}
+    assert 'class="unindexed">(not yet indexed)<' in rows[waiting]
+    assert "not yet indexed" not in rows[indexed]
 
 
 def test_the_overview_splits_failures_into_retried_and_failed_for_good_as_status_does(queue, log):
