@@ -20,7 +20,7 @@ from ..store.recurrence import is_recurring
 from ..store.table import ClaimedJob, Status, Table, tuples
 from ..store.tallies import Tally
 from .claims import handler_label
-from .outcomes import tally_of
+from .group_commits import tally_of
 from .retry import next_retry_in
 
 logger = logging.getLogger(__name__)
