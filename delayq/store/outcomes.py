@@ -17,7 +17,7 @@ from .database import run_reconnecting
 from .policies import read_policy
 from .recurrence import is_recurring, next_due
 from .table import ClaimedJob, Status, Table, failure_parts
-from .tallies import label
+from .tallies import UNNAMED, handler_label
 
 logger = logging.getLogger(__name__)
 
@@ -34,8 +34,8 @@ class Outcome:
     # (success, NoRetry, a refused handler, retries used up).
     next_in: float | None = None
     # For the report and the metrics only: an outcome read back from the journal has none.
-    class_path: str = "?"
-    method: str = "?"
+    class_path: str = UNNAMED
+    method: str = UNNAMED
     duration: float = 0.0
     lateness: float = 0.0
     error: BaseException | None = field(default=None, compare=False, repr=False)
@@ -58,8 +58,8 @@ class Outcome:
 
     @property
     def handler(self) -> str:
-        """The metrics' label: "class.method", escaped."""
-        return label(f"{self.class_path}.{self.method}")
+        """The metrics' label: "class.method", escaped; UNNAMED for a row naming neither."""
+        return handler_label(self.class_path, self.method)
 
     @property
     def will_retry(self) -> bool:

@@ -24,12 +24,12 @@ from ..config import Settings, hide_secrets
 from ..durations import HORIZON, format_delta, seconds_of, shown
 from ..errors import BadInput, HandlerNotAllowed, NoRetry, RetryLater
 from ..store.outcomes import Outcome
-from ..store.params import is_php, read_call, read_payload
+from ..store.params import read_call
 from ..store.policies import POLICY_MAX, read_policy
 from ..store.table import TEXT_MAX, ClaimedJob, Status, storable
 from . import forks, interrupts
 from .eventloop import EventLoopThread, under_limit
-from .handlers import Handler, resolve
+from .handlers import Handler, HandlerName, handler_of, resolve
 from .hooks import FailureReporter
 from .interrupts import RUN_STOPS, JobTimeout
 from .report import OutcomeCallback
@@ -38,8 +38,6 @@ from .shutdown import run_shutdown_functions
 from .tracebacks import describe, describe_with_traceback
 
 logger = logging.getLogger(__name__)
-
-HandlerName = tuple[str, str]  # (class, method) as the job's params name them
 
 
 class Caller:
@@ -99,7 +97,7 @@ class Caller:
             # A refused job is named as its row names it: what the operator must fix. A
             # deploy may fix a missing module, not bad params or a handler not allowed.
             retry = not isinstance(exc, HandlerNotAllowed) and not str(exc).startswith("bad params")
-            return self._failed(job, _call_of(job, self.php_classes), started, str(exc), retry)
+            return self._failed(job, self._named(job), started, str(exc), retry)
         else:
             return self._call(job, call, handler, data, started)
         finally:  # in a child the handler forked (even at import), nothing more happens
@@ -188,14 +186,18 @@ class Caller:
                 raise
         return call, found, data
 
+    def _named(self, job: ClaimedJob) -> HandlerName:
+        """The (class, method) the job's params name, for a call that did not resolve."""
+        return handler_of(job.params, self.php_classes)
+
     def timed_out(self, job: ClaimedJob, started: float) -> Outcome:
         """The call given up on from outside, when its handler ran past its time limit."""
         message = _timed_out(self.limit_of(job))
-        return self._failed(job, _call_of(job, self.php_classes), started, message, retry=True)
+        return self._failed(job, self._named(job), started, message, retry=True)
 
     def crashed(self, job: ClaimedJob, exc: BaseException, started: float) -> Outcome:
         """A call that escaped even `execute` (an error raised into its thread)."""
-        call = _call_of(job, self.php_classes)
+        call = self._named(job)
         return self._failed(job, call, started, describe(exc), retry=True, error=exc)
 
     def announce(self, outcome: Outcome) -> None:
@@ -304,27 +306,6 @@ def _context_of(job: ClaimedJob) -> context.JobContext:
     return context.JobContext(
         job.id, job.queue, job.retry_times, job.ext_string, job.run_at, job.chain_id or job.id
     )
-
-
-def _call_of(job: ClaimedJob, php_classes: dict[str, str]) -> HandlerName:
-    """(class, method) that a job's params name, even if not callable; "?" where they don't."""
-    try:
-        return read_call(job.params, php_classes)[:2]
-    except BadInput:
-        payload = _named_fields(job.params)
-    names = (payload.get("class"), payload.get("method"))
-    class_path, method = (name if isinstance(name, str) else "?" for name in names)
-    return class_path, method
-
-
-def _named_fields(params: str) -> dict[str, Any]:
-    """The params object of a row that cannot be called, read as leniently as it can be: JSON
-    data nested too deep for a call can still be parsed for its names."""
-    try:
-        payload = read_payload(params) if is_php(params) else json.loads(params)
-    except (BadInput, TypeError, ValueError, RecursionError):
-        return {}
-    return payload if isinstance(payload, dict) else {}
 
 
 def _deferral(delay: object) -> float:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
@@ -18,9 +18,9 @@ from ..store.keys import job_id_of
 from ..store.outcomes import Outcome, rearm, write_outcomes
 from ..store.recurrence import is_recurring
 from ..store.table import ClaimedJob, Status, Table, tuples
-from ..store.tallies import Tally
-from .claims import handler_label
+from ..store.tallies import Tally, handler_label
 from .group_commits import tally_of
+from .handlers import handler_of
 from .retry import next_retry_in
 
 logger = logging.getLogger(__name__)
@@ -60,9 +60,12 @@ def _calling_before_each(items: Iterator[T], call: Callable[[], None]) -> Iterat
         yield item
 
 
-def recover_leases(table: Table, index: Index, queue: str, now: float) -> Recovered:
+def recover_leases(
+    table: Table, index: Index, queue: str, now: float, php_classes: Mapping[str, str]
+) -> Recovered:
     """Settle the jobs of runs that died: from their journal if the outcome is there,
-    otherwise back onto the schedule (or failed, for a job that keeps killing its run)."""
+    otherwise back onto the schedule (or failed, for a job that keeps killing its run).
+    `php_classes` names a PHP producer's jobs by their handlers in the metrics."""
     result = Recovered(Tally(queue))
     lapsed = leases.expired_leases(table, queue, now, SWEEP_LIMIT)
     journal = index.journal.journaled(queue, [item.job.id for item in lapsed])
@@ -72,11 +75,13 @@ def recover_leases(table: Table, index: Index, queue: str, now: float) -> Recove
         if (record := journal.get(item.job.id)) is None:
             unsettled.setdefault(item.token, set()).add(item.job.id)
         else:
-            outcomes.setdefault(item.token, []).append(journaled_outcome(item.job, record))
+            outcome = journaled_outcome(item.job, record, php_classes)
+            outcomes.setdefault(item.token, []).append(outcome)
     running = _were_running(index, queue, unsettled)
     for item in lapsed:
         if item.job.id not in journal:
-            _put_back(table, index, item, item.job.id in running, now, result)
+            handler = handler_label(*handler_of(item.job.params, php_classes))
+            _put_back(table, index, item, item.job.id in running, now, result, handler)
     for token, unsettled_ids in unsettled.items():
         if token is not None:
             index.journal.forget(queue, [], (token, sorted(unsettled_ids)))  # their start notes
@@ -102,10 +107,10 @@ def _put_back(
     was_running: bool,
     now: float,
     result: Recovered,
+    handler: str,  # its label in the metrics
 ) -> None:
     """A dead run's job with no journaled outcome: back on the schedule, or failed as a
     poison job when its handler was running for the last death it is allowed."""
-    handler = handler_label(item.job.params)
     if was_running and item.lost_leases + 1 >= MAX_LOST_LEASES:
         if _fail_poison(table, index, item, now):
             result.poisoned += 1
@@ -118,14 +123,15 @@ def _put_back(
         logger.warning("job %d: its run died (lease lapsed); scheduled again", item.job.id)
 
 
-def journaled_outcome(job: ClaimedJob, record: str) -> Outcome:
-    """The outcome a dead run journaled. A failure journaled by an earlier version says only
-    whether to retry: the retry follows the job's own policy or the ladder."""
+def journaled_outcome(job: ClaimedJob, record: str, php_classes: Mapping[str, str]) -> Outcome:
+    """The outcome a dead run journaled, named by the handler its params name. A failure
+    journaled by an earlier version says only whether to retry: the retry follows the job's
+    own policy or the ladder."""
     outcome = Outcome.from_record(
         job, record, lambda job: next_retry_in(job.retry_policy, job.retry_times)
     )
-    class_path, _, method = handler_label(job.params).rpartition(".")
-    return replace(outcome, class_path=class_path or "?", method=method)
+    class_path, method = handler_of(job.params, php_classes)
+    return replace(outcome, class_path=class_path, method=method)
 
 
 def _were_running(index: Index, queue: str, ids_by_token: dict[str | None, set[int]]) -> set[int]:

@@ -210,9 +210,10 @@ class Runner:
         # On every pass, not only with the sweep: a committed job is due to start within 1 s.
         recovery.index_committed(table, index, each.clock())
         names = list(each.options.queues) or index.registry.known_queues()
+        php_classes = dict(each.settings.php_classes)
         for queue in names if sweep else ():  # recover leases, re-index orphans
             now = each.clock()
-            recovered = recovery.recover_leases(table, index, queue, now)
+            recovered = recovery.recover_leases(table, index, queue, now, php_classes)
             report.recovered += recovered.requeued + recovered.journaled
             report.failed += recovered.poisoned
             report.reindexed += reindex_after_failover(table, index, queue, now)

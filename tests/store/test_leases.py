@@ -203,7 +203,7 @@ def test_a_takeover_that_waited_too_long_on_a_lock_is_run_again(
     thread.start()
     rival_holds_it.wait(5)
     try:
-        recovered = recover_leases(queue.table, queue.index, "default", now)
+        recovered = recover_leases(queue.table, queue.index, "default", now, {})
     finally:
         thread.join()
         rival_db.close()
