@@ -52,7 +52,7 @@ STEPS: list[tuple[str, str, str]] = [
     ("result text and escaping", "storable", "store/table.py"),
     ("the outcome record", "_outcome|_failed", "worker/calls.py"),
     ("lease checks and the heartbeat's deadline", "hold_leases", "worker/drains.py"),
-    ("fork check", "leave_if_forked", "worker/forks.py"),
+    ("fork check", "leave_if_forked", "worker/calls.py"),
     ("the drain's own loop", "_call_waiting|record|pump", "worker/drains.py"),
     ("the drain's own loop", "execute|_execute|_call", "worker/calls.py"),
     ("the drain's own loop", "add_many", "worker/group_commits.py"),

@@ -1,7 +1,9 @@
 """Calling one handler: resolve `class.method` once per runner process, call it with the job's
 data under its time limit and the job's context, and turn whatever happened into an Outcome.
 The one place that catches what a handler throws: however bad, it is the job's failure, not
-the run's.
+the run's. A handler that forks makes a child that is a copy of the runner, with its batch,
+its leases and its connections, and must never carry on as one: wherever control comes back
+to delayq from a handler, a process whose pid is not the runner's leaves at once.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from ..store.outcomes import Outcome
 from ..store.params import read_call
 from ..store.policies import POLICY_MAX, read_policy
 from ..store.table import TEXT_MAX, ClaimedJob, Status, storable
-from . import forks, interrupts
+from . import interrupts
 from .eventloop import EventLoopThread, under_limit
 from .handlers import Handler, HandlerName, handler_of, resolve
 from .hooks import FailureReporter
@@ -101,7 +103,7 @@ class Caller:
         else:
             return self._call(job, call, handler, data, started)
         finally:  # in a child the handler forked (even at import), nothing more happens
-            forks.leave_if_forked(self.pid)
+            leave_if_forked(self.pid)
 
     def coroutine_for(self, job: ClaimedJob) -> Coroutine[Any, Any, Outcome] | None:
         """The job's call as a coroutine for the run's event loop when its handler is an
@@ -137,7 +139,7 @@ class Caller:
         except BaseException as exc:  # noqa: BLE001 - a handler's error never stops the run
             return self._raised(job, call, started, exc, limit)
         finally:  # a child the handler forked on the loop's thread would serve the loop
-            forks.leave_if_forked(self.pid)
+            leave_if_forked(self.pid)
 
     def _call(
         self, job: ClaimedJob, call: HandlerName, handler: Handler, data: Any, started: float
@@ -299,6 +301,14 @@ class Caller:
             lateness=finished_at - duration - (job.run_at or finished_at),
             error=error,
         )
+
+
+def leave_if_forked(runner_pid: int) -> None:
+    """End at once a process that is not the runner: a child a handler forked."""
+    # os._exit, not sys.exit: no atexit hooks, no buffers flushed, no finally blocks, so the
+    # child writes nothing the runner owns (no commit, no Redis command, no half a log line).
+    if os.getpid() != runner_pid:
+        os._exit(0)
 
 
 def _context_of(job: ClaimedJob) -> context.JobContext:

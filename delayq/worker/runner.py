@@ -23,7 +23,6 @@ from .bookkeeper import Bookkeeper
 from .calls import Caller
 from .concurrent import ConcurrentDrain
 from .drains import Drain, SequentialDrain, Turn
-from .failovers import reindex_after_failover
 from .heartbeat import Heartbeat
 from .hooks import load_reporters
 from .interrupts import Abandoned, GracefulStop, grace_on_alarm
@@ -216,7 +215,7 @@ class Runner:
             recovered = recovery.recover_leases(table, index, queue, now, php_classes)
             report.recovered += recovered.requeued + recovered.journaled
             report.failed += recovered.poisoned
-            report.reindexed += reindex_after_failover(table, index, queue, now)
+            report.reindexed += recovery.reindex_after_failover(table, index, queue, now)
             report.reindexed += recovery.reindex_orphans(table, index, queue, now)
         while names and not each.must_stop():  # the queues that may have more
             names = [queue for queue in names if self._take_turn(each, queue, len(names))]
