@@ -165,6 +165,43 @@ def _write_outcomes(table: Table, outcomes: Sequence[Outcome], token: str | None
     return written
 
 
+def mark_missed_and_rearm(
+    table: Table, ids: Sequence[int], token: str, message: str, now: float
+) -> tuple[list[ClaimedJob], list[tuple[int, float]]]:
+    """One transaction: the PENDING rows among `ids` turned MISSED with `message`, and the
+    next occurrence of each recurring one inserted; (the jobs it turned, (id, due) of each
+    occurrence)."""
+
+    def mark() -> tuple[list[ClaimedJob], list[tuple[int, float]]]:
+        with table.db.atomic():
+            missed = leases.mark_missed(table, ids, token, message, now)
+            # A series goes on past a missed occurrence, from the next period after now.
+            occurrences = [rearm(table, job, now) for job in missed if is_recurring(job)]
+            return missed, [occurrence for occurrence in occurrences if occurrence]
+
+    # Run again as a deadlock victim, which was rolled back whole; not after a lost
+    # connection: had that try committed, the second would re-arm the series again.
+    return run_reconnecting(table.db, mark, reconnect=False)
+
+
+def fail_and_rearm(
+    table: Table, job: ClaimedJob, token: str | None, message: str, now: float
+) -> tuple[bool, tuple[int, float] | None]:
+    """One transaction: `job`, held under `token`, FAILED with `message`, and if it recurs its
+    next occurrence inserted; (whether the lease was still held, (id, due) of the occurrence).
+    Nothing is written when another run took the job over."""
+
+    def fail() -> tuple[bool, tuple[int, float] | None]:
+        with table.db.atomic():
+            if not leases.finish(table, job.id, token, Status.FAILED, message, now):
+                return False, None
+            # A recurring series goes on past this occurrence, as past a failed one.
+            return True, rearm(table, job, now) if is_recurring(job) else None
+
+    # The transaction is guarded by token, so a deadlock victim's second try is safe.
+    return run_reconnecting(table.db, fail)
+
+
 def rearm(table: Table, job: ClaimedJob, now: float) -> tuple[int, float] | None:
     """Insert the next occurrence of recurring `job`: (id, due), or None if its series was
     stopped. Call it in the transaction recording `job`'s outcome: that write's guard makes

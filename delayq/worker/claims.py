@@ -13,11 +13,9 @@ from dataclasses import dataclass
 
 from ..durations import format_instant
 from ..store import leases
-from ..store.database import run_reconnecting
 from ..store.index import Index
 from ..store.keys import job_id_of
-from ..store.outcomes import rearm
-from ..store.recurrence import is_recurring
+from ..store.outcomes import mark_missed_and_rearm
 from ..store.table import ClaimedJob, Table
 from ..store.tallies import Tally, handler_label
 from .handlers import handler_of
@@ -109,20 +107,9 @@ class Claimer:
             f"missed: due more than {self.since:g}s before the run at "
             f"{format_instant(now)}; `delayq retry ID` runs it"
         )
-
-        def mark() -> tuple[list[ClaimedJob], list[tuple[int, float] | None]]:
-            with self.table.db.atomic():
-                missed = leases.mark_missed(self.table, ids, self.token, message, now)
-                # A series goes on past a missed occurrence, from the next period after now.
-                return missed, [rearm(self.table, job, now) for job in missed if is_recurring(job)]
-
-        # Run again as a deadlock victim, which was rolled back whole; not after a lost
-        # connection: had that try committed, the second would re-arm the series again.
-        missed, occurrences = run_reconnecting(self.table.db, mark, reconnect=False)
+        missed, occurrences = mark_missed_and_rearm(self.table, ids, self.token, message, now)
         batch.dropped += len(ids) - len(missed)
-        self.index.schedule.add_many(
-            queue, [occurrence for occurrence in occurrences if occurrence]
-        )
+        self.index.schedule.add_many(queue, occurrences)
         tally = Tally(queue)
         for job in missed:
             tally.count(handler_label(*handler_of(job.params, self.php_classes)), "missed", now)

@@ -22,13 +22,11 @@ from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from ..store import leases, queries
-from ..store.database import run_reconnecting
 from ..store.index import Index
 from ..store.keys import job_id_of
-from ..store.outcomes import Outcome, rearm, write_outcomes
-from ..store.recurrence import is_recurring
+from ..store.outcomes import Outcome, fail_and_rearm, write_outcomes
 from ..store.registry import ServerNote
-from ..store.table import ClaimedJob, Status, Table, tuples
+from ..store.table import ClaimedJob, Status, Table
 from ..store.tallies import Tally, handler_label
 from .group_commits import tally_of
 from .handlers import handler_of
@@ -176,16 +174,8 @@ def _fail_poison(table: Table, index: Index, item: leases.Lapsed, now: float) ->
         f"lost: the run holding it died {item.lost_leases + 1} times while it ran; "
         "not retried (does the handler kill its process?)"
     )
-
-    def fail() -> tuple[bool, tuple[int, float] | None]:
-        with table.db.atomic():
-            if not leases.finish(table, item.job.id, item.token, Status.FAILED, message, now):
-                return False, None
-            # A recurring series goes on past a poisoned occurrence, as past a failed one.
-            return True, rearm(table, item.job, now) if is_recurring(item.job) else None
-
-    # The transaction is guarded by token, so a deadlock victim's second try is safe.
-    failed, occurrence = run_reconnecting(table.db, fail)
+    # A recurring series goes on past a poisoned occurrence, as past a failed one.
+    failed, occurrence = fail_and_rearm(table, item.job, item.token, message, now)
     if not failed:
         return False
     if occurrence is not None:
@@ -283,13 +273,9 @@ def reconcile(table: Table, index: Index) -> Reconciled:
 
 
 def _remove_stale(table: Table, index: Index, queue: str) -> int:
-    Job = table.model
     removed = 0
     for chunk in index.schedule.members(queue):
         ids = [job_id for member, _ in chunk if (job_id := job_id_of(member)) is not None]
-        query = Job.select(Job.id).where(
-            Job.id.in_(ids), Job.status == Status.PENDING, Job.queue == queue
-        )
-        pending = {str(job_id) for (job_id,) in tuples(query)}
+        pending = {str(job_id) for job_id in queries.pending_in(table, queue, ids)}
         removed += index.schedule.remove_members(queue, [m for m, _ in chunk if m not in pending])
     return removed

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from ..config import Settings
+from ..store.database import ping
 from ..store.index import Index
 from ..store.table import Table
 from . import interrupts, recovery
@@ -95,7 +96,7 @@ class Runner:
         # started again while Redis restarts must wait it out, not die.
         if liveness is None:
             self.index.client.ping()
-            self.table.db.execute_sql("SELECT 1")
+            ping(self.table)
         total = RunReport()
         record = LoopRecord(self.index)
         started_at = time.monotonic()
