@@ -24,10 +24,9 @@ from typing import Any
 from .. import context
 from ..config import Settings, hide_secrets
 from ..durations import HORIZON, format_delta, seconds_of, shown
-from ..errors import BadInput, HandlerNotAllowed, NoRetry, RetryLater
+from ..errors import BadInput, RetryLater
 from ..store.outcomes import Outcome
 from ..store.params import read_call
-from ..store.policies import POLICY_MAX, read_policy
 from ..store.table import TEXT_MAX, ClaimedJob, Status, storable
 from . import interrupts
 from .eventloop import EventLoopThread, under_limit
@@ -35,7 +34,13 @@ from .handlers import Handler, HandlerName, handler_of, resolve
 from .hooks import FailureReporter
 from .interrupts import RUN_STOPS, JobTimeout
 from .report import OutcomeCallback
-from .retry import MAX_DEFERRALS, handler_policy, next_retry_in
+from .retry import (
+    MAX_DEFERRALS,
+    after_deferral,
+    after_failure,
+    may_retry_raised,
+    may_retry_refused,
+)
 from .shutdown import run_shutdown_functions
 from .tracebacks import describe, describe_with_traceback
 
@@ -96,9 +101,8 @@ class Caller:
         try:
             call, handler, data = self._resolve(job)
         except BadInput as exc:
-            # A refused job is named as its row names it: what the operator must fix. A
-            # deploy may fix a missing module, not bad params or a handler not allowed.
-            retry = not isinstance(exc, HandlerNotAllowed) and not str(exc).startswith("bad params")
+            # A refused job is named as its row names it: what the operator must fix.
+            retry = may_retry_refused(exc)
             return self._failed(job, self._named(job), started, str(exc), retry)
         else:
             return self._call(job, call, handler, data, started)
@@ -241,21 +245,20 @@ class Caller:
         message = describe_with_traceback(exc)
         if isinstance(exc, JobTimeout):  # its traceback says where the handler was when stopped
             message = _timed_out(limit, message)
-        return self._failed(job, call, started, message, not isinstance(exc, NoRetry), exc)
+        return self._failed(job, call, started, message, may_retry_raised(exc), exc)
 
     def _deferred(
         self, job: ClaimedJob, call: HandlerName, started: float, message: str, delay: float
     ) -> Outcome:
-        """The same attempt due again `delay` seconds on; past MAX_DEFERRALS in a row (or a
-        count the row cannot hold) it fails instead, so a handler always deferring is seen."""
-        stored = read_policy(job.retry_policy).deferred()
-        text = stored.to_text() or ""
-        if stored.deferrals > MAX_DEFERRALS or len(text) > POLICY_MAX:
+        """The same attempt due again `delay` seconds on, or failed, as `after_deferral`
+        decides."""
+        deferral = after_deferral(job, delay)
+        if deferral is None:
             message = f"{message} (deferred {MAX_DEFERRALS} times in a row: failed instead)"
             return self._failed(job, call, started, message, retry=True)
         message = (
             f"{message} (deferred {format_delta(delay)}, "
-            f"{stored.deferrals} of at most {MAX_DEFERRALS} in a row)"
+            f"{deferral.deferrals} of at most {MAX_DEFERRALS} in a row)"
         )
         return self._outcome(job, call, started, Status.PENDING, storable(message), delay)
 
@@ -268,11 +271,8 @@ class Caller:
         retry: bool,
         error: BaseException | None = None,
     ) -> Outcome:
-        """A failure, with the retry its policy gives it if it `retry` at all."""
-        next_in = None
-        if retry:
-            declared = handler_policy(self.handlers.get(call))
-            next_in = next_retry_in(job.retry_policy, job.retry_times, declared)
+        """A failure, with the retry its policy gives it if it may `retry` at all."""
+        next_in = after_failure(job, self.handlers.get(call)) if retry else None
         # A driver's error in a handler may quote a URL.
         message = hide_secrets(storable(message, TEXT_MAX), *self.secret_urls)
         return self._outcome(job, call, started, Status.FAILED, message, next_in, error)

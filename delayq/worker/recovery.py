@@ -30,7 +30,7 @@ from ..store.table import ClaimedJob, Status, Table
 from ..store.tallies import Tally, handler_label
 from .group_commits import tally_of
 from .handlers import handler_of
-from .retry import next_retry_in
+from .retry import LostLease, after_failure, after_lost_lease
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -38,8 +38,6 @@ T = TypeVar("T")
 # A pending row due this long ago and absent from the index was lost by Redis (or by a run
 # that died between claim and lease); the grace keeps a live run's fresh claims out of reach.
 ORPHAN_GRACE = 30.0
-# A job whose run died under it this many times is a poison job: it fails instead.
-MAX_LOST_LEASES = 3
 SWEEP_LIMIT = 1000
 # After a failover, rows changed this long before a check are checked too: a producer commits
 # its row before it puts the job on the schedule (seconds before, when that add is retried
@@ -56,7 +54,7 @@ class Recovered:
     tally: Tally  # the same for the metrics: the dead run's own tally never reached Redis
     requeued: int = 0  # lapsed leases put back on the schedule
     journaled: int = 0  # outcomes found in a dead run's journal and written
-    poisoned: int = 0  # jobs failed after MAX_LOST_LEASES deaths
+    poisoned: int = 0  # jobs failed after retry.MAX_LOST_LEASES deaths
 
 
 def ensure_index(table: Table, index: Index, on_batch: Callable[[], None]) -> int:
@@ -127,8 +125,8 @@ def _put_back(
     handler: str,  # its label in the metrics
 ) -> None:
     """A dead run's job with no journaled outcome: back on the schedule, or failed as a
-    poison job when its handler was running for the last death it is allowed."""
-    if was_running and item.lost_leases + 1 >= MAX_LOST_LEASES:
+    poison job, as `after_lost_lease` decides."""
+    if after_lost_lease(item.lost_leases, was_running) == LostLease.POISON:
         if _fail_poison(table, index, item, now):
             result.poisoned += 1
             result.tally.count(handler, "failed", now)
@@ -142,11 +140,9 @@ def _put_back(
 
 def journaled_outcome(job: ClaimedJob, record: str, php_classes: Mapping[str, str]) -> Outcome:
     """The outcome a dead run journaled, named by the handler its params name. A failure
-    journaled by an earlier version says only whether to retry: the retry follows the job's
-    own policy or the ladder."""
-    outcome = Outcome.from_record(
-        job, record, lambda job: next_retry_in(job.retry_policy, job.retry_times)
-    )
+    journaled by an earlier version says only whether to retry: `after_failure` says when,
+    its handler's policy unknown."""
+    outcome = Outcome.from_record(job, record, after_failure)
     class_path, method = handler_of(job.params, php_classes)
     return replace(outcome, class_path=class_path, method=method)
 

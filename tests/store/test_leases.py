@@ -15,7 +15,8 @@ from delayq.store import leases
 from delayq.store.database import run_reconnecting
 from delayq.store.table import Job
 from delayq.worker.heartbeat import Heartbeat, LeaseDeadline
-from delayq.worker.recovery import MAX_LOST_LEASES, recover_leases
+from delayq.worker.recovery import recover_leases
+from delayq.worker.retry import MAX_LOST_LEASES
 from tests.conftest import mysql_connect
 from tests.waiting import wait_for
 

@@ -14,7 +14,7 @@ from delayq.ops.metrics import exposition
 from delayq.store import leases
 from delayq.store.table import Job, Status
 from delayq.worker.handlers import UNNAMED, handler_of
-from delayq.worker.recovery import MAX_LOST_LEASES
+from delayq.worker.retry import MAX_LOST_LEASES
 from tests.store.test_php_params import CLASSES, REFUND, php_order, php_params
 
 REFUND_RUN = (("handler", f"{REFUND}.run"), ("queue", "default"))
