@@ -45,8 +45,8 @@ def test_samples_by_thread_the_main_one_apart():
             "SequentialDrain.pump (delayq/worker/drains.py:216);"
             "Journal.write_many (delayq/store/journal.py:52) 7",
             "thread (2): delayq-bookkeeper_0;_WorkItem.run (concurrent/futures/thread.py:58);"
-            "OutcomeBuffer._commit (delayq/worker/outcomes.py:104);"
-            "tally_of (delayq/worker/outcomes.py:190) 3",
+            "OutcomeBuffer._commit (delayq/worker/group_commits.py:104);"
+            "tally_of (delayq/worker/group_commits.py:190) 3",
             "thread (1);<module> (delayq/__init__.py:6) 2",
         ]
     )

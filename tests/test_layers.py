@@ -221,3 +221,61 @@ def test_the_map_in_docs_internals_names_each_module_in_its_folders_row() -> Non
     gone = {f: m for f in folders if (m := named.get(f, set()) - present.get(f, set()))}
     assert not unnamed, f"modules the map does not name: {unnamed}"
     assert not gone, f"modules the map names that are not there: {gone}"
+
+
+# What SQL looks like from Python: a transaction, a statement, the model's query builder, the
+# database itself, a retry of a transaction, and the drivers. Every one belongs in store/.
+SQL_ATTRIBUTES = {"atomic", "execute_sql", "model", "db"}
+SQL_MODULES = {"peewee", "playhouse", "pymysql", "MySQLdb", "sqlite3"}
+SQL_NAMES = {"run_reconnecting", "Job", "fn"}
+
+
+def sql_in(tree: ast.AST) -> list[str]:
+    """Each use of SQL or the database in a module: "line N: what"."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in SQL_ATTRIBUTES:
+            found.append(f"line {node.lineno}: .{node.attr}")
+        elif isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+            found += [f"line {node.lineno}: import {name}" for name in modules if _sql_module(name)]
+        elif isinstance(node, ast.ImportFrom):
+            if not node.level and _sql_module(node.module or ""):
+                found.append(f"line {node.lineno}: from {node.module}")
+            names = [alias.name for alias in node.names if alias.name in SQL_NAMES]
+            found += [f"line {node.lineno}: import of {name}" for name in names]
+    return found
+
+
+def _sql_module(name: str) -> bool:
+    return name.split(".")[0] in SQL_MODULES
+
+
+def test_the_worker_holds_no_sql() -> None:
+    """worker/ runs jobs; every statement, transaction and query it needs is a function of
+    store/ named for its intent, so the SQL can be read in one layer."""
+    found = {
+        module_name(path): uses
+        for path in sorted((PACKAGE / "worker").glob("*.py"))
+        if (uses := sql_in(ast.parse(path.read_text())))
+    }
+    assert found == {}
+
+
+def test_the_sql_check_finds_sql() -> None:
+    source = (
+        "import peewee\n"
+        "from ..store.database import run_reconnecting\n"
+        "with table.db.atomic():\n"
+        "    table.model.select()\n"
+        "db.execute_sql('SELECT 1')\n"
+        "self.due_by_id.update(x)\n"
+    )
+    assert sorted(sql_in(ast.parse(source))) == [
+        "line 1: import peewee",
+        "line 2: import of run_reconnecting",
+        "line 3: .atomic",
+        "line 3: .db",
+        "line 4: .model",
+        "line 5: .execute_sql",
+    ]

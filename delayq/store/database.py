@@ -17,6 +17,7 @@ from peewee import Database, InterfaceError, MySQLDatabase, OperationalError, Sq
 from ..config import redact_url
 from ..errors import ConfigError
 from .backend_errors import is_disconnect, is_lock_conflict
+from .table import Table
 from .urls import check_mysql_arguments, check_netloc, refuse
 
 SQLITE_PRAGMAS = {
@@ -80,6 +81,17 @@ def run_reconnecting(db: Database, work: Callable[[], T], reconnect: bool = True
             db.connect()
             return work()
     raise AssertionError("unreachable")
+
+
+def ping(table: Table) -> None:
+    """Ask the table's database for nothing (`SELECT 1`): raises if it cannot be reached."""
+    table.db.execute_sql("SELECT 1")
+
+
+def close_connection(table: Table) -> None:
+    """Close this thread's connection to the table's database (a helper thread's, as it ends:
+    peewee keeps one a thread)."""
+    table.db.close()
 
 
 def bound_replies(db: Database) -> None:

@@ -17,7 +17,7 @@ from .database import run_reconnecting
 from .policies import read_policy
 from .recurrence import is_recurring, next_due
 from .table import ClaimedJob, Status, Table, failure_parts
-from .tallies import label
+from .tallies import UNNAMED, handler_label
 
 logger = logging.getLogger(__name__)
 
@@ -34,8 +34,8 @@ class Outcome:
     # (success, NoRetry, a refused handler, retries used up).
     next_in: float | None = None
     # For the report and the metrics only: an outcome read back from the journal has none.
-    class_path: str = "?"
-    method: str = "?"
+    class_path: str = UNNAMED
+    method: str = UNNAMED
     duration: float = 0.0
     lateness: float = 0.0
     error: BaseException | None = field(default=None, compare=False, repr=False)
@@ -58,8 +58,8 @@ class Outcome:
 
     @property
     def handler(self) -> str:
-        """The metrics' label: "class.method", escaped."""
-        return label(f"{self.class_path}.{self.method}")
+        """The metrics' label: "class.method", escaped; UNNAMED for a row naming neither."""
+        return handler_label(self.class_path, self.method)
 
     @property
     def will_retry(self) -> bool:
@@ -163,6 +163,43 @@ def _write_outcomes(table: Table, outcomes: Sequence[Outcome], token: str | None
                 if occurrence is not None:
                     written.occurrences.append(occurrence)
     return written
+
+
+def mark_missed_and_rearm(
+    table: Table, ids: Sequence[int], token: str, message: str, now: float
+) -> tuple[list[ClaimedJob], list[tuple[int, float]]]:
+    """One transaction: the PENDING rows among `ids` turned MISSED with `message`, and the
+    next occurrence of each recurring one inserted; (the jobs it turned, (id, due) of each
+    occurrence)."""
+
+    def mark() -> tuple[list[ClaimedJob], list[tuple[int, float]]]:
+        with table.db.atomic():
+            missed = leases.mark_missed(table, ids, token, message, now)
+            # A series goes on past a missed occurrence, from the next period after now.
+            occurrences = [rearm(table, job, now) for job in missed if is_recurring(job)]
+            return missed, [occurrence for occurrence in occurrences if occurrence]
+
+    # Run again as a deadlock victim, which was rolled back whole; not after a lost
+    # connection: had that try committed, the second would re-arm the series again.
+    return run_reconnecting(table.db, mark, reconnect=False)
+
+
+def fail_and_rearm(
+    table: Table, job: ClaimedJob, token: str | None, message: str, now: float
+) -> tuple[bool, tuple[int, float] | None]:
+    """One transaction: `job`, held under `token`, FAILED with `message`, and if it recurs its
+    next occurrence inserted; (whether the lease was still held, (id, due) of the occurrence).
+    Nothing is written when another run took the job over."""
+
+    def fail() -> tuple[bool, tuple[int, float] | None]:
+        with table.db.atomic():
+            if not leases.finish(table, job.id, token, Status.FAILED, message, now):
+                return False, None
+            # A recurring series goes on past this occurrence, as past a failed one.
+            return True, rearm(table, job, now) if is_recurring(job) else None
+
+    # The transaction is guarded by token, so a deadlock victim's second try is safe.
+    return run_reconnecting(table.db, fail)
 
 
 def rearm(table: Table, job: ClaimedJob, now: float) -> tuple[int, float] | None:

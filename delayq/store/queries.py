@@ -152,6 +152,15 @@ def still_pending(table: Table, ids: Sequence[int]) -> list[int]:
     return [job_id for job_id in ids if job_id in pending]
 
 
+def pending_in(table: Table, queue: str, ids: Sequence[int]) -> set[int]:
+    """Those of `ids` whose row is PENDING in `queue`."""
+    Job = table.model
+    query = Job.select(Job.id).where(
+        Job.id.in_(list(ids)), Job.status == Status.PENDING, Job.queue == queue
+    )
+    return {job_id for (job_id,) in tuples(query)}
+
+
 def pending_changed_since(
     table: Table, queue: str, since: float, batch: int
 ) -> Iterator[list[tuple[int, float]]]:

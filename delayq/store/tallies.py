@@ -35,6 +35,9 @@ MINUTE_TTL = 25 * 3600
 MAX_HANDLERS = 200
 OTHER_HANDLERS = "(other)"
 LABEL_MAX = 200
+# What a class or method that a row's params do not name is called; a row naming neither has
+# this for its whole label (alert rules may match it).
+UNNAMED = "?"
 # A field of the counters hash: "<name>|<handler>"; names never hold "|".
 SEPARATOR = "|"
 
@@ -60,6 +63,14 @@ def label(name: str) -> str:
         for char in name[:LABEL_MAX]
     )
     return escaped[:LABEL_MAX]
+
+
+def handler_label(class_path: str, method: str) -> str:
+    """The label a handler's counts go under: "class.method", escaped, or UNNAMED alone for a
+    row that names neither."""
+    if class_path == UNNAMED and method == UNNAMED:
+        return UNNAMED
+    return label(f"{class_path}.{method}")
 
 
 # The field names of each bucket, built once: observe() runs for every finished job.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
+from ..store.database import close_connection
 from ..store.table import Table
 from ..threads import keep_signals_off_this_thread
 
@@ -23,5 +24,5 @@ class Bookkeeper(ThreadPoolExecutor):
 
     def close(self) -> None:
         """Finish what was handed over, then close the thread's database connection."""
-        self.submit(self.table.db.close)
+        self.submit(close_connection, self.table)
         self.shutdown(wait=True)

@@ -1,7 +1,9 @@
 """Calling one handler: resolve `class.method` once per runner process, call it with the job's
 data under its time limit and the job's context, and turn whatever happened into an Outcome.
 The one place that catches what a handler throws: however bad, it is the job's failure, not
-the run's.
+the run's. A handler that forks makes a child that is a copy of the runner, with its batch,
+its leases and its connections, and must never carry on as one: wherever control comes back
+to delayq from a handler, a process whose pid is not the runner's leaves at once.
 """
 
 from __future__ import annotations
@@ -22,24 +24,27 @@ from typing import Any
 from .. import context
 from ..config import Settings, hide_secrets
 from ..durations import HORIZON, format_delta, seconds_of, shown
-from ..errors import BadInput, HandlerNotAllowed, NoRetry, RetryLater
+from ..errors import BadInput, RetryLater
 from ..store.outcomes import Outcome
-from ..store.params import is_php, read_call, read_payload
-from ..store.policies import POLICY_MAX, read_policy
+from ..store.params import read_call
 from ..store.table import TEXT_MAX, ClaimedJob, Status, storable
-from . import forks, interrupts
+from . import interrupts
 from .eventloop import EventLoopThread, under_limit
-from .handlers import Handler, resolve
+from .handlers import Handler, HandlerName, handler_of, resolve
 from .hooks import FailureReporter
 from .interrupts import RUN_STOPS, JobTimeout
 from .report import OutcomeCallback
-from .retry import MAX_DEFERRALS, handler_policy, next_retry_in
+from .retry import (
+    MAX_DEFERRALS,
+    after_deferral,
+    after_failure,
+    may_retry_raised,
+    may_retry_refused,
+)
 from .shutdown import run_shutdown_functions
 from .tracebacks import describe, describe_with_traceback
 
 logger = logging.getLogger(__name__)
-
-HandlerName = tuple[str, str]  # (class, method) as the job's params name them
 
 
 class Caller:
@@ -97,14 +102,13 @@ class Caller:
         try:
             call, handler, data = self._resolve(job)
         except BadInput as exc:
-            # A refused job is named as its row names it: what the operator must fix. A
-            # deploy may fix a missing module, not bad params or a handler not allowed.
-            retry = not isinstance(exc, HandlerNotAllowed) and not str(exc).startswith("bad params")
-            return self._failed(job, _call_of(job, self.php_classes), started, str(exc), retry)
+            # A refused job is named as its row names it: what the operator must fix.
+            retry = may_retry_refused(exc)
+            return self._failed(job, self._named(job), started, str(exc), retry)
         else:
             return self._call(job, call, handler, data, started)
         finally:  # in a child the handler forked (even at import), nothing more happens
-            forks.leave_if_forked(self.pid)
+            leave_if_forked(self.pid)
 
     def coroutine_for(self, job: ClaimedJob) -> Coroutine[Any, Any, Outcome] | None:
         """The job's call as a coroutine for the run's event loop when its handler is an
@@ -140,7 +144,7 @@ class Caller:
         except BaseException as exc:  # noqa: BLE001 - a handler's error never stops the run
             return self._raised(job, call, started, exc, limit)
         finally:  # a child the handler forked on the loop's thread would serve the loop
-            forks.leave_if_forked(self.pid)
+            leave_if_forked(self.pid)
 
     def _call(
         self, job: ClaimedJob, call: HandlerName, handler: Handler, data: Any, started: float
@@ -189,14 +193,18 @@ class Caller:
                 raise
         return call, found, data
 
+    def _named(self, job: ClaimedJob) -> HandlerName:
+        """The (class, method) the job's params name, for a call that did not resolve."""
+        return handler_of(job.params, self.php_classes)
+
     def timed_out(self, job: ClaimedJob, started: float) -> Outcome:
         """The call given up on from outside, when its handler ran past its time limit."""
         message = _timed_out(self.limit_of(job))
-        return self._failed(job, _call_of(job, self.php_classes), started, message, retry=True)
+        return self._failed(job, self._named(job), started, message, retry=True)
 
     def crashed(self, job: ClaimedJob, exc: BaseException, started: float) -> Outcome:
         """A call that escaped even `execute` (an error raised into its thread)."""
-        call = _call_of(job, self.php_classes)
+        call = self._named(job)
         return self._failed(job, call, started, describe(exc), retry=True, error=exc)
 
     def announce(self, outcome: Outcome) -> None:
@@ -238,21 +246,20 @@ class Caller:
         message = describe_with_traceback(exc)
         if isinstance(exc, JobTimeout):  # its traceback says where the handler was when stopped
             message = _timed_out(limit, message)
-        return self._failed(job, call, started, message, not isinstance(exc, NoRetry), exc)
+        return self._failed(job, call, started, message, may_retry_raised(exc), exc)
 
     def _deferred(
         self, job: ClaimedJob, call: HandlerName, started: float, message: str, delay: float
     ) -> Outcome:
-        """The same attempt due again `delay` seconds on; past MAX_DEFERRALS in a row (or a
-        count the row cannot hold) it fails instead, so a handler always deferring is seen."""
-        stored = read_policy(job.retry_policy).deferred()
-        text = stored.to_text() or ""
-        if stored.deferrals > MAX_DEFERRALS or len(text) > POLICY_MAX:
+        """The same attempt due again `delay` seconds on, or failed, as `after_deferral`
+        decides."""
+        deferral = after_deferral(job, delay)
+        if deferral is None:
             message = f"{message} (deferred {MAX_DEFERRALS} times in a row: failed instead)"
             return self._failed(job, call, started, message, retry=True)
         message = (
             f"{message} (deferred {format_delta(delay)}, "
-            f"{stored.deferrals} of at most {MAX_DEFERRALS} in a row)"
+            f"{deferral.deferrals} of at most {MAX_DEFERRALS} in a row)"
         )
         return self._outcome(job, call, started, Status.PENDING, storable(message), delay)
 
@@ -265,11 +272,8 @@ class Caller:
         retry: bool,
         error: BaseException | None = None,
     ) -> Outcome:
-        """A failure, with the retry its policy gives it if it `retry` at all."""
-        next_in = None
-        if retry:
-            declared = handler_policy(self.handlers.get(call))
-            next_in = next_retry_in(job.retry_policy, job.retry_times, declared)
+        """A failure, with the retry its policy gives it if it may `retry` at all."""
+        next_in = after_failure(job, self.handlers.get(call)) if retry else None
         # A driver's error in a handler may quote a URL.
         message = hide_secrets(storable(message, TEXT_MAX), *self.secret_urls)
         return self._outcome(job, call, started, Status.FAILED, message, next_in, error)
@@ -300,32 +304,19 @@ class Caller:
         )
 
 
+def leave_if_forked(runner_pid: int) -> None:
+    """End at once a process that is not the runner: a child a handler forked."""
+    # os._exit, not sys.exit: no atexit hooks, no buffers flushed, no finally blocks, so the
+    # child writes nothing the runner owns (no commit, no Redis command, no half a log line).
+    if os.getpid() != runner_pid:
+        os._exit(0)
+
+
 def _context_of(job: ClaimedJob) -> context.JobContext:
     """What `delayq.current_job()` returns inside the job's handler."""
     return context.JobContext(
         job.id, job.queue, job.retry_times, job.ext_string, job.run_at, job.chain_id or job.id
     )
-
-
-def _call_of(job: ClaimedJob, php_classes: dict[str, str]) -> HandlerName:
-    """(class, method) that a job's params name, even if not callable; "?" where they don't."""
-    try:
-        return read_call(job.params, php_classes)[:2]
-    except BadInput:
-        payload = _named_fields(job.params)
-    names = (payload.get("class"), payload.get("method"))
-    class_path, method = (name if isinstance(name, str) else "?" for name in names)
-    return class_path, method
-
-
-def _named_fields(params: str) -> dict[str, Any]:
-    """The params object of a row that cannot be called, read as leniently as it can be: JSON
-    data nested too deep for a call can still be parsed for its names."""
-    try:
-        payload = read_payload(params) if is_php(params) else json.loads(params)
-    except (BadInput, TypeError, ValueError, RecursionError):
-        return {}
-    return payload if isinstance(payload, dict) else {}
 
 
 def _deferral(delay: object) -> float:

@@ -8,20 +8,17 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from ..durations import format_instant
-from ..errors import BadInput
 from ..store import leases
-from ..store.database import run_reconnecting
 from ..store.index import Index
 from ..store.keys import job_id_of
-from ..store.outcomes import rearm
-from ..store.params import read_call
-from ..store.recurrence import is_recurring
+from ..store.outcomes import mark_missed_and_rearm
 from ..store.table import ClaimedJob, Table
-from ..store.tallies import Tally, label
+from ..store.tallies import Tally, handler_label
+from .handlers import handler_of
 
 logger = logging.getLogger(__name__)
 
@@ -41,12 +38,21 @@ class Batch:
 
 
 class Claimer:
-    def __init__(self, table: Table, index: Index, token: str, lease: float, since: float) -> None:
+    def __init__(
+        self,
+        table: Table,
+        index: Index,
+        token: str,
+        lease: float,
+        since: float,
+        php_classes: Mapping[str, str],
+    ) -> None:
         self.table = table
         self.index = index
         self.token = token
         self.lease = lease
         self.since = since  # a job due longer ago than this is missed, not run
+        self.php_classes = php_classes  # to count a PHP producer's missed job by its handler
 
     def claim(
         self, queue: str, before: list[int], now: float, size: int, notes_starts: bool = False
@@ -101,23 +107,12 @@ class Claimer:
             f"missed: due more than {self.since:g}s before the run at "
             f"{format_instant(now)}; `delayq retry ID` runs it"
         )
-
-        def mark() -> tuple[list[ClaimedJob], list[tuple[int, float] | None]]:
-            with self.table.db.atomic():
-                missed = leases.mark_missed(self.table, ids, self.token, message, now)
-                # A series goes on past a missed occurrence, from the next period after now.
-                return missed, [rearm(self.table, job, now) for job in missed if is_recurring(job)]
-
-        # Run again as a deadlock victim, which was rolled back whole; not after a lost
-        # connection: had that try committed, the second would re-arm the series again.
-        missed, occurrences = run_reconnecting(self.table.db, mark, reconnect=False)
+        missed, occurrences = mark_missed_and_rearm(self.table, ids, self.token, message, now)
         batch.dropped += len(ids) - len(missed)
-        self.index.schedule.add_many(
-            queue, [occurrence for occurrence in occurrences if occurrence]
-        )
+        self.index.schedule.add_many(queue, occurrences)
         tally = Tally(queue)
         for job in missed:
-            tally.count(handler_label(job.params), "missed", now)
+            tally.count(handler_label(*handler_of(job.params, self.php_classes)), "missed", now)
         try:
             self.index.tallies.add(tally)
         except Exception as exc:  # noqa: BLE001 - metrics are best-effort; the table has them
@@ -141,15 +136,6 @@ def without_jobs_in_hand(jobs: list[ClaimedJob], in_hand: Collection[int]) -> li
             _preview(again),
         )
     return [job for job in jobs if job.id not in in_hand]
-
-
-def handler_label(params: str) -> str:
-    """The "class.method" label of a row's params, "?" when they name none."""
-    try:
-        call = read_call(params, {})
-    except BadInput:
-        return "?"
-    return label(f"{call.class_path}.{call.method}")
 
 
 def _preview(ids: list[int]) -> str:

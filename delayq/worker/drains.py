@@ -22,8 +22,8 @@ from ..store.outcomes import Outcome, Written
 from ..store.table import ClaimedJob
 from .calls import Caller
 from .claims import Batch, without_jobs_in_hand
+from .group_commits import OutcomeBuffer
 from .interrupts import Abandoned
-from .outcomes import OutcomeBuffer
 from .passes import Pass
 from .report import RunReport
 

@@ -1,4 +1,5 @@
-"""Turning a job's (class, method) into a callable — the only place that imports user code.
+"""Turning a job's (class, method) into a callable — the only place that imports user code —
+and which handler a row names, for the places that count or report a job without calling it.
 
 Nothing is imported unless its dotted path lies under a DELAYQ_HANDLERS prefix, and only code
 defined under one runs: the callable, the class defining a method (walking the MRO), and any
@@ -11,16 +12,43 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import json
 import os
 import types
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..errors import BadInput, ConfigError, HandlerNotAllowed
+from ..store.params import is_php, read_call, read_payload
+from ..store.tallies import UNNAMED
 from .allowlist import EMPTY_ALLOWLIST, check_allowlist, find_spec
 
 Handler = Callable[[Any], Any]
+HandlerName = tuple[str, str]  # (class, method) as the job's params name them
+
+
+def handler_of(params: str, php_classes: Mapping[str, str]) -> HandlerName:
+    """(class, method) that a row's params name, a PHP class mapped by `php_classes`, even
+    when the row cannot be called: a PHP class with no mapping as PHP wrote it, and UNNAMED
+    for a name the params do not give. Never raises."""
+    try:
+        return read_call(params, php_classes)[:2]
+    except BadInput:
+        payload = _named_fields(params)
+    names = (payload.get("class"), payload.get("method"))
+    class_path, method = (name if isinstance(name, str) else UNNAMED for name in names)
+    return class_path, method
+
+
+def _named_fields(params: str) -> dict[str, Any]:
+    """The params object of a row that cannot be called, read as leniently as it can be: JSON
+    data nested too deep for a call can still be parsed for its names."""
+    try:
+        payload = read_payload(params) if is_php(params) else json.loads(params)
+    except (BadInput, TypeError, ValueError, RecursionError):
+        return {}
+    return payload if isinstance(payload, dict) else {}
 
 
 def resolve(class_path: str, method: str, allowed: Sequence[str]) -> Handler:

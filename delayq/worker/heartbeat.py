@@ -12,8 +12,10 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 
 from ..store import leases
+from ..store.database import close_connection
 from ..store.table import Table
 from ..threads import Periodic
 
@@ -74,7 +76,8 @@ class Heartbeat(Periodic):
         self.lease = lease
         self._lock = threading.Lock()
         self._watched: Watched | None = None
-        super().__init__("delayq-heartbeat", lease / 3, self._beat, table.db.close)
+        closing = partial(close_connection, table)  # the thread's own connection, as it ends
+        super().__init__("delayq-heartbeat", lease / 3, self._beat, closing)
 
     @contextmanager
     def watching(

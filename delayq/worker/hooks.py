@@ -4,6 +4,11 @@ code the run imports, so it passes the handlers' allowlist as a handler does. It
 own thread, bounded by HOOK_SECONDS: one that raises or hangs (left behind) is logged, and
 neither stops the queue nor changes the attempt's recorded outcome. With MAX_HANGING hooks
 hanging, failures are logged without calling the hook.
+
+Sentry's reporter (DELAYQ_SENTRY_DSN, the `sentry` extra) reports each failed attempt as its
+exception, tagged with the job's id, class, method, queue and ext, never with its data (frames
+go without their local variables, which would hold it). A process that set up sentry_sdk
+itself keeps its own client and choices; delayq only initialises one where none is active.
 """
 
 from __future__ import annotations
@@ -18,12 +23,16 @@ from ..errors import BadInput, ConfigError
 from ..store.outcomes import Outcome
 from ..threads import keep_signals_off_this_thread
 from .handlers import locate
-from .sentry import load_sentry
+from .interrupts import RUN_STOPS
 from .tracebacks import describe
 
 HOOK_SECONDS = 10.0
 MAX_HANGING = 4
 logger = logging.getLogger(__name__)
+MISSING_SENTRY = (
+    "DELAYQ_SENTRY_DSN is set but sentry-sdk is not installed; "
+    "pip install 'delayq[sentry]' or unset it"
+)
 
 Hook = Callable[[dict[str, Any], BaseException | None], object]
 # What a run tells of each failed attempt: the hook, Sentry.
@@ -105,3 +114,48 @@ def load_hook(settings: Settings) -> FailureHook | None:
     if not callable(function):
         raise ConfigError(f"DELAYQ_ON_FAILURE {path!r} is not callable")
     return FailureHook(path, function)
+
+
+class SentryReporter:
+    def __init__(self, sdk: Any) -> None:
+        self.sdk = sdk
+
+    def call(self, report: Outcome) -> None:
+        try:
+            with self.sdk.new_scope() as scope:
+                scope.set_tag("delayq.job_id", report.id)
+                scope.set_tag("delayq.class", report.class_path)
+                scope.set_tag("delayq.method", report.method)
+                scope.set_tag("delayq.queue", report.queue)
+                scope.set_tag("delayq.ext", report.ext or "")
+                scope.set_tag("delayq.terminal", not report.will_retry)
+                if report.error is not None:
+                    self.sdk.capture_exception(report.error)
+                else:  # a time limit enforced from outside, a refused handler
+                    self.sdk.capture_message(report.summary, level="error")
+        except RUN_STOPS:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - an exception may not even print
+            logger.error("could not report job %d to Sentry: %s", report.id, describe(exc))
+
+
+def load_sentry(settings: Settings) -> SentryReporter | None:
+    """A reporter when a DSN is configured, or ConfigError when sentry-sdk is missing."""
+    if settings.sentry_dsn is None:
+        return None
+    try:
+        import sentry_sdk
+    except ImportError:
+        raise ConfigError(MISSING_SENTRY) from None
+    if not sentry_sdk.get_client().is_active():
+        try:
+            sentry_sdk.init(
+                dsn=settings.sentry_dsn,
+                include_local_variables=False,  # a handler's locals hold the job's data
+                max_request_body_size="never",
+            )
+        except Exception as exc:  # noqa: BLE001 - BadDsn and the like
+            raise ConfigError(
+                f"DELAYQ_SENTRY_DSN is not a valid Sentry DSN: {describe(exc)}"
+            ) from None
+    return SentryReporter(sentry_sdk)

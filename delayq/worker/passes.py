@@ -54,7 +54,9 @@ class Pass:
         self.started_at = time.monotonic()
         self.calls = 0  # jobs the drains of this pass started, counted against --limit
         self.deadline = LeaseDeadline(settings.lease)
-        self.claimer = Claimer(table, index, self.token, settings.lease, settings.since)
+        self.claimer = Claimer(
+            table, index, self.token, settings.lease, settings.since, dict(settings.php_classes)
+        )
 
     @property
     def stopping(self) -> bool:

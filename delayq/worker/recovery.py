@@ -1,27 +1,36 @@
 """Keeping the index honest with the table: rebuild it after Redis lost it, put back jobs
-whose run died (their lease lapsed), re-index pending rows it lost, and `delayq reconcile`,
-which compares the two both ways. Nothing here runs a handler.
+whose run died (their lease lapsed), re-index pending rows it lost (and those a Redis failover
+took off the schedule), and `delayq reconcile`, which compares the two both ways. Nothing
+here runs a handler.
+
+After a failover. Redis replicates asynchronously. A replica promoted to primary lacks what
+the old primary acknowledged in its last moments, and an old primary that has not heard it
+was replaced takes writes for seconds more, dropped when it is demoted. Those jobs' rows are
+in the table; only their schedule entries are gone, and a job due in a week would wait that
+long for the orphan sweep to notice. A promoted replica starts a replication history under a
+new id, so a run that finds a queue's keys on a server with another id than the one it noted
+checks the rows changed since it last saw the old one, then, for a while, the rows changed
+since its previous check, until no old primary can still be taking writes.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from ..store import leases, queries
-from ..store.database import run_reconnecting
 from ..store.index import Index
 from ..store.keys import job_id_of
-from ..store.outcomes import Outcome, rearm, write_outcomes
-from ..store.recurrence import is_recurring
-from ..store.table import ClaimedJob, Status, Table, tuples
-from ..store.tallies import Tally
-from .claims import handler_label
-from .outcomes import tally_of
-from .retry import next_retry_in
+from ..store.outcomes import Outcome, fail_and_rearm, write_outcomes
+from ..store.registry import ServerNote
+from ..store.table import ClaimedJob, Status, Table
+from ..store.tallies import Tally, handler_label
+from .group_commits import tally_of
+from .handlers import handler_of
+from .retry import LostLease, after_failure, after_lost_lease
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -29,9 +38,15 @@ T = TypeVar("T")
 # A pending row due this long ago and absent from the index was lost by Redis (or by a run
 # that died between claim and lease); the grace keeps a live run's fresh claims out of reach.
 ORPHAN_GRACE = 30.0
-# A job whose run died under it this many times is a poison job: it fails instead.
-MAX_LOST_LEASES = 3
 SWEEP_LIMIT = 1000
+# After a failover, rows changed this long before a check are checked too: a producer commits
+# its row before it puts the job on the schedule (seconds before, when that add is retried
+# through a failover), and clocks differ.
+LOOKBACK = 60.0
+# For this long after a run found a queue on a new server, each sweep checks the rows changed
+# since the one before: an old primary cut off from the sentinels or the cluster takes writes
+# until it is demoted (8 to 17 s after a SENTINEL FAILOVER on Redis 7.0 here).
+WATCH = 120.0
 
 
 @dataclass
@@ -39,7 +54,7 @@ class Recovered:
     tally: Tally  # the same for the metrics: the dead run's own tally never reached Redis
     requeued: int = 0  # lapsed leases put back on the schedule
     journaled: int = 0  # outcomes found in a dead run's journal and written
-    poisoned: int = 0  # jobs failed after MAX_LOST_LEASES deaths
+    poisoned: int = 0  # jobs failed after retry.MAX_LOST_LEASES deaths
 
 
 def ensure_index(table: Table, index: Index, on_batch: Callable[[], None]) -> int:
@@ -60,9 +75,12 @@ def _calling_before_each(items: Iterator[T], call: Callable[[], None]) -> Iterat
         yield item
 
 
-def recover_leases(table: Table, index: Index, queue: str, now: float) -> Recovered:
+def recover_leases(
+    table: Table, index: Index, queue: str, now: float, php_classes: Mapping[str, str]
+) -> Recovered:
     """Settle the jobs of runs that died: from their journal if the outcome is there,
-    otherwise back onto the schedule (or failed, for a job that keeps killing its run)."""
+    otherwise back onto the schedule (or failed, for a job that keeps killing its run).
+    `php_classes` names a PHP producer's jobs by their handlers in the metrics."""
     result = Recovered(Tally(queue))
     lapsed = leases.expired_leases(table, queue, now, SWEEP_LIMIT)
     journal = index.journal.journaled(queue, [item.job.id for item in lapsed])
@@ -72,11 +90,13 @@ def recover_leases(table: Table, index: Index, queue: str, now: float) -> Recove
         if (record := journal.get(item.job.id)) is None:
             unsettled.setdefault(item.token, set()).add(item.job.id)
         else:
-            outcomes.setdefault(item.token, []).append(journaled_outcome(item.job, record))
+            outcome = journaled_outcome(item.job, record, php_classes)
+            outcomes.setdefault(item.token, []).append(outcome)
     running = _were_running(index, queue, unsettled)
     for item in lapsed:
         if item.job.id not in journal:
-            _put_back(table, index, item, item.job.id in running, now, result)
+            handler = handler_label(*handler_of(item.job.params, php_classes))
+            _put_back(table, index, item, item.job.id in running, now, result, handler)
     for token, unsettled_ids in unsettled.items():
         if token is not None:
             index.journal.forget(queue, [], (token, sorted(unsettled_ids)))  # their start notes
@@ -102,11 +122,11 @@ def _put_back(
     was_running: bool,
     now: float,
     result: Recovered,
+    handler: str,  # its label in the metrics
 ) -> None:
     """A dead run's job with no journaled outcome: back on the schedule, or failed as a
-    poison job when its handler was running for the last death it is allowed."""
-    handler = handler_label(item.job.params)
-    if was_running and item.lost_leases + 1 >= MAX_LOST_LEASES:
+    poison job, as `after_lost_lease` decides."""
+    if after_lost_lease(item.lost_leases, was_running) == LostLease.POISON:
         if _fail_poison(table, index, item, now):
             result.poisoned += 1
             result.tally.count(handler, "failed", now)
@@ -118,14 +138,13 @@ def _put_back(
         logger.warning("job %d: its run died (lease lapsed); scheduled again", item.job.id)
 
 
-def journaled_outcome(job: ClaimedJob, record: str) -> Outcome:
-    """The outcome a dead run journaled. A failure journaled by an earlier version says only
-    whether to retry: the retry follows the job's own policy or the ladder."""
-    outcome = Outcome.from_record(
-        job, record, lambda job: next_retry_in(job.retry_policy, job.retry_times)
-    )
-    class_path, _, method = handler_label(job.params).rpartition(".")
-    return replace(outcome, class_path=class_path or "?", method=method)
+def journaled_outcome(job: ClaimedJob, record: str, php_classes: Mapping[str, str]) -> Outcome:
+    """The outcome a dead run journaled, named by the handler its params name. A failure
+    journaled by an earlier version says only whether to retry: `after_failure` says when,
+    its handler's policy unknown."""
+    outcome = Outcome.from_record(job, record, after_failure)
+    class_path, method = handler_of(job.params, php_classes)
+    return replace(outcome, class_path=class_path, method=method)
 
 
 def _were_running(index: Index, queue: str, ids_by_token: dict[str | None, set[int]]) -> set[int]:
@@ -151,16 +170,8 @@ def _fail_poison(table: Table, index: Index, item: leases.Lapsed, now: float) ->
         f"lost: the run holding it died {item.lost_leases + 1} times while it ran; "
         "not retried (does the handler kill its process?)"
     )
-
-    def fail() -> tuple[bool, tuple[int, float] | None]:
-        with table.db.atomic():
-            if not leases.finish(table, item.job.id, item.token, Status.FAILED, message, now):
-                return False, None
-            # A recurring series goes on past a poisoned occurrence, as past a failed one.
-            return True, rearm(table, item.job, now) if is_recurring(item.job) else None
-
-    # The transaction is guarded by token, so a deadlock victim's second try is safe.
-    failed, occurrence = run_reconnecting(table.db, fail)
+    # A recurring series goes on past a poisoned occurrence, as past a failed one.
+    failed, occurrence = fail_and_rearm(table, item.job, item.token, message, now)
     if not failed:
         return False
     if occurrence is not None:
@@ -180,6 +191,34 @@ def reindex_orphans(table: Table, index: Index, queue: str, now: float) -> int:
     found = put_back_lost(table, index, queue, overdue, now)
     if found:
         logger.warning("queue %s: re-indexed %d pending jobs the index had lost", queue, found)
+    return found
+
+
+def reindex_after_failover(table: Table, index: Index, queue: str, now: float) -> int:
+    """Put back the pending jobs of `queue` a failover dropped from the schedule, if the
+    queue's keys are on a new server or were found on one lately; how many."""
+    replication_id = index.registry.replication_id(queue)
+    if replication_id is None:
+        return 0
+    note = index.registry.server_note(queue)
+    moved = note.moved if note is not None else None
+    since = None
+    if note is not None and note.replication_id != replication_id:
+        logger.warning(
+            "queue %s: Redis is not the server the schedule was last seen on (a failover?);"
+            " putting back the jobs added since, which it may not have",
+            queue,
+        )
+        moved, since = now, note.seen
+    elif note is not None and moved is not None and now - moved < WATCH:
+        since = note.seen
+    found = 0
+    if since is not None:
+        batches = queries.pending_changed_since(table, queue, since - LOOKBACK, SWEEP_LIMIT)
+        found = sum(put_back_lost(table, index, queue, dict(batch), now) for batch in batches)
+    if found:
+        logger.warning("queue %s: put back %d jobs a failover took off the schedule", queue, found)
+    index.registry.note_server(queue, ServerNote(replication_id, now, moved))
     return found
 
 
@@ -230,13 +269,9 @@ def reconcile(table: Table, index: Index) -> Reconciled:
 
 
 def _remove_stale(table: Table, index: Index, queue: str) -> int:
-    Job = table.model
     removed = 0
     for chunk in index.schedule.members(queue):
         ids = [job_id for member, _ in chunk if (job_id := job_id_of(member)) is not None]
-        query = Job.select(Job.id).where(
-            Job.id.in_(ids), Job.status == Status.PENDING, Job.queue == queue
-        )
-        pending = {str(job_id) for (job_id,) in tuples(query)}
+        pending = {str(job_id) for job_id in queries.pending_in(table, queue, ids)}
         removed += index.schedule.remove_members(queue, [m for m, _ in chunk if m not in pending])
     return removed

@@ -1,15 +1,21 @@
-"""Retry policies: the default 15-step ladder, a job's own (its `retry_policy` column) and a
-handler's (`@delayq.retry_policy`), and how long the k-th automatic retry waits. Only the
-runner consults them; a retry is always a new row, so a policy never edits history.
+"""Whether a job runs again, and when: the one home of that decision. After a failed attempt
+(`after_failure`, on the job's, its handler's or the default 15-step ladder's policy, unless
+the failure is one no retry mends: `may_retry_raised`, `may_retry_refused`), after a RetryLater
+(`after_deferral`), and after its run died under it (`after_lost_lease`). Only the runner
+decides; a retry is always a new row, so a policy never edits history.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import Enum
 from typing import Any, TypeVar
 
 from ..durations import Duration
-from ..store.policies import RetryPolicy, check_policy, read_policy
+from ..errors import BadInput, HandlerNotAllowed, NoRetry
+from ..store.policies import POLICY_MAX, RetryPolicy, check_policy, read_policy
+from ..store.table import ClaimedJob
 
 # Step k (1-based) is the wait before retry k: 15s, 15s, 30s, 3m, 10m, 20m, 30m three times,
 # 1h, 3h three times, 6h twice.
@@ -22,8 +28,69 @@ DEFAULT_POLICY = RetryPolicy(MAX_RETRIES, LADDER)
 # an ordinary failure: a handler that always defers then shows up in failed counts and
 # exhausts its retries, rather than looping unnoticed.
 MAX_DEFERRALS = 100
+# A job whose run died under it this many times is a poison job: it fails instead.
+MAX_LOST_LEASES = 3
 POLICY_ATTRIBUTE = "__delayq_retry_policy__"
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def after_failure(job: ClaimedJob, handler: object = None) -> float | None:
+    """Seconds until the retry of `job`'s failed attempt, or None: no retry follows. The job's
+    own settings beat those its `handler` declared (None: not known, as for an outcome an
+    earlier version journaled), which beat the default ladder; past the last step of the
+    delays the last repeats, until the retries are used up. Asked only of a failure that
+    may be retried at all."""
+    return next_retry_in(job.retry_policy, job.retry_times, handler_policy(handler))
+
+
+def may_retry_raised(error: BaseException) -> bool:
+    """Whether a failure raised by the handler (a time limit's JobTimeout included) may be
+    retried: all but NoRetry, which the handler raises to say no retry can succeed."""
+    return not isinstance(error, NoRetry)
+
+
+def may_retry_refused(refusal: BadInput) -> bool:
+    """Whether a job refused before its handler ran may be retried: a deploy may add a
+    missing module and a PHP class may be mapped meanwhile, but nothing mends a handler the
+    allowlist refuses or params that cannot be read."""
+    return not isinstance(refusal, HandlerNotAllowed) and not str(refusal).startswith("bad params")
+
+
+@dataclass(frozen=True)
+class Deferral:
+    """A RetryLater obeyed: the same attempt due again `delay` seconds on, its `deferrals`
+    in a row this one included."""
+
+    delay: float
+    deferrals: int
+
+
+def after_deferral(job: ClaimedJob, delay: float) -> Deferral | None:
+    """A RetryLater(`delay`) of `job`'s attempt: the same row, the same attempt, due again
+    `delay` on, counting no failure; None past MAX_DEFERRALS in a row (or a count the row's
+    `retry_policy` column cannot hold): then the attempt fails as any other, and
+    `after_failure` decides its retry, so a handler always deferring is seen."""
+    stored = read_policy(job.retry_policy).deferred()
+    if stored.deferrals > MAX_DEFERRALS or len(stored.to_text() or "") > POLICY_MAX:
+        return None
+    return Deferral(delay, stored.deferrals)
+
+
+class LostLease(Enum):
+    """What becomes of a job whose run died (its lease lapsed) before its outcome was
+    journaled."""
+
+    REQUEUE = "requeue"  # back on the schedule, due now
+    POISON = "poison"  # failed for good, not retried: it keeps killing its run
+
+
+def after_lost_lease(lost_leases: int, was_running: bool) -> LostLease:
+    """A job whose run died under it: POISON when its handler was running and this is the
+    MAX_LOST_LEASES-th death it was running for (`lost_leases` counts those before); REQUEUE
+    otherwise, a job that had not started charged nothing."""
+    if was_running and lost_leases + 1 >= MAX_LOST_LEASES:
+        return LostLease.POISON
+    return LostLease.REQUEUE
 
 
 def retry_policy(

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from ..config import Settings
+from ..store.database import ping
 from ..store.index import Index
 from ..store.table import Table
 from . import interrupts, recovery
@@ -24,7 +25,6 @@ from .bookkeeper import Bookkeeper
 from .calls import Caller
 from .concurrent import ConcurrentDrain
 from .drains import Drain, SequentialDrain, Turn
-from .failovers import reindex_after_failover
 from .heartbeat import Heartbeat
 from .hooks import load_reporters
 from .interrupts import Abandoned, GracefulStop, grace_on_alarm
@@ -99,7 +99,7 @@ class Runner:
         # started again while Redis restarts must wait it out, not die.
         if liveness is None:
             self.index.client.ping()
-            self.table.db.execute_sql("SELECT 1")
+            ping(self.table)
         total = RunReport()
         record = LoopRecord(self.index)
         started_at = time.monotonic()
@@ -213,12 +213,13 @@ class Runner:
         # On every pass, not only with the sweep: a committed job is due to start within 1 s.
         recovery.index_committed(table, index, each.clock())
         names = list(each.options.queues) or index.registry.known_queues()
+        php_classes = dict(each.settings.php_classes)
         for queue in names if sweep else ():  # recover leases, re-index orphans
             now = each.clock()
-            recovered = recovery.recover_leases(table, index, queue, now)
+            recovered = recovery.recover_leases(table, index, queue, now, php_classes)
             report.recovered += recovered.requeued + recovered.journaled
             report.failed += recovered.poisoned
-            report.reindexed += reindex_after_failover(table, index, queue, now)
+            report.reindexed += recovery.reindex_after_failover(table, index, queue, now)
             report.reindexed += recovery.reindex_orphans(table, index, queue, now)
         while names and not each.must_stop():  # the queues that may have more
             names = [queue for queue in names if self._take_turn(each, queue, len(names))]

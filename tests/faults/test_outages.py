@@ -33,8 +33,8 @@ from delayq.store.journal import Journal
 from delayq.store.keys import queue_key
 from delayq.store.outcomes import Outcome
 from delayq.worker.bookkeeper import Bookkeeper
+from delayq.worker.group_commits import OutcomeBuffer
 from delayq.worker.looping import Outage
-from delayq.worker.outcomes import OutcomeBuffer
 from tests.conftest import HANDLERS, IN_CI, mysql_connect
 from tests.faults.test_processes import start
 from tests.sample_handlers.jobs import read_log

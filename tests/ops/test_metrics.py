@@ -22,8 +22,8 @@ from delayq.store.keys import METRICS_HANDLERS_KEY
 from delayq.store.outcomes import Outcome
 from delayq.store.table import Job, Status
 from delayq.store.tallies import MAX_HANDLERS, OTHER_HANDLERS, label
-from delayq.worker.outcomes import OutcomeBuffer
-from delayq.worker.recovery import MAX_LOST_LEASES
+from delayq.worker.group_commits import OutcomeBuffer
+from delayq.worker.retry import MAX_LOST_LEASES
 from tests.faults.test_outages import private_redis, queue_on  # noqa: F401 - a fixture
 from tests.faults.test_processes import delayq, start
 from tests.invoke import invoke

@@ -15,7 +15,8 @@ from delayq.store import leases
 from delayq.store.database import run_reconnecting
 from delayq.store.table import Job
 from delayq.worker.heartbeat import Heartbeat, LeaseDeadline
-from delayq.worker.recovery import MAX_LOST_LEASES, recover_leases
+from delayq.worker.recovery import recover_leases
+from delayq.worker.retry import MAX_LOST_LEASES
 from tests.conftest import mysql_connect
 from tests.waiting import wait_for
 
@@ -203,7 +204,7 @@ def test_a_takeover_that_waited_too_long_on_a_lock_is_run_again(
     thread.start()
     rival_holds_it.wait(5)
     try:
-        recovered = recover_leases(queue.table, queue.index, "default", now)
+        recovered = recover_leases(queue.table, queue.index, "default", now, {})
     finally:
         thread.join()
         rival_db.close()

@@ -15,7 +15,7 @@ import pytest
 from delayq.store.keys import queue_key, schedule_key
 from delayq.store.registry import ServerNote
 from delayq.store.table import utc_stamp
-from delayq.worker.failovers import LOOKBACK, WATCH
+from delayq.worker.recovery import LOOKBACK, WATCH
 
 H = "tests.sample_handlers.jobs"
 

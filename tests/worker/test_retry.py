@@ -1,11 +1,29 @@
-"""delayq.retry: the default 15-step ladder and the due time of each automatic retry."""
+"""worker/retry.py: the default 15-step ladder and the due time of each automatic retry, and
+the decisions it owns: which failures may be retried, RetryLater's bound, poison jobs."""
 
 from __future__ import annotations
 
 import pytest
 
 from delayq.durations import parse_duration
-from delayq.worker.retry import DEFAULT_POLICY, LADDER, MAX_RETRIES, retry_delay
+from delayq.errors import BadInput, HandlerNotAllowed, NoRetry
+from delayq.store.table import ClaimedJob
+from delayq.worker.interrupts import JobTimeout
+from delayq.worker.retry import (
+    DEFAULT_POLICY,
+    LADDER,
+    MAX_DEFERRALS,
+    MAX_LOST_LEASES,
+    MAX_RETRIES,
+    Deferral,
+    LostLease,
+    after_deferral,
+    after_failure,
+    after_lost_lease,
+    may_retry_raised,
+    may_retry_refused,
+    retry_delay,
+)
 from tests.sample_handlers.jobs import read_log
 
 H = "tests.sample_handlers.jobs"
@@ -65,3 +83,38 @@ def test_every_attempt_before_the_fifteenth_retry_gets_another(retry_times):
 @pytest.mark.parametrize("retry_times", [15, 16, 100])
 def test_the_fifteenth_retry_is_the_last(retry_times):
     assert retry_delay(DEFAULT_POLICY, retry_times) is None
+
+
+def attempt(retry_times: int, policy: str | None = None) -> ClaimedJob:
+    return ClaimedJob(7, "{}", "", retry_times, "default", None, NOW, None, None, None, policy)
+
+
+def test_after_failure_follows_the_jobs_policy_over_the_ladder():
+    assert after_failure(attempt(0)) == 15
+    assert after_failure(attempt(3)) == 180
+    assert after_failure(attempt(MAX_RETRIES)) is None
+    assert after_failure(attempt(1, '{"retries":1}')) is None
+    assert after_failure(attempt(4, '{"delays":[10,60]}')) is None  # one retry a step
+    assert after_failure(attempt(1, '{"delays":[10,60]}')) == 60
+
+
+def test_no_retry_and_refusals_no_retry_mends_are_not_retried_others_are():
+    assert not may_retry_raised(NoRetry("give up"))
+    assert may_retry_raised(ValueError("x")) and may_retry_raised(JobTimeout())
+    assert not may_retry_refused(HandlerNotAllowed("DELAYQ_HANDLERS does not allow 'os'"))
+    assert not may_retry_refused(BadInput("bad params: not JSON"))
+    assert may_retry_refused(BadInput("no module named 'shop.jobs'"))
+
+
+def test_a_deferral_past_max_deferrals_in_a_row_is_refused():
+    before_last = f'{{"deferrals":{MAX_DEFERRALS - 1}}}'
+    assert after_deferral(attempt(0, before_last), 30.0) == Deferral(30.0, MAX_DEFERRALS)
+    assert after_deferral(attempt(0, f'{{"deferrals":{MAX_DEFERRALS}}}'), 30.0) is None
+    assert after_deferral(attempt(0), 5.0) == Deferral(5.0, 1)
+
+
+def test_a_job_is_poisoned_by_the_last_death_of_its_run_while_it_ran():
+    last = MAX_LOST_LEASES - 1
+    assert after_lost_lease(last, was_running=True) == LostLease.POISON
+    assert after_lost_lease(last - 1, was_running=True) == LostLease.REQUEUE
+    assert after_lost_lease(last, was_running=False) == LostLease.REQUEUE  # it had not started

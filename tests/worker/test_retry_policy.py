@@ -203,7 +203,7 @@ def test_an_outcome_journaled_by_an_earlier_version_follows_the_jobs_policy():
 
     def journaled(policy: str | None, record: str) -> float | None:
         job = ClaimedJob(7, "{}", "", 2, "default", None, NOW, None, None, None, policy)
-        return journaled_outcome(job, record).next_in
+        return journaled_outcome(job, record, {}).next_in
 
     assert journaled(None, '[20, "ValueError: x", true, 1.5]') == 30.0  # the ladder's third
     assert journaled('{"retries":2}', '[20, "ValueError: x", true, 1.5]') is None

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from delayq.store.table import Job, Status
-from delayq.worker.sentry import load_sentry
+from delayq.worker.hooks import load_sentry
 from tests.faults.test_processes import delayq
 from tests.sample_handlers.jobs import read_log
 
