@@ -57,7 +57,7 @@ STEPS: list[tuple[str, str, str]] = [
     ("the drain's own loop", "execute|_execute|_call", "worker/calls.py"),
     ("the drain's own loop", "add_many", "worker/group_commits.py"),
     ("hand-back and clean-up", "_hand_back_the_rest|_flush|close", "worker/drains.py"),
-    ("pass start: recovery, orphans, index", "_run_each_queue", "worker/run.py"),
+    ("pass start: recovery, orphans, index", "_sweep_and_drain", "worker/runner.py"),
 ]
 FRAME = re.compile(r"^(.*) \((.*):(\d+)\)$")
 

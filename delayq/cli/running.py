@@ -284,7 +284,7 @@ def _outcome_line(outcome: Outcome) -> str:
     message = f" {outcome.summary}" if outcome.summary else ""
     retry = " (will retry)" if outcome.will_retry else ""
     return printable(
-        f"{outcome.id} {outcome.class_path}.{outcome.method} attempt {outcome.attempt} "
+        f"{outcome.id} {outcome.call_name} attempt {outcome.attempt} "
         f"{outcome.word} {outcome.duration * 1000:.1f}ms{message}{retry}"
     )
 

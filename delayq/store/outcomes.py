@@ -57,6 +57,14 @@ class Outcome:
         return self.job.ext_string
 
     @property
+    def call_name(self) -> str:
+        """ "class.method" as the row names them, for output; UNNAMED alone for a row naming
+        neither."""
+        if self.class_path == UNNAMED and self.method == UNNAMED:
+            return UNNAMED
+        return f"{self.class_path}.{self.method}"
+
+    @property
     def handler(self) -> str:
         """The metrics' label: "class.method", escaped; UNNAMED for a row naming neither."""
         return handler_label(self.class_path, self.method)

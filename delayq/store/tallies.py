@@ -20,6 +20,7 @@ from typing import TypeVar
 import redis
 
 from .keys import METRICS_HANDLERS_KEY, minute_key, queue_key, text
+from .params import UNREADABLE
 
 # Upper bounds, in seconds, of the lateness histogram (due -> start); the last is +Inf.
 LATENESS_BOUNDS: tuple[float, ...] = (
@@ -35,9 +36,9 @@ MINUTE_TTL = 25 * 3600
 MAX_HANDLERS = 200
 OTHER_HANDLERS = "(other)"
 LABEL_MAX = 200
-# What a class or method that a row's params do not name is called; a row naming neither has
-# this for its whole label (alert rules may match it).
-UNNAMED = "?"
+# What a class or method that a row's params do not name is called: the word `list`, `show`,
+# `peek`, `run -v` and the web page use; a row naming neither has it for its whole label.
+UNNAMED = UNREADABLE
 # A field of the counters hash: "<name>|<handler>"; names never hold "|".
 SEPARATOR = "|"
 

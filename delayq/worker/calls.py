@@ -215,10 +215,9 @@ class Caller:
         if logger.isEnabledFor(level):  # most runs log no job: skip building its arguments
             logger.log(
                 level,
-                "job %d %s.%s attempt %d: %s in %.3fs%s",
+                "job %d %s attempt %d: %s in %.3fs%s",
                 outcome.id,
-                outcome.class_path,
-                outcome.method,
+                outcome.call_name,
                 outcome.attempt,
                 outcome.word,
                 outcome.duration,

@@ -5,6 +5,7 @@ docs/producers.md requires, fails as bad params instead of calling its handler w
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -83,3 +84,16 @@ def test_data_null_is_data(queue):
     report = queue.run(now=NOW)
 
     assert (report.succeeded, queue.show(job_id)["status"]) == (1, "success")
+
+
+def test_run_v_calls_a_row_it_cannot_read_by_the_same_word(queue, cli_env):
+    due = time.time() - 1
+    job_id = Job.create(params="not json at all", run_at=due, status=Status.PENDING).id
+    queue.index.schedule.add("default", job_id, due)
+
+    result = invoke(cli_env, "run", "-v")
+
+    assert result.exit_code == 0, result.output
+    line = next(line for line in result.stdout.splitlines() if line.startswith(f"{job_id} "))
+    assert line.startswith(f"{job_id} {UNREADABLE} attempt 0 failed"), line
+    assert "?" not in line.split(" attempt")[0]

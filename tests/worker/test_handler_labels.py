@@ -18,7 +18,7 @@ from delayq.worker.retry import MAX_LOST_LEASES
 from tests.store.test_php_params import CLASSES, REFUND, php_order, php_params
 
 REFUND_RUN = (("handler", f"{REFUND}.run"), ("queue", "default"))
-NO_HANDLER = (("handler", "?"), ("queue", "default"))
+NO_HANDLER = (("handler", "(unreadable)"), ("queue", "default"))
 
 
 def counted(queue, now: float) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
