@@ -30,7 +30,10 @@ def plant(queue, params: dict[str, object]) -> int:
     [
         ({"class": "billing.jobs", "method": "refund", "data": {}}, "billing.jobs.refund"),
         ({"class": MISSING, "method": "send", "data": {}}, f"{MISSING}.send"),
-        ({"class": "tests.sample_handlers.jobs", "data": {}}, "tests.sample_handlers.jobs.?"),
+        (
+            {"class": "tests.sample_handlers.jobs", "data": {}},
+            "tests.sample_handlers.jobs.(unreadable)",  # a method the params do not name
+        ),
     ],
 )
 def test_a_refused_handler_is_named_in_verbose_output_logs_and_metrics(
