@@ -166,7 +166,8 @@ def _run_here(
     # Closed as the run ends: the runner's `on_shutdown` functions run, then its event loop
     # closes.
     with open_queue(create=True, on_failure=outputs.on_failure) as queue:
-        _warn_of_unused(queue, options)
+        if liveness is None and options.queues:  # a `--processes` child's parent warned
+            _warn_of_unused(queue, options)
         with (
             graceful_stop() as stop,
             _progress(queue, options, outputs) as bar,
