@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import peewee
@@ -30,13 +30,14 @@ from .worker.handlers import locate
 from .worker.interrupts import GracefulStop
 from .worker.liveness import Liveness
 from .worker.options import RunOptions
+from .worker.rebuilds import Rebuild
 from .worker.report import OutcomeCallback, RunReport
 from .worker.runner import Runner
 
 if TYPE_CHECKING:  # loaded by the methods that use them, so `delayq run` does without
     from .ops.maintenance import RequeueResult
     from .ops.overview import JobFilter
-    from .worker.recovery import Reconciled
+    from .worker.reconciling import Reconciled
 
 logger = logging.getLogger(__name__)
 
@@ -79,8 +80,7 @@ class Queue(QueueReads):
         if not create_tables(self.table):
             changes = upgrade_table(self.table, self.index, self._now(now), schedule_lost)
         if not self.index.registry.is_complete():
-            self.index.registry.register(queries.pending_queues(self.table))
-            count = self.index.rebuild_from(queries.iter_pending(self.table))
+            count = Rebuild(self.table, self.index).rebuild_all(lambda: None)
             changes.append(f"built the schedule index from {count} pending job(s)")
         return changes
 
@@ -321,11 +321,12 @@ class Queue(QueueReads):
             self._running.release()
 
     @backend_errors
-    def reconcile(self) -> Reconciled:
-        """Compare index and table both ways: re-index lost pending jobs, drop stale entries."""
-        from .worker.recovery import reconcile
+    def reconcile(self, on_rows: Callable[[int], None] | None = None) -> Reconciled:
+        """Compare index and table both ways: re-index lost pending jobs, drop stale entries.
+        `on_rows` is told how many pending rows have been compared, after each batch."""
+        from .worker.reconciling import reconcile
 
-        return reconcile(self.table, self.index)
+        return reconcile(self.table, self.index, on_rows or (lambda rows: None))
 
     @backend_errors
     def purge(

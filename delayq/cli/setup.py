@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from enum import Enum
 from typing import TYPE_CHECKING, Annotated
@@ -38,8 +42,10 @@ def init(
 
 @app.command()
 def reconcile(as_json: JsonOption = False) -> None:
-    """Compare the index with the table both ways and fix what differs; prints what it did."""
-    result = open_queue().reconcile()
+    """Compare the index with the table both ways and fix what differs; prints what it did.
+    On a terminal, a line under it counts the pending rows compared."""
+    with counting("pending rows compared") as on_rows:
+        result = open_queue().reconcile(on_rows)
     names = sorted(set(result.reindexed) | set(result.removed))
     if as_json:
         counts = {"reindexed": result.reindexed, "removed": result.removed}
@@ -50,6 +56,28 @@ def reconcile(as_json: JsonOption = False) -> None:
         typer.echo(f"{name}: re-indexed {result.reindexed[name]}, removed {result.removed[name]}")
     if not names:
         typer.echo("nothing to do")
+
+
+@contextmanager
+def counting(what: str) -> Iterator[Callable[[int], None]]:
+    """On a terminal (stderr), a line that counts `what` as it goes, with the rate; nothing
+    elsewhere (cron, a pipe), so the output stays what the command prints."""
+    if not sys.stderr.isatty():
+        yield lambda done: None
+        return
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    started = time.monotonic()
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task(f"0 {what}")
+
+        def advance(done: int) -> None:
+            rate = done / max(time.monotonic() - started, 1e-9)
+            progress.update(task, description=f"{done:,} {what} ({rate:,.0f}/s)")
+
+        yield advance
 
 
 @app.command("embedded-stop")

@@ -3,14 +3,13 @@
 last run and completeness (registry.py), and the clock (clock.py).
 
 The parts only say *when* and *what was done*; the table says *whether*. Everything here can
-be rebuilt from the table (`rebuild_from`) or is best-effort, so losing Redis costs a
+be rebuilt from the table (worker/rebuilds.py) or is best-effort, so losing Redis costs a
 rebuild, never a job. What touches two parts at once lives here, in one pipeline or write.
 """
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import redis
 
@@ -61,23 +60,3 @@ class Index:
         their tally in that same write on the journal's connection (no round trip)."""
         self.schedule.add_many(queue, retries)
         self.journal.forget(queue, journaled_ids, started, self.tallies.commands(tally))
-
-    def rebuild_from(
-        self,
-        batches: Iterable[Sequence[tuple[str, int, float]]],
-        missing_only: bool = False,
-        added: Counter[str] | None = None,
-    ) -> int:
-        """Schedule every (queue, id, due) the table yields (with `missing_only`, those not on
-        the schedule yet), then mark the index complete; the count added, by queue in `added`."""
-        added = Counter() if added is None else added
-        for batch in batches:
-            by_queue: dict[str, dict[int, float]] = {}
-            for queue, job_id, due in batch:
-                by_queue.setdefault(queue, {})[job_id] = due
-            for queue, due_by_id in by_queue.items():
-                ids = self.schedule.missing(queue, list(due_by_id)) if missing_only else due_by_id
-                self.schedule.add_many(queue, [(job_id, due_by_id[job_id]) for job_id in ids])
-                added[queue] += len(ids)
-        self.registry.mark_complete()
-        return sum(added.values())

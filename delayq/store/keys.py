@@ -11,6 +11,10 @@ QUEUES_KEY = "delay_queue_queues"
 # Set after a full rebuild; its absence means Redis lost data (or never had it) and the
 # next run must rebuild the schedule from the table before trusting it.
 INDEXED_KEY = "delay_queue_indexed"
+# While the schedule is rebuilt: a hash of how far each queue's walk of the table in due order
+# has gone (everything before its mark is back), and the lock of the run doing it.
+REBUILD_KEY = "delay_queue_rebuild"
+REBUILDING_KEY = "delay_queue_rebuilding"
 # A hash each run overwrites with when it started, how long it took, its outcome and how
 # many jobs it ran; `delayq status` reads it to tell whether cron is alive.
 LAST_RUN_KEY = "delay_queue_last_run"

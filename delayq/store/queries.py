@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from peewee import Case, OperationalError, fn
@@ -190,19 +191,133 @@ def mark_indexed(table: Table, ids: Sequence[int], now: float) -> None:
     Job.update(unindexed=None, modified=modified).where(Job.id.in_(list(ids))).execute()
 
 
-def iter_pending(table: Table, batch: int = 5000) -> Iterator[list[tuple[str, int, float]]]:
-    """Every PENDING row as (queue, id, due), in batches by id, for rebuilding the index."""
+@dataclass(frozen=True)
+class DueCursor:
+    """Where a walk of one queue's pending rows in due order stands: past the row `id`, due
+    at `run_at`; `run_at` None while it is still among the rows written without one (due at
+    their `created`, so due already), which it walks first, by id."""
+
+    run_at: float | None
+    id: int
+
+    def mark(self) -> str:
+        return f"{'' if self.run_at is None else repr(self.run_at)}:{self.id}"
+
+    @classmethod
+    def from_mark(cls, mark: str) -> DueCursor | None:
+        """The cursor a `mark` wrote, or None for text no cursor wrote."""
+        run_at, _, job_id = mark.partition(":")
+        try:
+            return cls(float(run_at) if run_at else None, int(job_id))
+        except ValueError:
+            return None
+
+
+@dataclass(frozen=True)
+class DueBatch:
+    """A batch of one queue's pending rows in due order: "due id due id ..." as the schedule
+    takes it back (`Schedule.restore`), how many, and the cursor past the last (None: none)."""
+
+    packed: str
+    count: int
+    last: DueCursor | None
+    undated: int = 0  # how many of the first rows have no run_at: they are not in due order
+
+    def entries(self) -> list[tuple[int, float]]:
+        """(id, due) of every row, in the batch's order."""
+        fields = self.packed.split()
+        pairs = zip(fields[::2], fields[1::2], strict=True)
+        return [(int(job_id), float(due)) for due, job_id in pairs]
+
+
+def pending_by_due(table: Table, queue: str, after: DueCursor | None, limit: int) -> DueBatch:
+    """The next `limit` PENDING rows of `queue` after `after` (None: from the start) in due
+    order: rows without run_at first (due at `created`), by id, then by (run_at, id). Each
+    batch is a range of the (status, queue, run_at) index, which also holds the id, so its
+    cost follows the batch, not the table; on MySQL the server writes the batch as text, as
+    exact as Python's repr, so that thousands of rows cost no work per row here."""
     Job = table.model
-    query = Job.select(Job.id, Job.queue, due_column(table)).where(Job.status == Status.PENDING)
-    for rows in id_batches(query.tuples(), batch):
-        yield [(queue, job_id, float(due)) for job_id, queue, due in rows]
+    pending = (Job.status == Status.PENDING) & (Job.queue == queue)
+    rows: list[tuple[int, float | None, float]] = []
+    if after is None or after.run_at is None:
+        undated = Job.select(Job.id, due_column(table)).where(pending, Job.run_at.is_null())
+        if after is not None:
+            undated = undated.where(Job.id > after.id)
+        undated = undated.order_by(Job.id).limit(limit)
+        rows = [(job_id, None, float(due)) for job_id, due in tuples(undated)]
+        if len(rows) == limit:
+            return _packed(rows, len(rows))
+        after = None
+    dated = Job.select(Job.id, Job.run_at).where(pending, Job.run_at.is_null(False))
+    if after is not None:
+        # A range from run_at (the index's next column); the equal run_at's ids are filtered.
+        dated = dated.where(
+            Job.run_at >= after.run_at, (Job.run_at > after.run_at) | (Job.id > after.id)
+        )
+    dated = dated.order_by(Job.run_at, Job.id).limit(limit - len(rows))
+    if rows or not table.mysql:
+        dues = [(job_id, due, due) for job_id, due in tuples(dated)]
+        return _packed(rows + dues, len(rows))
+    return _packed_by_server(table, dated)
+
+
+def _packed(rows: list[tuple[int, float | None, float]], undated: int) -> DueBatch:
+    packed = " ".join(f"{due!r} {job_id}" for job_id, _, due in rows)
+    last = DueCursor(rows[-1][1], rows[-1][0]) if rows else None
+    return DueBatch(packed, len(rows), last, undated)
+
+
+def _packed_by_server(table: Table, dated: Any) -> DueBatch:
+    """`dated`'s (id, run_at) rows as one text the server writes: MariaDB and MySQL 8 write a
+    double in the fewest digits that read back as the same double, as repr does."""
+    sql, params = dated.sql()
+    db = table.db
+    db.execute_sql("SET SESSION group_concat_max_len = 1073741824")
+    packed, count = db.execute_sql(
+        "SELECT GROUP_CONCAT(run_at, ' ', id ORDER BY run_at, id SEPARATOR ' '), COUNT(*)"
+        f" FROM ({sql}) AS batch",
+        params,
+    ).fetchone()
+    if not count:
+        return DueBatch("", 0, None)
+    packed = packed.decode() if isinstance(packed, bytes) else str(packed)
+    due, job_id = packed.rsplit(" ", 2)[-2:]
+    return DueBatch(packed, int(count), DueCursor(float(due), int(job_id)))
+
+
+def finished_since(table: Table, since: float) -> list[tuple[str, int]]:
+    """(queue, id) of rows that finished (any final status) at or after epoch second
+    `since`: ranges of the (status, modified) index, so the cost follows those rows."""
+    Job = table.model
+    final = (Status.SUCCESS, Status.FAILED, Status.CANCELLED, Status.MISSED)
+    found: list[tuple[str, int]] = []
+    for status in final:
+        query = Job.select(Job.queue, Job.id).where(
+            Job.status == status, Job.modified >= utc_stamp(since)
+        )
+        found += [(queue, job_id) for queue, job_id in tuples(query)]
+    return found
 
 
 def pending_queues(table: Table) -> list[str]:
-    """Names of queues that have PENDING or RUNNING rows."""
+    """Names of queues that have PENDING or RUNNING rows: a skip scan of the (status, queue,
+    run_at) index, one lookup per queue (a DISTINCT would read every pending row's entry)."""
+    return sorted(
+        {name for status in (Status.PENDING, Status.RUNNING) for name in queues_of(table, status)}
+    )
+
+
+def queues_of(table: Table, status: Status) -> list[str]:
+    """Names of queues with rows of `status`, in order, each found by one index lookup."""
     Job = table.model
-    query = Job.select(Job.queue).where(Job.status.in_([Status.PENDING, Status.RUNNING])).distinct()
-    return sorted(row.queue for row in query)
+    names: list[str] = []
+    while True:
+        query = Job.select(fn.MIN(Job.queue)).where(Job.status == status)
+        if names:
+            query = query.where(Job.queue > names[-1])
+        if (name := query.scalar()) is None:
+            return names
+        names.append(name)
 
 
 def pending_by_ext(table: Table, ext: str, queue: str | None) -> list[tuple[int, str]]:

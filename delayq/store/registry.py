@@ -12,10 +12,25 @@ from typing import cast
 
 import redis
 from redis.cluster import RedisCluster
+from redis.lock import Lock
 
 from ..config import DEFAULT_QUEUE
 from .clusters import is_cluster
-from .keys import INDEXED_KEY, LAST_RUN_KEY, QUEUES_KEY, queue_key, text
+from .keys import (
+    INDEXED_KEY,
+    LAST_RUN_KEY,
+    QUEUES_KEY,
+    REBUILD_KEY,
+    REBUILDING_KEY,
+    queue_key,
+    text,
+)
+
+# A rebuild's lock lapses this long after its holder last renewed it (between two batches).
+REBUILD_LOCK_TTL = 30.0
+DONE = "done"  # the mark of a queue whose walk has put back every pending row
+# The field of the rebuild's hash that holds when it began; no queue name has parentheses.
+BEGUN = "(begun)"
 
 
 @dataclass(frozen=True)
@@ -73,8 +88,29 @@ class Registry:
         return bool(self.client.exists(INDEXED_KEY))
 
     def mark_complete(self) -> None:
-        """Record that every pending row of the table is on the schedule."""
+        """Record that every pending row of the table is on the schedule; a rebuild's marks
+        go first, so a marker deleted later by hand starts a rebuild from the beginning."""
+        self.client.delete(REBUILD_KEY)
         self.client.set(INDEXED_KEY, "1")
+
+    def rebuild_lock(self) -> Lock:
+        """The lock of the one run that rebuilds the schedule at a time; it lapses unless
+        renewed, so a rebuild whose run died is taken over."""
+        return Lock(self.client, REBUILDING_KEY, timeout=REBUILD_LOCK_TTL, thread_local=False)
+
+    def rebuild_marks(self) -> dict[str, str]:
+        """{queue: how far its rebuild has gone}: DONE, or a `DueCursor` mark."""
+        return {text(name): text(mark) for name, mark in self.client.hgetall(REBUILD_KEY).items()}
+
+    def rebuild_begun(self, now: float) -> float:
+        """When the rebuild under way began: `now` if it begins now."""
+        self.client.hsetnx(REBUILD_KEY, BEGUN, repr(now))
+        return float(self.client.hget(REBUILD_KEY, BEGUN) or now)
+
+    def note_rebuilt(self, queue: str, mark: str) -> None:
+        """The rebuild has put back `queue`'s pending rows up to `mark` (written after them,
+        so a mark never runs ahead of the entries)."""
+        self.client.hset(REBUILD_KEY, queue, mark)
 
     def replication_id(self, queue: str) -> str | None:
         """The replication id of the server that holds `queue`'s keys, or None where INFO is

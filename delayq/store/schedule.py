@@ -3,7 +3,7 @@ claims a run holds between taking members out of it and leasing their rows, and 
 queue's wake-up list that a looping run blocks on.
 
 The schedule only says *when*; the table says *whether*: losing it costs a rebuild from
-the table (`Index.rebuild_from`), never a job.
+the table (worker/rebuilds.py), never a job.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ class Schedule:
         self.client = client
         self._claim_due = load_script(client, "claim_due")
         self._add_jobs = load_script(client, "add_jobs")
+        self._restore_jobs = load_script(client, "restore_jobs")
         self._registered: set[str] = set()  # queues this client has registered already
         # A Cluster runs no script inside a pipeline, and blocks on one slot's keys at once.
         self._cluster = is_cluster(client)
@@ -64,6 +65,18 @@ class Schedule:
         pipe.sadd(QUEUES_KEY, queue)
         pipe.execute()
         self._registered.add(queue)
+
+    def restore(self, queue: str, packed: str) -> int:
+        """Put back jobs of one queue while the schedule is rebuilt, given as "due id due id
+        ..." (`queries.DueBatch`), leaving those already there as they are; how many it added."""
+        if not packed:
+            return 0
+        keys = [schedule_key(queue), queue_key(queue, "wake")]
+        added = int(self._restore_jobs(keys=keys, args=[packed]))
+        if queue not in self._registered:
+            self.client.sadd(QUEUES_KEY, queue)
+            self._registered.add(queue)
+        return added
 
     def add_by_queue(self, entries: Iterable[tuple[str, int, float]]) -> None:
         """Put jobs of any queues on their schedules, (queue, id, due) each: one add_many a
@@ -168,6 +181,22 @@ class Schedule:
         if self._wake_waits is not None:
             return self._wake_waits.wait(keys, max(timeout, 0.001))
         return self.client.blpop(keys, timeout=max(timeout, 0.001)) is not None
+
+    def between(
+        self, queue: str, low: float | None, high: float | None, batch: int = 20000
+    ) -> Iterable[list[str]]:
+        """The members of a queue's schedule due after `low` and by `high` (None: no bound),
+        in pages of `batch`, soonest first."""
+        low_bound = "-inf" if low is None else f"({low!r}"
+        high_bound = "+inf" if high is None else repr(high)
+        offset = 0
+        while page := self.client.zrangebyscore(
+            schedule_key(queue), low_bound, high_bound, start=offset, num=batch
+        ):
+            yield [text(member) for member in cast(list[bytes], page)]
+            if len(page) < batch:
+                return
+            offset += batch
 
     def members(self, queue: str, batch: int = 5000) -> Iterable[list[tuple[str, float]]]:
         """Every (member, score) of a queue's schedule, in batches, without blocking Redis."""

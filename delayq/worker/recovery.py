@@ -16,14 +16,11 @@ since its previous check, until no old primary can still be taking writes.
 from __future__ import annotations
 
 import logging
-from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import TypeVar
 
 from ..store import leases, queries
 from ..store.index import Index
-from ..store.keys import job_id_of
 from ..store.outcomes import Outcome, fail_and_rearm, write_outcomes
 from ..store.registry import ServerNote
 from ..store.table import ClaimedJob, Status, Table
@@ -33,7 +30,6 @@ from .handlers import handler_of
 from .retry import LostLease, after_failure, after_lost_lease
 
 logger = logging.getLogger(__name__)
-T = TypeVar("T")
 
 # A pending row due this long ago and absent from the index was lost by Redis (or by a run
 # that died between claim and lease); the grace keeps a live run's fresh claims out of reach.
@@ -55,24 +51,6 @@ class Recovered:
     requeued: int = 0  # lapsed leases put back on the schedule
     journaled: int = 0  # outcomes found in a dead run's journal and written
     poisoned: int = 0  # jobs failed after retry.MAX_LOST_LEASES deaths
-
-
-def ensure_index(table: Table, index: Index, on_batch: Callable[[], None]) -> int:
-    """Rebuild the index from the table if Redis lost it; returns the entries added.
-    `on_batch` is called before each batch of rows: a rebuild of a large table is progress
-    that a supervising parent must not take for a stuck run."""
-    if index.registry.is_complete():
-        return 0
-    index.registry.register(queries.pending_queues(table))
-    count = index.rebuild_from(_calling_before_each(queries.iter_pending(table), on_batch))
-    logger.warning("Redis had no schedule index; rebuilt %d entries from the table", count)
-    return count
-
-
-def _calling_before_each(items: Iterator[T], call: Callable[[], None]) -> Iterator[T]:
-    for item in items:
-        call()
-        yield item
 
 
 def recover_leases(
@@ -250,28 +228,3 @@ def put_back_lost(
     missing = queries.still_pending(table, missing)
     index.schedule.add_many(queue, [(job_id, due_by_id[job_id]) for job_id in missing])
     return len(missing)
-
-
-@dataclass
-class Reconciled:
-    reindexed: Counter[str]  # pending rows added to their queue's index
-    removed: Counter[str]  # index entries whose row is not pending (or does not exist)
-
-
-def reconcile(table: Table, index: Index) -> Reconciled:
-    """Compare the whole index with the table both ways and fix both kinds of difference."""
-    result = Reconciled(Counter(), Counter())
-    index.registry.register(queries.pending_queues(table))
-    index.rebuild_from(queries.iter_pending(table), missing_only=True, added=result.reindexed)
-    for queue in index.registry.queues():
-        result.removed[queue] += _remove_stale(table, index, queue)
-    return result
-
-
-def _remove_stale(table: Table, index: Index, queue: str) -> int:
-    removed = 0
-    for chunk in index.schedule.members(queue):
-        ids = [job_id for member, _ in chunk if (job_id := job_id_of(member)) is not None]
-        pending = {str(job_id) for job_id in queries.pending_in(table, queue, ids)}
-        removed += index.schedule.remove_members(queue, [m for m, _ in chunk if m not in pending])
-    return removed

@@ -32,6 +32,7 @@ from .liveness import Liveness
 from .looping import SWEEP_EVERY, LoopRecord, Outage, sleep_until_due
 from .options import RunOptions
 from .passes import Pass, outcome_word
+from .rebuilds import Rebuild
 from .report import OutcomeCallback, RunReport
 from .slots import Slots
 
@@ -50,6 +51,7 @@ class Runner:
         self.heartbeat = Heartbeat(table, settings.lease)  # started by the first pass
         self._bookkeeper: Bookkeeper | None = None  # started when a drain first asks
         self._slots: Slots | None = None  # made when a pass first runs jobs concurrently
+        self.rebuild = Rebuild(table, index)  # of the schedule, when Redis lost it
         self.passes = 0
         self.pid = os.getpid()  # its threads live in this process only
 
@@ -75,6 +77,7 @@ class Runner:
         """End the runner: its threads, then, if it ran a pass, the handlers' `on_shutdown`
         functions (unless not `shutdown`: another runner of the process owns them) and their
         event loop."""
+        self.rebuild.close()
         if self._slots is not None:
             self._slots.close()
         self._close_bookkeeper()
@@ -209,7 +212,8 @@ class Runner:
         turn, so a backlog in one delays another queue's due jobs by about one batch, not by
         the whole backlog."""
         table, index, report = self.table, self.index, each.report
-        report.reindexed += recovery.ensure_index(table, index, each.show_progress)
+        report.reindexed += self.rebuild.due_first(each.clock, each.show_progress)
+        complete = index.registry.is_complete()
         # On every pass, not only with the sweep: a committed job is due to start within 1 s.
         recovery.index_committed(table, index, each.clock())
         names = list(each.options.queues) or index.registry.known_queues()
@@ -220,7 +224,8 @@ class Runner:
             report.recovered += recovered.requeued + recovered.journaled
             report.failed += recovered.poisoned
             report.reindexed += recovery.reindex_after_failover(table, index, queue, now)
-            report.reindexed += recovery.reindex_orphans(table, index, queue, now)
+            if complete:  # while a rebuild goes on, the rows it has yet to reach are no orphans
+                report.reindexed += recovery.reindex_orphans(table, index, queue, now)
         while names and not each.must_stop():  # the queues that may have more
             names = [queue for queue in names if self._take_turn(each, queue, len(names))]
 

@@ -79,3 +79,24 @@ def test_verbose_json_run_on_a_terminal_prints_json_lines_and_no_bar(queue, cli_
     lines = [json.loads(line) for line in result.stdout.splitlines()]
     assert [line["record"] for line in lines] == ["job"] * 60 + ["summary"]
     assert lines[-1]["succeeded"] == 60
+
+
+def test_reconcile_on_a_terminal_counts_the_rows_it_compared(queue, cli_env):
+    backlog(queue, 60)
+
+    result = on_a_terminal(cli_env, "reconcile")
+
+    assert result.returncode == 0, result.stdout
+    assert "60 pending rows compared" in result.stdout
+    assert "default: re-indexed 0, removed 0" in result.stdout
+
+
+def test_reconcile_without_a_terminal_prints_its_report_alone(queue, cli_env):
+    backlog(queue, 60)
+
+    result = subprocess.run(
+        [*DELAYQ, "reconcile"], env=cli_env, capture_output=True, text=True, timeout=60
+    )
+
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout == "default: re-indexed 0, removed 0\n"

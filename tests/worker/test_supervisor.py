@@ -14,7 +14,8 @@ import pytest
 from delayq import JobSpec, Status
 from delayq.store.database import sqlite_url
 from delayq.store.table import Job
-from delayq.worker import recovery
+from delayq.worker import rebuilds
+from delayq.worker.rebuilds import Rebuild
 from tests.conftest import DELAYQ
 from tests.faults.test_processes import start, wait_for
 from tests.invoke import invoke
@@ -254,13 +255,14 @@ def test_a_liveness_pipe_that_is_not_open_exits_2(queue, cli_env, log):
     assert queue.show(job_id)["status"] == "pending"
 
 
-def test_a_rebuild_of_a_large_index_beats_before_each_batch(queue, log):
+def test_a_rebuild_of_a_large_index_beats_before_each_batch(queue, log, monkeypatch):
     # Rebuilding after Redis lost its data can outlast a promise made before it began, so it
     # beats as it goes: a runner under --processes is not killed for that work.
     queue.add_many([JobSpec(H, "record", {"log": log}, delay=60) for _ in range(12000)])
     queue.index.client.flushdb()
     beats = []
+    monkeypatch.setattr(rebuilds, "BATCH", 5000)
 
-    added = recovery.ensure_index(queue.table, queue.index, lambda: beats.append(1))
+    added = Rebuild(queue.table, queue.index).rebuild_all(lambda: beats.append(1))
 
     assert (added, len(beats)) == (12000, 3)  # batches of 5000 rows

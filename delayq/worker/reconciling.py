@@ -1,0 +1,104 @@
+"""`delayq reconcile`: the whole schedule compared with the table both ways, at the speed the
+two can be read in order.
+
+Each queue's pending rows are walked in due order, a range of the (status, queue, run_at)
+index a batch at a time, beside the schedule's members due in the same span (ZRANGEBYSCORE),
+so both sides are read once, in order, and only the differences are looked up: a row missing
+from the span may be on the schedule at another score or claimed by a run (`put_back_lost`
+checks), a member missing from the table's span may be a row moved meanwhile (checked
+against the table before it is removed). Every statement is one short read or a write of the
+differences: runs go on claiming and starting jobs while it works.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..store import queries
+from ..store.index import Index
+from ..store.keys import job_id_of
+from ..store.queries import DueCursor
+from ..store.table import Table
+from .recovery import put_back_lost
+
+BATCH = 20000
+
+
+@dataclass
+class Reconciled:
+    reindexed: Counter[str]  # pending rows added to their queue's index
+    removed: Counter[str]  # index entries whose row is not pending (or does not exist)
+    rows: int = 0  # pending rows compared
+
+
+def reconcile(
+    table: Table, index: Index, on_rows: Callable[[int], None] = lambda rows: None
+) -> Reconciled:
+    """Compare the whole index with the table both ways and fix both kinds of difference;
+    `on_rows` is told the pending rows compared so far, after each batch."""
+    result = Reconciled(Counter(), Counter())
+    pending = queries.pending_queues(table)
+    index.registry.register(pending)
+    for queue in sorted({*pending, *index.registry.queues()}):
+        _reconcile_queue(table, index, queue, result, on_rows)
+    index.registry.mark_complete()
+    return result
+
+
+def _reconcile_queue(
+    table: Table, index: Index, queue: str, result: Reconciled, on_rows: Callable[[int], None]
+) -> None:
+    result.reindexed[queue] += 0  # every queue compared is in the report
+    result.removed[queue] += 0
+    cursor: DueCursor | None = None
+    low: float | None = None  # the schedule's span compared so far ends here (None: -inf)
+    while True:
+        batch = queries.pending_by_due(table, queue, cursor, BATCH)
+        entries = batch.entries()
+        # Rows without run_at are due at `created`, which the schedule may not say (the
+        # seed's due times are its scores): looked up by id, not by span.
+        undated, dated = entries[: batch.undated], entries[batch.undated :]
+        if undated:
+            _put_back(table, index, queue, dict(undated), result)
+        done = batch.count < BATCH or batch.last is None
+        high = None if done or not dated else dated[-1][1]
+        _compare(table, index, queue, dict(dated), low, high, result)
+        result.rows += batch.count
+        on_rows(result.rows)
+        if done:
+            return
+        low, cursor = high, batch.last
+
+
+def _compare(
+    table: Table,
+    index: Index,
+    queue: str,
+    due_by_id: dict[int, float],
+    low: float | None,
+    high: float | None,
+    result: Reconciled,
+) -> None:
+    """Compare the table's pending rows due in (low, high] with the schedule's members due
+    there, and fix what differs."""
+    members: set[str] = set()
+    for page in index.schedule.between(queue, low, high):
+        members.update(page)
+    absent = {job_id: due for job_id, due in due_by_id.items() if str(job_id) not in members}
+    if absent:
+        _put_back(table, index, queue, absent, result)
+    extra = members.difference(map(str, due_by_id))
+    if not extra:
+        return
+    ids = [job_id for member in extra if (job_id := job_id_of(member)) is not None]
+    # A row added or moved since the table was read is pending: its member stays.
+    still = {str(job_id) for job_id in queries.pending_in(table, queue, ids)} if ids else set()
+    result.removed[queue] += index.schedule.remove_members(queue, sorted(extra - still))
+
+
+def _put_back(
+    table: Table, index: Index, queue: str, due_by_id: dict[int, float], result: Reconciled
+) -> None:
+    result.reindexed[queue] += put_back_lost(table, index, queue, due_by_id, index.clock.now())
