@@ -71,10 +71,16 @@ def add_pending(queue: delayq.Queue, n: int, seed: int, keep_ids: bool = False) 
         added.batches.append((len(specs), time.perf_counter() - began))
         if keep_ids:
             added.ids += ids
-        if (start // BATCH) % 50 == 49:
+        if _tenth(start // BATCH, n):
             elapsed = time.monotonic() - started
             env.log(f"scale: add_many {start + len(specs):,}/{n:,} jobs ({elapsed:.0f}s)")
     return added
+
+
+def _tenth(batch: int, n: int) -> bool:
+    """Whether the batch just done ends a tenth of n rows (for the progress log)."""
+    batches = -(-n // BATCH)
+    return batches >= 10 and (batch + 1) % (batches // 10) == 0
 
 
 def remove_added(
@@ -116,7 +122,7 @@ def insert_finished(
                     "INSERT INTO delay_queue "
                     "(params, message, status, created, modified, run_at, queue) VALUES " + values
                 )
-                if done % 100 == 99:
+                if _tenth(done, n):
                     elapsed = time.monotonic() - started
                     env.log(f"scale: finished rows {(done + 1) * BATCH:,}/{n:,} ({elapsed:.0f}s)")
     finally:

@@ -142,8 +142,8 @@ def _head(figures: dict[str, Any]) -> str:
     holds = "holds" if pool >= table["index_bytes"] else "does not hold"
     unavailable = ", ".join(figures.get("unavailable", [])) or "nothing"
     return (
-        f"scale N={figures['jobs']:,}: {depth['rows']} at depth, "
-        f"{figures['empty']['rows']} empty; MariaDB {figures['servers']['mariadb']}, "
+        f"scale N={figures['jobs']:,}: at depth {_rows(depth['rows'])}; "
+        f"empty {_rows(figures['empty']['rows'])}; MariaDB {figures['servers']['mariadb']}, "
         f"Redis {figures['servers']['redis']}\n"
         f"table at depth: data {table['data_bytes'] / 2**20:,.0f} MiB, indexes "
         f"{table['index_bytes'] / 2**20:,.0f} MiB; InnoDB buffer pool "
@@ -151,3 +151,7 @@ def _head(figures: dict[str, Any]) -> str:
         f"{'reused ' if figures['reused'] else ''}data in {figures['data_dir']}"
         f"{' (kept)' if figures['kept'] else ' (removed)'}; not available: {unavailable}"
     )
+
+
+def _rows(counts: dict[str, int]) -> str:
+    return ", ".join(f"{count:,} {status}" for status, count in counts.items())
