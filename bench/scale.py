@@ -3,7 +3,8 @@ quick with N pending jobs and N finished rows as with an almost empty table? It 
 MariaDB and a Redis of its own (bench/servers.py) in a directory under /var/tmp, measures
 everything on a table of SMALL pending + SMALL finished rows, loads the big one (N pending
 through `Queue.add_many`, timed; N finished by INSERT, not timed) and measures it all again
-(bench/scale_measure.py), then prints both side by side with the ratio and the issue's targets.
+(bench/scale_measure.py, bench/scale_loss.py), then prints both side by side with the ratio
+and the issue's targets.
 
 `--keep DIR` keeps the servers' data in DIR; `--reuse DIR` starts them on it again and skips
 the load, so the figures can be measured again after a change (add_many is then timed on a
@@ -26,7 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from . import env, scale_load, scale_measure, scale_report
+from . import env, scale_load, scale_loss, scale_measure, scale_report
 from .report import Result
 from .scale_measure import Site
 from .servers import PrivateMariaDB, PrivateRedis
@@ -214,7 +215,7 @@ def measure(site: Site, options: Options, doctor_full: bool, started: float) -> 
     with step(f"putting back the {deleted:,} rows purge deleted (not timed)", started, errors):
         scale_load.insert_finished(site.mariadb, site.database, deleted, 7, oldest=60, newest=31)
     with step("Redis loss", started, errors):
-        result.update(scale_measure.redis_loss(site))
+        result.update(scale_loss.redis_loss(site))
     return result
 
 

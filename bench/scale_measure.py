@@ -1,7 +1,7 @@
 """The scale workload's measurements on one table (a `Site`: a database and a Redis db on the
 benchmark's own servers): every command as a whole `python -m delayq` process, the web pages,
-reconcile, a Redis loss, purge beside a running loop, the lateness of a steady stream, each
-with the physical limit the issue compares it with where there is one.
+reconcile, purge beside a running loop, the lateness of a steady stream, each with the
+physical limit the issue compares it with where there is one (a Redis loss: scale_loss.py).
 
 Jobs that report when they started are bench.handlers.record_start, which appends to a file:
 nothing that FLUSHALL can take away.
@@ -20,11 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pymysql.cursors
-import redis
 
 import delayq
 from delayq.config import Settings
-from delayq.store.keys import INDEXED_KEY
 
 from . import env, handlers
 from .report import median, percentile
@@ -34,9 +32,6 @@ from .servers import PrivateMariaDB, PrivateRedis, free_port, peak_rss_kib, wait
 RECORD = (env.HANDLERS, "record_start")
 LEAD = 1.0  # a streamed job is added this long before it is due
 STREAM_RATE = 20.0  # jobs/s due while purge runs, and in the steady stream
-LOSS_JOBS = 200
-LOSS_BATCH = "20"  # small claims, so that the second runner finds jobs left to take
-ZADD_CHUNK = 1000
 WEB_PAGES = {"overview": "/", "failed search": "/jobs?status=failed", "job page": "/jobs/{id}"}
 
 
@@ -240,80 +235,7 @@ def records(path: Path) -> list[tuple[int, float, float, int]]:
     return rows
 
 
-def redis_loss(site: Site) -> dict[str, float | None]:
-    """LOSS_JOBS due now, FLUSHALL, then `run --loop` and a second one a second later: how
-    soon each starts a due job, how soon the index is whole again, and what Redis holds."""
-    record = site.record_file("loss")
-    with site.queue() as queue:
-        queue.add_many(
-            delayq.JobSpec(*RECORD, {"sleep": 0.05}, queue=QUEUES[i % len(QUEUES)])
-            for i in range(LOSS_JOBS)
-        )
-    pending = pending_rows(site)
-    site.redis.client().flushall()
-    before = site.redis.used_memory()
-    timeout = 300 + pending / 5_000
-    result: dict[str, float | None] = {}
-    first_at = time.time()
-    with runner(site, record, DELAYQ_BATCH_SIZE=LOSS_BATCH) as first:
-        indexed = IndexWatch(site.redis.client(site.redis_db), timeout)
-        time.sleep(1.0)
-        second_at = time.time()
-        with runner(site, record, DELAYQ_BATCH_SIZE=LOSS_BATCH) as second:
-            complete_at = indexed.wait()
-            result["index_complete_s"] = None if complete_at is None else complete_at - first_at
-            _wait_quietly(lambda: len(records(record)) >= LOSS_JOBS, timeout)
-            result["runner_peak_rss_mib"] = _mib(peak_rss_kib(first.pid))
-            after = site.redis.used_memory()
-        ran = records(record)
-    result["first_job_s"] = _first_start(ran, first.pid, first_at)
-    result["second_runner_first_job_s"] = _first_start(ran, second.pid, second_at)
-    result["jobs_run"] = len(ran)
-    result["index_entries"] = pending
-    seconds = result["index_complete_s"]
-    result["index_entries_per_s"] = pending / seconds if seconds else None
-    result["redis_bytes_per_job_rebuilt"] = (after - before) / pending
-    result["bare_zadd_entries_per_s"] = bare_zadd(site, pending)
-    return result
-
-
-class IndexWatch:
-    """When delay_queue_indexed appears, polled every 20 ms by a thread from now on."""
-
-    def __init__(self, client: redis.Redis, timeout: float) -> None:
-        self.client = client
-        self.timeout = timeout
-        self.seen_at: float | None = None
-        self.thread = threading.Thread(target=self._poll, name="bench-indexed", daemon=True)
-        self.thread.start()
-
-    def _poll(self) -> None:
-        deadline = time.monotonic() + self.timeout
-        while time.monotonic() < deadline:
-            if self.client.exists(INDEXED_KEY):
-                self.seen_at = time.time()
-                return
-            time.sleep(0.02)
-
-    def wait(self) -> float | None:
-        """The time it appeared, or None if it did not within the timeout."""
-        self.thread.join()
-        if self.seen_at is None:
-            env.log(f"scale: the index was not complete within {self.timeout:.0f}s")
-        return self.seen_at
-
-
-def pending_rows(site: Site) -> int:
-    conn = site.mariadb.connect(site.database)
-    try:
-        with conn.cursor() as cursor:
-            cursor.execute("SELECT COUNT(*) FROM delay_queue WHERE status = 1")
-            return int(cursor.fetchone()[0])
-    finally:
-        conn.close()
-
-
-def _wait_quietly(condition: Callable[[], bool], timeout: float) -> bool:
+def wait_quietly(condition: Callable[[], bool], timeout: float) -> bool:
     try:
         wait_until(condition, timeout, "the jobs to run")
         return True
@@ -322,31 +244,8 @@ def _wait_quietly(condition: Callable[[], bool], timeout: float) -> bool:
         return False
 
 
-def _first_start(ran: list[tuple[int, float, float, int]], pid: int, since: float) -> float | None:
-    starts = [started for who, started, _, _ in ran if who == pid]
-    return min(starts) - since if starts else None
-
-
-def _mib(kib: int | None) -> float | None:
+def mib(kib: int | None) -> float | None:
     return None if kib is None else kib / 1024
-
-
-def bare_zadd(site: Site, n: int) -> float:
-    """n entries ZADDed ZADD_CHUNK a command, ten commands a round trip, into a scratch key
-    of another Redis db: what the rebuild's own writes to Redis cannot beat."""
-    client = site.redis.client(2)
-    key = "bench:scale:zadd"
-    base = time.time()
-    started = time.perf_counter()
-    pipe = client.pipeline(transaction=False)
-    for start in range(0, n, ZADD_CHUNK):
-        pipe.zadd(key, {str(i): base + i for i in range(start, min(n, start + ZADD_CHUNK))})
-        if len(pipe) == 10:
-            pipe.execute()
-    pipe.execute()
-    spent = time.perf_counter() - started
-    client.unlink(key)
-    return n / spent
 
 
 class Stream:
@@ -391,7 +290,7 @@ def stream_and_purge(site: Site, seconds: float) -> dict[str, float | None]:
         wait_until(lambda: len(records(record)) >= 1, 120, "the loop's first job")
         start = time.time() + LEAD + 0.5
         fed = Stream(site, start).finish(start + seconds)
-        _wait_quietly(lambda: len(records(record)) >= 1 + fed, 60)
+        wait_quietly(lambda: len(records(record)) >= 1 + fed, 60)
         late = lateness(records(record), start, start + seconds)
         result["stream_jobs"] = len(late)
         result["lateness_p50_s"] = percentile(late, 0.5) if late else None
@@ -407,7 +306,7 @@ def _purge(site: Site, record: Path, loop: subprocess.Popen) -> dict[str, float 
     time.sleep(max(0.0, began - time.time()))
     wall, out = timed(site, ["purge", "--older-than", "30d"], timeout=7200)
     fed = stream.finish(time.time())
-    _wait_quietly(lambda: len(records(record)) >= before + fed, 60)
+    wait_quietly(lambda: len(records(record)) >= before + fed, 60)
     late = lateness(records(record), began, began + wall)
     deleted = int(out.split()[0]) if out.split() else 0
     return {
@@ -416,5 +315,5 @@ def _purge(site: Site, record: Path, loop: subprocess.Popen) -> dict[str, float 
         "purge_rows_per_s": deleted / wall,
         "purge_lateness_p99_s": percentile(late, 0.99) if late else None,
         "purge_lateness_jobs": len(late),
-        "loop_runner_peak_rss_mib": _mib(peak_rss_kib(loop.pid)),
+        "loop_runner_peak_rss_mib": mib(peak_rss_kib(loop.pid)),
     }
