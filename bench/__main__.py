@@ -2,12 +2,17 @@
 MariaDB + Redis on 127.0.0.1. One human line of figures per workload on stdout, then one JSON
 line with every figure, ratio and target; progress goes to stderr. Exits 0 once the figures
 are printed, whether or not the targets hold (the JSON says which), 1 if a workload crashed.
+
+`--only scale --jobs N [--keep DIR | --reuse DIR] [--buffer-pool SIZE]`: the same figures
+on N pending + N finished rows as on an almost empty table, on servers of its own
+(bench/scale.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import os
 import platform
@@ -17,13 +22,14 @@ import traceback
 from collections.abc import Callable
 from datetime import datetime, timezone
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 import redis
 
 import delayq
 
-from . import aio, dispatch, enqueue, env, idle, io, lateness, load, memory, topologies
+from . import aio, dispatch, enqueue, env, idle, io, lateness, load, memory, scale, topologies
 from .report import Result
 from .sizes import FULL, QUICK, Sizes
 
@@ -37,9 +43,13 @@ WORKLOADS: dict[str, Callable[[Sizes], Result]] = {
     "aio": aio.run,
     "load": load.run,
     "topologies": topologies.run,
+    "scale": scale.run,  # given its Options by _workload
 }
-# Run when no --only names them; `topologies` starts ten servers of its own, so only on request.
-DEFAULT = [name for name in WORKLOADS if name != "topologies"]
+# Run when no --only names them; `topologies` starts ten servers of its own and `scale` loads
+# millions of rows into two of its own, so only on request.
+DEFAULT = [name for name in WORKLOADS if name not in ("topologies", "scale")]
+# Workloads that use no shared server at all: alone, nothing on 3306 or 6379 is touched.
+OWN_SERVERS = {"scale"}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -55,12 +65,61 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--only",
         action="append",
         choices=sorted(WORKLOADS),
-        help="run just this workload (repeatable); topologies runs only when named",
+        help="run just this workload (repeatable); topologies and scale run only when named",
     )
+    _scale_options(parser.add_argument_group("scale (with --only scale)"))
     args = parser.parse_args(argv)
     if args.repeat is not None and args.repeat < 1:
         parser.error("--repeat must be at least 1")
+    if args.jobs is not None and args.jobs < 1:
+        parser.error("--jobs must be at least 1")
+    if args.keep and args.reuse:
+        parser.error("--keep and --reuse exclude each other: --reuse keeps its directory")
+    try:
+        args.buffer_pool = args.buffer_pool and scale.parse_size(args.buffer_pool)
+    except ValueError as exc:
+        parser.error(f"--buffer-pool: {exc}")
     return args
+
+
+def _scale_options(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help=f"N pending jobs and N finished rows (default {scale.JOBS:,}; "
+        f"{scale.JOBS_QUICK:,} with --quick)",
+    )
+    group.add_argument(
+        "--keep", type=Path, metavar="DIR", help="keep the servers' data in DIR (new or empty)"
+    )
+    group.add_argument(
+        "--reuse", type=Path, metavar="DIR", help="measure again on the data --keep left in DIR"
+    )
+    group.add_argument(
+        "--buffer-pool",
+        metavar="SIZE",
+        help="InnoDB buffer pool, e.g. 4G (default: room for the indexes, not the data)",
+    )
+    group.add_argument(
+        "--stream-seconds",
+        type=float,
+        default=None,
+        help="how long the steady stream of due jobs lasts (default 10; 3 with --quick)",
+    )
+
+
+def _workload(name: str, args: argparse.Namespace) -> Callable[[Sizes], Result]:
+    if name != "scale":
+        return WORKLOADS[name]
+    options = scale.Options(
+        jobs=args.jobs or (0 if args.reuse else scale.JOBS_QUICK if args.quick else scale.JOBS),
+        keep=args.keep,
+        reuse=args.reuse,
+        buffer_pool=args.buffer_pool or None,
+        stream_seconds=args.stream_seconds or (3.0 if args.quick else 10.0),
+    )
+    return functools.partial(scale.run, options=options)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,15 +127,18 @@ def main(argv: list[str] | None = None) -> int:
     sizes = QUICK if args.quick else FULL
     if args.repeat is not None:
         sizes = dataclasses.replace(sizes, repeat=args.repeat)
+    selected = args.only or DEFAULT
+    shared = not set(selected) <= OWN_SERVERS
     env.check_loopback()
-    env.ensure_database()
+    if shared:
+        env.ensure_database()
     env.compile_sources()
     started = time.monotonic()
     results: dict[str, Any] = {}
     failed = False
-    for name in args.only or DEFAULT:
+    for name in selected:
         try:
-            result = WORKLOADS[name](sizes)
+            result = _workload(name, args)(sizes)
         except Exception as exc:  # noqa: BLE001 - report it and go on to the next workload
             traceback.print_exc()
             print(f"{name:<9} failed: {type(exc).__name__}: {exc}", flush=True)
@@ -88,14 +150,19 @@ def main(argv: list[str] | None = None) -> int:
             "figures": result.figures,
             "targets": {t.name: t.as_json() for t in result.targets},
         }
-    summary = _summary(args, sizes, results, time.monotonic() - started)
-    env.clean()
+    summary = _summary(args, sizes, results, time.monotonic() - started, shared)
+    if shared:
+        env.clean()
     print(json.dumps(summary, sort_keys=True))
     return 1 if failed else 0
 
 
 def _summary(
-    args: argparse.Namespace, sizes: Sizes, results: dict[str, Any], elapsed: float
+    args: argparse.Namespace,
+    sizes: Sizes,
+    results: dict[str, Any],
+    elapsed: float,
+    shared: bool,
 ) -> dict[str, Any]:
     targets = [
         target["ok"] for result in results.values() for target in result.get("targets", {}).values()
@@ -103,7 +170,7 @@ def _summary(
     return {
         "bench": "delayq",
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": _machine(),
+        "machine": _machine(shared),
         "quick": args.quick,
         "repeat": sizes.repeat,
         "sizes": dataclasses.asdict(sizes),
@@ -114,7 +181,7 @@ def _summary(
     }
 
 
-def _machine() -> dict[str, Any]:
+def _machine(shared: bool) -> dict[str, Any]:
     info: dict[str, Any] = {
         "cpus": os.cpu_count(),
         "load_average": os.getloadavg(),  # at the end: other users of a shared machine
@@ -126,6 +193,8 @@ def _machine() -> dict[str, Any]:
             info[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
             info[package] = None
+    if not shared:  # the workloads name the servers of their own
+        return info
     try:
         info["redis_server"] = redis.Redis.from_url(env.redis_url("delayq")).info("server")[
             "redis_version"

@@ -4,6 +4,7 @@ counter, and one that records how late it started. DELAYQ_HANDLERS=bench.handler
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from typing import Any
 
@@ -86,3 +87,24 @@ def record_lateness(data: Any) -> None:
     if job is None or job.run_at is None:
         raise RuntimeError("record_lateness must run as a delayq job")
     client().rpush(LATENESS_KEY, repr(started - job.run_at))
+
+
+RECORD_FILE = "BENCH_RECORD_FILE"
+
+
+def record_start(data: Any) -> None:
+    """Append "pid start due id" to the file BENCH_RECORD_FILE names (one write, O_APPEND:
+    lines from several runners never mix), then sleep data["sleep"] seconds if given. For
+    bench.scale, whose Redis may be FLUSHALLed under the runner: no Redis involved."""
+    started = time.time()
+    job = delayq.current_job()
+    if job is None or job.run_at is None:
+        raise RuntimeError("record_start must run as a delayq job")
+    line = f"{os.getpid()} {started!r} {job.run_at!r} {job.id}\n".encode()
+    fd = os.open(os.environ[RECORD_FILE], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+    if isinstance(data, dict) and data.get("sleep"):
+        time.sleep(float(data["sleep"]))
