@@ -18,7 +18,7 @@ from .durations import Duration, Instant, parse_duration
 from .errors import BadInput
 from .jobspec import JobSpec, check_key, run_at_of, to_row
 from .reading import QueueReads
-from .store import chains, inserts, queries, transactions
+from .store import chains, counts, inserts, queries, transactions
 from .store.backend_errors import backend_errors, one_line
 from .store.database import bound_replies
 from .store.index import Index
@@ -79,6 +79,9 @@ class Queue(QueueReads):
         changes = [f"created table {TABLE_NAME}"]
         if not create_tables(self.table):
             changes = upgrade_table(self.table, self.index, self._now(now), schedule_lost)
+            changes += counts.install(self.table)
+        else:  # the counts come with the table; only a failure to keep them is news
+            changes += [line for line in counts.install(self.table) if not counts.added(line)]
         if not self.index.registry.is_complete():
             count = Rebuild(self.table, self.index).rebuild_all(lambda: None)
             changes.append(f"built the schedule index from {count} pending job(s)")

@@ -128,7 +128,7 @@ def _print_status(report: StatusReport) -> None:
     failures = "failed|1h terminal retried"
     timing = _table(f"queue oldest|due late next|due {failures}", right=f"late next|due {failures}")
     for name, stats in report.queues.items():
-        jobs.add_row(printable(name), *(str(getattr(stats, field)) for field in COUNTED))
+        jobs.add_row(printable(name), *(_count_cell(stats, field) for field in COUNTED))
         timing.add_row(printable(name), *_timing_cells(stats, report.now))
     console.print(jobs, "", timing)  # a blank line between the two
 
@@ -139,8 +139,17 @@ def _timing_cells(stats: QueueStats, now: float) -> list[str]:
         oldest = f"#{stats.oldest_due_id} {_clock(stats.oldest_due_at)}"
         late = format_delta(stats.oldest_due_lag)
     upcoming = "-" if stats.next_due_at is None else _relative(stats.next_due_at - now)
-    failures = [stats.failed_last_hour, stats.failed_terminal, stats.failed_retried]
-    return [oldest, late, upcoming, *map(str, failures)]
+    failures = [str(stats.failed_last_hour)]
+    failures += [_count_cell(stats, field) for field in ("failed_terminal", "failed_retried")]
+    return [oldest, late, upcoming, *failures]
+
+
+def _count_cell(stats: QueueStats, field: str) -> str:
+    """A count as the table shows it: "~" before an estimate, "-" for one not made."""
+    value = getattr(stats, field)
+    if value is None:
+        return "-"
+    return f"~{value}" if field in stats.estimated_fields else str(value)
 
 
 def _clock(epoch: float | None) -> str:

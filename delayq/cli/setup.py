@@ -50,11 +50,14 @@ def reconcile(as_json: JsonOption = False) -> None:
     if as_json:
         counts = {"reindexed": result.reindexed, "removed": result.removed}
         queues = {name: {key: counts[key][name] for key in counts} for name in names}
-        print_json({"queues": queues})
+        print_json({"queues": queues, "counts_corrected": result.counts_corrected})
         return
     for name in names:
         typer.echo(f"{name}: re-indexed {result.reindexed[name]}, removed {result.removed[name]}")
-    if not names:
+    if result.counts_corrected:
+        corrected = sorted(result.counts_corrected.items())
+        typer.echo("corrected pending counts: " + ", ".join(f"{n} {e:+d}" for n, e in corrected))
+    if not names and not result.counts_corrected:
         typer.echo("nothing to do")
 
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from peewee import SQL, ModelSelect, NodeList, Value, fn
 
 from ..config import validate_queue_name, validate_text
 from ..durations import Duration, format_delta, parse_duration
+from ..store import counts, queries
 from ..store.index import Index
 from ..store.keys import LAST_RUN_KEY, job_id_of
 from ..store.params import payload_or_empty
@@ -20,6 +21,9 @@ from ..store.registry import Registry
 from ..store.table import Job, Status, Table, due_column, tuples, utc_stamp
 
 FAILED_WINDOW = 3600.0  # `failed_last_hour` counts failures this recent
+# Ranges of rows that grow with the table (finished rows, a due backlog) are counted up to
+# this many, in milliseconds, and estimated beyond.
+EXACT_UP_TO = 10_000
 KNOWN_STATUSES = frozenset(status.value for status in Status)
 # What the web page's overview counts, each a range of an index so that it answers in
 # milliseconds at millions of rows: unlike `status`, it leaves the count of finished rows (a
@@ -39,21 +43,30 @@ class QueueStats:
     cancelled: int = 0
     missed: int = 0
     failed_last_hour: int = 0
-    failed_retried: int = 0  # failed attempts with a later attempt in their chain
+    failed_retried: int | None = 0  # failed attempts with a later attempt in their chain
     oldest_due_id: int | None = None
     oldest_due_at: float | None = None
     oldest_due_lag: float | None = None
     next_due_at: float | None = None
     scheduled: int = 0  # entries in the Redis sorted set; below `pending` means a lost index
+    # The fields above that are the database's estimate, not a count (see status_report).
+    estimated: list[str] = field(default_factory=list)
 
     @property
     def pending_later(self) -> int:
         return self.pending - self.pending_due
 
     @property
-    def failed_terminal(self) -> int:
-        """Failures that ended their chain: retries exhausted, NoRetry, poison, refused."""
-        return self.failed - self.failed_retried
+    def estimated_fields(self) -> set[str]:
+        """The estimated figures, with those computed from one (later, terminal)."""
+        derived = {"pending_due": "pending_later", "failed": "failed_terminal"}
+        return set(self.estimated) | {derived[name] for name in self.estimated if name in derived}
+
+    @property
+    def failed_terminal(self) -> int | None:
+        """Failures that ended their chain: retries exhausted, NoRetry, poison, refused; None
+        where the failed rows were too many to look each up."""
+        return None if self.failed_retried is None else self.failed - self.failed_retried
 
     def as_json(self) -> dict[str, Any]:
         return dict(
@@ -130,46 +143,118 @@ def status_report(
     table: Table, index: Index, now: float, statuses: Sequence[Status] | None = None
 ) -> StatusReport:
     """Stats of every queue the table or the index knows, and the last run; only the rows of
-    `statuses` (all when None) are counted."""
+    `statuses` (all when None) are counted. Each figure is a kept count (pending), a range of
+    an index whose size follows the jobs in flight or recent (running, failures of the last
+    hour, due times), or a range counted up to EXACT_UP_TO rows and estimated beyond (the
+    finished statuses, the due backlog): a look costs the same at ten million rows as at
+    none. An estimated figure is named in the queue's `estimated`."""
     Job = table.model
-    counted = Job.select(Job.status, Job.queue, fn.COUNT(Job.id))
-    if statuses is not None:
-        counted = counted.where(Job.status.in_(list(statuses)))
-    # Grouped in the (status, queue, run_at) index's order: no temporary table.
-    counts = tuples(counted.group_by(Job.status, Job.queue))
-    names = {name for _, name, _ in counts} | set(index.registry.queues())
-    stats = {name: QueueStats() for name in sorted(names)}
-    for status, name, count in counts:
-        if status in KNOWN_STATUSES:  # a number delayq never writes counts nowhere
-            setattr(stats[name], Status(status).word, count)
-    # Live figures, each a range of the (status, queue, run_at), (status, modified) or chain_id
-    # index: due counts, recent and retried failures, due times, schedule sizes.
+    wanted = set(Status if statuses is None else statuses)
+    present = {
+        Status(number)
+        for number in _statuses_present(table)
+        if number in KNOWN_STATUSES and Status(number) in wanted  # unknown numbers count nowhere
+    }
+    by_status = {status: queries.queues_of(table, status) for status in present - {Status.PENDING}}
+    pending = counts.pending_by_queue(table) if Status.PENDING in wanted else {}
+    names = set(pending) | {name for found in by_status.values() for name in found}
+    stats = {name: QueueStats() for name in sorted(names | set(index.registry.queues()))}
+    for name, count in pending.items():
+        stats[name].pending = count
+    if Status.RUNNING in present:
+        for name, count in queries.running_by_queue(table).items():
+            stats[name].running = count
+    for status in present - {Status.PENDING, Status.RUNNING}:
+        for name in by_status[status]:
+            rows = Job.select(Job.id).where(Job.status == status, Job.queue == name)
+            _count_into(table, stats[name], status.word, rows)
+    failed = Job.status == Status.FAILED
+    if Status.FAILED in present:
+        recent = (
+            Job.select(Job.queue, fn.COUNT(Job.id))
+            .where(failed, Job.modified >= utc_stamp(now - FAILED_WINDOW))
+            .group_by(Job.queue)
+        )
+        for name, count in tuples(recent):
+            stats[name].failed_last_hour = count
+        _count_retried(table, stats)
+    for name, entry in stats.items():
+        if entry.pending:
+            _due_figures(table, name, entry, now)
+        entry.scheduled = index.schedule.size(name)
+    return StatusReport(now, stats, read_last_run(index.registry))
+
+
+def _statuses_present(table: Table) -> list[int]:
+    """The status numbers rows have, a loose scan of the (status, ...) indexes: one lookup a
+    status, unknown numbers included."""
+    Job = table.model
+    found: list[int] = []
+    while True:
+        query = Job.select(fn.MIN(Job.status))
+        if found:
+            query = query.where(Job.status > found[-1])
+        if (status := query.scalar()) is None:
+            return found
+        found.append(int(status))
+
+
+def _count_into(table: Table, entry: QueueStats, field: str, rows: ModelSelect[Job]) -> None:
+    """Set `field` to the number of `rows`: exact up to EXACT_UP_TO, else the server's
+    estimate, named in `estimated`."""
+    count, exact = bounded_count(table, rows)
+    setattr(entry, field, count)
+    if not exact:
+        entry.estimated.append(field)
+
+
+def _count_retried(table: Table, stats: dict[str, QueueStats]) -> None:
+    """Failed attempts with a later attempt in their chain, where the failed rows were
+    counted exactly (a lookup per failed row); unknown (None) where they were estimated."""
+    Job = table.model
     Later = Job.alias("later")
     later = Later.select(SQL("1")).where(
         (Later.chain_id == fn.COALESCE(Job.chain_id, Job.id)) & (Later.id > Job.id)
     )
-    pending = Job.status == Status.PENDING
-    failed = Job.status == Status.FAILED
-    for field, condition in (
-        ("pending_due", pending & ((Job.run_at <= now) | Job.run_at.is_null())),
-        ("failed_last_hour", failed & (Job.modified >= utc_stamp(now - FAILED_WINDOW))),
-        ("failed_retried", failed & fn.EXISTS(later)),
-    ):
-        query = Job.select(Job.queue, fn.COUNT(Job.id)).where(condition).group_by(Job.queue)
-        for name, count in tuples(query):
-            setattr(stats[name], field, count)
     for name, entry in stats.items():
-        if oldest := _oldest_due(table, name, now):
-            entry.oldest_due_id, entry.oldest_due_at = oldest
-            entry.oldest_due_lag = max(0.0, now - oldest[1])
-        upcoming = (
-            Job.select(fn.MIN(Job.run_at))
-            .where(pending, Job.queue == name, Job.run_at > now)
-            .scalar()
-        )
-        entry.next_due_at = None if upcoming is None else float(upcoming)
-        entry.scheduled = index.schedule.size(name)
-    return StatusReport(now, stats, read_last_run(index.registry))
+        if "failed" in entry.estimated:
+            entry.failed_retried = None
+            entry.estimated.append("failed_retried")
+        elif entry.failed:
+            entry.failed_retried = (
+                Job.select(fn.COUNT(Job.id))
+                .where(Job.status == Status.FAILED, Job.queue == name, fn.EXISTS(later))
+                .scalar()
+            )
+
+
+def _due_figures(table: Table, name: str, entry: QueueStats, now: float) -> None:
+    """The queue's due backlog (counted up to EXACT_UP_TO), its oldest due job and when the
+    next one falls due: ranges of the (status, queue, run_at) index."""
+    Job = table.model
+    pending = (Job.status == Status.PENDING) & (Job.queue == name)
+    due = Job.select(Job.id).where(pending, (Job.run_at <= now) | Job.run_at.is_null())
+    _count_into(table, entry, "pending_due", due)
+    if oldest := _oldest_due(table, name, now):
+        entry.oldest_due_id, entry.oldest_due_at = oldest
+        entry.oldest_due_lag = max(0.0, now - oldest[1])
+    upcoming = Job.select(fn.MIN(Job.run_at)).where(pending, Job.run_at > now).scalar()
+    entry.next_due_at = None if upcoming is None else float(upcoming)
+
+
+def bounded_count(table: Table, rows: ModelSelect[Job]) -> tuple[int, bool]:
+    """(how many `rows`, whether exact): counted up to EXACT_UP_TO, beyond that MySQL's
+    estimate of the range (its EXPLAIN, from index dives); SQLite counts them all."""
+    if not table.mysql:
+        return int(rows.count()), True
+    counted = int(rows.limit(EXACT_UP_TO + 1).count())
+    if counted <= EXACT_UP_TO:
+        return counted, True
+    sql, params = rows.sql()
+    cursor = table.db.execute_sql(f"EXPLAIN {sql}", params)
+    columns = [column[0].lower() for column in cursor.description]
+    estimate = max(int(row[columns.index("rows")] or 0) for row in cursor.fetchall())
+    return max(estimate, counted), False
 
 
 def _oldest_due(table: Table, queue: str, now: float) -> tuple[int, float] | None:

@@ -7,16 +7,17 @@ so both sides are read once, in order, and only the differences are looked up: a
 from the span may be on the schedule at another score or claimed by a run (`put_back_lost`
 checks), a member missing from the table's span may be a row moved meanwhile (checked
 against the table before it is removed). Every statement is one short read or a write of the
-differences: runs go on claiming and starting jobs while it works.
+differences: runs go on claiming and starting jobs while it works. Last, the kept pending
+counts are corrected if they are off (store/counts.py).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from ..store import queries
+from ..store import counts, queries
 from ..store.index import Index
 from ..store.keys import job_id_of
 from ..store.queries import DueCursor
@@ -31,6 +32,9 @@ class Reconciled:
     reindexed: Counter[str]  # pending rows added to their queue's index
     removed: Counter[str]  # index entries whose row is not pending (or does not exist)
     rows: int = 0  # pending rows compared
+    # How far each queue's kept pending count was off (a TRUNCATE, rows from before the
+    # triggers), now corrected.
+    counts_corrected: dict[str, int] = field(default_factory=dict)
 
 
 def reconcile(
@@ -44,6 +48,8 @@ def reconcile(
     for queue in sorted({*pending, *index.registry.queues()}):
         _reconcile_queue(table, index, queue, result, on_rows)
     index.registry.mark_complete()
+    if counts.installed(table):
+        result.counts_corrected = counts.correct(table)
     return result
 
 

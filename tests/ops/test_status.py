@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from delayq import JobSpec
 from delayq.store.keys import LAST_RUN_KEY, schedule_key
 from delayq.store.table import Job, Status, utc_stamp
 from tests.invoke import invoke
@@ -32,6 +33,7 @@ QUEUE_KEYS = {
     "oldest_due_lag",
     "next_due_at",
     "scheduled",
+    "estimated",
 }
 
 
@@ -259,3 +261,25 @@ def test_the_python_status_is_the_json_status_prints(queue, cli_env, log):
     assert json.loads(JSONResponse(report).body)["now"] == NOW
     printed = json.loads(invoke(cli_env, "status", "--json").stdout)
     assert set(printed) == set(report) and set(printed["queues"]["mail"]) == QUEUE_KEYS
+
+
+def test_finished_rows_past_the_exact_bound_are_estimated_and_say_so(queue, log, monkeypatch):
+    from delayq.ops import overview
+
+    monkeypatch.setattr(overview, "EXACT_UP_TO", 3)
+    ids = queue.add_many([JobSpec(H, "record", {"log": log}) for _ in range(8)], now=NOW - 10)
+    queue.add(H, "record", {"log": log}, queue="mail", now=NOW - 10)
+    Job.update(status=Status.SUCCESS).where(Job.id.in_(ids[:5])).execute()
+    Job.update(status=Status.FAILED).where(Job.id.in_(ids[5:7])).execute()
+
+    stats = queue.status(now=NOW).queues
+
+    default, mail = stats["default"], stats["mail"]
+    assert (default.pending, default.pending_due, default.failed) == (1, 1, 2)
+    assert (mail.pending, mail.estimated) == (1, [])
+    if queue.table.mysql:  # MariaDB's estimate of a range past the bound
+        assert default.estimated == ["success"]
+        assert default.success >= 4
+    else:  # SQLite counts them all
+        assert (default.estimated, default.success) == ([], 5)
+    assert default.failed_terminal == 2

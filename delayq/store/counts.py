@@ -1,0 +1,193 @@
+"""Pending counts kept as rows change, so that `status`, the web page and `metrics` answer in
+O(queues) at millions of rows: the `delay_queue_counts` table, which triggers on
+`delay_queue` keep.
+
+Triggers, not delayq's own writes, keep it: every writer counts, the seed's PHP producers and
+an operator's SQL included, in the transaction that changes the row. A row counts where it
+enters or leaves PENDING (an INSERT, an UPDATE of its status or queue, a DELETE); the other
+statuses are counted from the table's indexes when asked (ops/overview.py). Each connection
+adds to a row of its own (`slot`: its connection id modulo SLOTS), so writers on many
+connections do not wait on one hot row; a queue's count is the sum of its slots.
+
+A database user without the TRIGGER privilege (or, with binary logging, without SUPER or
+log_bin_trust_function_creators) gets no triggers: `init` says so, and counts are read from
+the index, as exact and slower. A TRUNCATE fires no trigger: `init` and `reconcile` correct
+the counts (`correct`), without stopping writers.
+"""
+
+from __future__ import annotations
+
+from peewee import DatabaseError, fn
+
+from .table import TABLE_NAME, Status, Table, tuples
+
+COUNTS_TABLE = "delay_queue_counts"
+SLOTS = 64
+TRIGGERS = (
+    "delay_queue_pending_insert",
+    "delay_queue_pending_delete",
+    "delay_queue_pending_left",
+    "delay_queue_pending_entered",
+)
+
+ADDED = f"added {COUNTS_TABLE} and the triggers that keep pending counts"
+_PENDING = int(Status.PENDING)
+# When a row leaves PENDING, or enters it, through an UPDATE (its status, or its queue).
+_LEFT = f"OLD.status = {_PENDING} AND NOT (NEW.status = {_PENDING} AND NEW.queue = OLD.queue)"
+_ENTERED = f"NEW.status = {_PENDING} AND NOT (OLD.status = {_PENDING} AND NEW.queue = OLD.queue)"
+
+
+def _mysql_trigger(name: str, event: str, row: str, delta: int, when: str) -> str:
+    # One statement a trigger, with no `;` inside, so that schema.sql runs both through the
+    # mysql client and through a driver; INSERT ... SELECT ... WHERE adds nothing when the
+    # row did not enter or leave PENDING.
+    return (
+        f"CREATE TRIGGER `{name}` AFTER {event} ON `{TABLE_NAME}` FOR EACH ROW "
+        f"INSERT INTO `{COUNTS_TABLE}` (queue, slot, pending) "
+        f"SELECT {row}.queue, MOD(CONNECTION_ID(), {SLOTS}), {delta} FROM DUAL WHERE {when} "
+        f"ON DUPLICATE KEY UPDATE pending = pending + ({delta})"
+    )
+
+
+def _sqlite_trigger(name: str, event: str, row: str, delta: int, when: str) -> str:
+    return (
+        f'CREATE TRIGGER "{name}" AFTER {event} ON "{TABLE_NAME}" FOR EACH ROW WHEN {when} '
+        f'BEGIN INSERT INTO "{COUNTS_TABLE}" (queue, slot, pending) VALUES ({row}.queue, 0, '
+        f"{delta}) ON CONFLICT (queue, slot) DO UPDATE SET pending = pending + ({delta}); END"
+    )
+
+
+def _triggers(mysql: bool) -> list[str]:
+    make = _mysql_trigger if mysql else _sqlite_trigger
+    return [
+        make(TRIGGERS[0], "INSERT", "NEW", 1, f"NEW.status = {_PENDING}"),
+        make(TRIGGERS[1], "DELETE", "OLD", -1, f"OLD.status = {_PENDING}"),
+        make(TRIGGERS[2], "UPDATE", "OLD", -1, _LEFT),
+        make(TRIGGERS[3], "UPDATE", "NEW", 1, _ENTERED),
+    ]
+
+
+def _create_counts(table: Table) -> None:
+    if table.mysql:
+        table.db.execute_sql(
+            f"CREATE TABLE IF NOT EXISTS `{COUNTS_TABLE}` ("
+            "`queue` varchar(64) NOT NULL, `slot` smallint NOT NULL, "
+            "`pending` bigint NOT NULL DEFAULT 0, PRIMARY KEY (`queue`, `slot`)"
+            ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
+        )
+    else:
+        table.db.execute_sql(
+            f'CREATE TABLE IF NOT EXISTS "{COUNTS_TABLE}" (queue VARCHAR(64) NOT NULL, '
+            "slot SMALLINT NOT NULL, pending BIGINT NOT NULL DEFAULT 0, PRIMARY KEY (queue, slot))"
+        )
+
+
+def installed(table: Table) -> bool:
+    """Whether all the triggers that keep the counts are there."""
+    if table.mysql:
+        query = (
+            "SELECT TRIGGER_NAME FROM information_schema.TRIGGERS "
+            "WHERE TRIGGER_SCHEMA = DATABASE() AND EVENT_OBJECT_TABLE = %s"
+        )
+    else:
+        query = "SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ?"
+    found = {str(name) for (name,) in table.db.execute_sql(query, (TABLE_NAME,)).fetchall()}
+    return set(TRIGGERS) <= found
+
+
+def install(table: Table) -> list[str]:
+    """Create the counts table and its triggers where they are missing, then count what the
+    table holds; one line per change, or why the triggers could not be made."""
+    if installed(table):
+        return [f"corrected pending counts: {words}" for words in _corrected(table)]
+    _create_counts(table)
+    try:
+        _drop_triggers(table)
+        for statement in _triggers(table.mysql):
+            table.db.execute_sql(statement)
+    except DatabaseError as exc:
+        _drop_triggers(table)
+        return [
+            f"could not create the triggers that keep pending counts ({exc.args[-1]}): grant "
+            "TRIGGER (with binary logging, also SUPER or log_bin_trust_function_creators); "
+            "status counts pending rows from the index meanwhile, slower at millions of rows"
+        ]
+    correct(table)
+    return [ADDED]
+
+
+def correct(table: Table) -> dict[str, int]:
+    """Bring the kept counts to what the table holds, and return by how much each queue's was
+    off: rows written before the triggers existed, a TRUNCATE (which fires none), a count
+    edited by hand. Writers go on meanwhile: the table and the counts are read in one
+    snapshot, so their difference is the error whatever commits after it, and it is added,
+    not written over."""
+    db = table.db
+    if table.mysql:
+        # Both reads must see one snapshot, whatever isolation the server defaults to.
+        db.execute_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+    with db.atomic():
+        kept = _kept(table)
+        rows = _counted(table)
+    drift = {
+        name: rows.get(name, 0) - kept.get(name, 0)
+        for name in set(kept) | set(rows)
+        if rows.get(name, 0) != kept.get(name, 0)
+    }
+    upsert = (
+        "ON DUPLICATE KEY UPDATE pending = pending + VALUES(pending)"
+        if table.mysql
+        else "ON CONFLICT (queue, slot) DO UPDATE SET pending = pending + excluded.pending"
+    )
+    mark = "%s" if table.mysql else "?"
+    for name, error in drift.items():
+        db.execute_sql(
+            f"INSERT INTO {_quoted(table, COUNTS_TABLE)} (queue, slot, pending) "
+            f"VALUES ({mark}, 0, {mark}) {upsert}",
+            (name, error),
+        )
+    return drift
+
+
+def added(line: str) -> bool:
+    """Whether an `install` line says the counts were added (rather than why not)."""
+    return line == ADDED
+
+
+def _corrected(table: Table) -> list[str]:
+    drift = correct(table)
+    words = ", ".join(f"{name} {error:+d}" for name, error in sorted(drift.items()))
+    return [words] if drift else []
+
+
+def _drop_triggers(table: Table) -> None:
+    for name in TRIGGERS:
+        table.db.execute_sql(f"DROP TRIGGER IF EXISTS {_quoted(table, name)}")
+
+
+def _kept(table: Table) -> dict[str, int]:
+    rows = table.db.execute_sql(
+        f"SELECT queue, SUM(pending) FROM {_quoted(table, COUNTS_TABLE)} GROUP BY queue"
+    ).fetchall()
+    return {str(name): int(count) for name, count in rows}
+
+
+def _counted(table: Table) -> dict[str, int]:
+    Job = table.model
+    query = (
+        Job.select(Job.queue, fn.COUNT(Job.id))
+        .where(Job.status == Status.PENDING)
+        .group_by(Job.queue)
+    )
+    return {str(name): int(count) for name, count in tuples(query)}
+
+
+def _quoted(table: Table, name: str) -> str:
+    return f"`{name}`" if table.mysql else f'"{name}"'
+
+
+def pending_by_queue(table: Table) -> dict[str, int]:
+    """{queue: pending rows} of the queues that have any: the kept counts when the triggers
+    are there, else a count over the (status, queue, run_at) index."""
+    found = _kept(table) if installed(table) else _counted(table)
+    return {name: count for name, count in found.items() if count}

@@ -1,0 +1,111 @@
+"""The kept pending counts (store/counts.py) equal a count of the table after everything that
+moves a row into or out of PENDING: adds, a PHP-style INSERT, claims, outcomes, retries,
+deferrals, cancels, replaces, a run that died, requeue, purge, a DELETE and an UPDATE by
+hand; and `init` on a table that had none counts what is there."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from peewee import fn
+
+from delayq import JobSpec, Status
+from delayq.ops.overview import JobFilter
+from delayq.store import counts
+from delayq.store.table import TABLE_NAME
+
+H = "tests.sample_handlers.jobs"
+
+
+def counted(queue) -> dict[str, int]:
+    """Pending rows by queue, counted from the table itself."""
+    Job = queue.table.model
+    query = (
+        Job.select(Job.queue, fn.COUNT(Job.id))
+        .where(Job.status == Status.PENDING)
+        .group_by(Job.queue)
+    )
+    return {name: count for name, count in query.tuples()}
+
+
+def kept(queue) -> dict[str, int]:
+    assert counts.installed(queue.table)
+    return counts.pending_by_queue(queue.table)
+
+
+def test_the_kept_counts_follow_every_way_a_row_moves(queue, log):
+    now = time.time()
+    Job = queue.table.model
+    first = queue.add(H, "record", {"log": log}, at=now - 5)
+    queue.add_many([JobSpec(H, "record", {"log": log}, queue="mail", delay=60) for _ in range(5)])
+    failing = queue.add(H, "fail", {"log": log}, at=now - 5, ext="order:1")
+    assert kept(queue) == counted(queue) == {"default": 2, "mail": 5}
+
+    # another producer's INSERT, as the seed's PHP code writes it
+    params = json.dumps({"class": H, "method": "record", "data": {"log": log}})
+    queue.db.execute_sql(
+        f"INSERT INTO {TABLE_NAME} (params, ext_string, run_at) VALUES (%s, %s, %s)"
+        if queue.table.mysql
+        else f"INSERT INTO {TABLE_NAME} (params, ext_string, run_at) VALUES (?, ?, ?)",
+        (params, "php:1", now - 5),
+    )
+    assert kept(queue) == counted(queue)
+
+    queue.run(now=now)  # three succeed or fail; the failure's retry is a new pending row
+    assert kept(queue) == counted(queue)
+    assert Job.get_by_id(first).status == Status.SUCCESS
+
+    replaced = queue.add(H, "record", {"log": log}, ext="order:2", delay=60)
+    queue.add(H, "record", {"log": log}, ext="order:2", delay=90, replace=True)
+    assert kept(queue) == counted(queue)
+    queue.cancel(replaced)
+    queue.cancel(ext="order:1")
+    assert kept(queue) == counted(queue)
+
+    # a run that died holding a job: its row goes back to pending when the lease lapses
+    held = queue.add(H, "record", {"log": log}, queue="mail", at=now - 5)
+    Job.update(status=Status.RUNNING, lease_until=now - 1, lease_token="dead").where(
+        Job.id == held
+    ).execute()
+    assert kept(queue) == counted(queue)
+    queue.run(now=now + 1, queues=["mail"])
+    assert kept(queue) == counted(queue)
+
+    queue.requeue(JobFilter(statuses=(Status.FAILED, Status.SUCCESS)), now=now + 2)
+    assert kept(queue) == counted(queue)
+    Job.update(queue="other").where(Job.queue == "mail", Job.status == Status.PENDING).execute()
+    assert kept(queue) == counted(queue)
+    Job.delete().where(Job.id == failing).execute()
+    queue.purge(older_than=0)
+    Job.delete().where(Job.queue == "other").execute()
+    assert kept(queue) == counted(queue)
+
+
+def test_init_on_a_table_without_the_counts_counts_what_is_there(queue, log):
+    queue.add_many([JobSpec(H, "record", {"log": log}, delay=60) for _ in range(7)])
+    for name in counts.TRIGGERS:
+        queue.db.execute_sql(f"DROP TRIGGER {name}")
+    queue.db.execute_sql(f"DELETE FROM {counts.COUNTS_TABLE}")
+    queue.add(H, "record", {"log": log}, queue="mail", delay=60)  # no trigger counts it
+    assert not counts.installed(queue.table)
+    assert counts.pending_by_queue(queue.table) == {"default": 7, "mail": 1}  # from the index
+
+    changes = queue.init()
+
+    assert counts.ADDED in changes
+    assert kept(queue) == {"default": 7, "mail": 1}
+    assert queue.init() == []  # then nothing to do
+
+
+@pytest.mark.parametrize("slots", [1, 3])
+def test_a_queue_s_count_is_the_sum_of_its_slots(queue, log, slots):
+    queue.add_many([JobSpec(H, "record", {"log": log}, delay=60) for _ in range(4)])
+    for slot in range(1, slots):
+        queue.db.execute_sql(
+            f"INSERT INTO {counts.COUNTS_TABLE} (queue, slot, pending) "
+            f"VALUES ('default', {slot + 100}, 0)"
+        )
+
+    assert kept(queue) == {"default": 4}
