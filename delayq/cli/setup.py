@@ -14,6 +14,7 @@ from .app import Command, JsonOption, app, check_database_exists, open_queue, pr
 
 if TYPE_CHECKING:
     from ..ops.doctor import Check
+    from ..ops.sampling import Scope
 
 
 @app.command()
@@ -61,11 +62,24 @@ def embedded_stop() -> None:
 
 
 @app.command()
-def doctor(as_json: JsonOption = False) -> None:
+def doctor(
+    as_json: JsonOption = False,
+    full: Annotated[
+        bool,
+        typer.Option(
+            "--full",
+            help="Read every schedule member and every overdue pending row, not a sample; "
+            "takes time in proportion (progress on a terminal).",
+        ),
+    ] = False,
+) -> None:
     """Check settings, servers, table, handlers and Redis; one line each; exit 1 on a FAIL."""
     from ..ops.doctor import FAIL
+    from ..ops.sampling import Scope
+    from .progress import counting
 
-    checks = _diagnose()
+    with counting() as tally:
+        checks = _diagnose(Scope(full, tally) if full else Scope())
     if as_json:
         print_json({"checks": [asdict(check) for check in checks]})
     else:
@@ -75,7 +89,7 @@ def doctor(as_json: JsonOption = False) -> None:
         raise typer.Exit(1)
 
 
-def _diagnose() -> list[Check]:
+def _diagnose(scope: Scope) -> list[Check]:
     """Every check, in order; one that cannot be made is a `skip` line saying why."""
     from ..connection import connect
     from ..ops.doctor import (
@@ -107,8 +121,9 @@ def _diagnose() -> list[Check]:
         return [*checks, Check(FAIL, "connect", str(exc)), *rest]
     with queue:
         servers = database_checks(queue.db, settings.database_url)
-        servers += redis_checks(queue.index, queue.settings)
-        return [*checks, *servers, *consistency_checks(queue.table, queue.index, servers)]
+        servers += redis_checks(queue.index, queue.settings, scope)
+        consistency = consistency_checks(queue.table, queue.index, servers, scope)
+        return [*checks, *servers, *consistency]
 
 
 class Shell(str, Enum):  # noqa: UP042 - StrEnum is new in Python 3.11
