@@ -26,7 +26,8 @@ COMMANDS = (
 ROWS: list[tuple[str, tuple[str, ...], Any]] = [
     *[(f"{name} s", ("command_s", name), "within") for name in COMMANDS],
     ("doctor s", ("command_s", "doctor"), ("<=", 5.0)),
-    ("doctor --full s", ("command_s", "doctor --full"), ("<=", 5.0)),
+    # A whole pass over the table and the schedule: it takes what it takes, with progress.
+    ("doctor --full s", ("command_s", "doctor --full"), None),
     ("delayq add s", ("command_s", "add"), None),
     *[(f"web {name} s", ("web_s", name), ("<=", 0.5)) for name in ("overview", "failed search")],
     ("web job page s", ("web_s", "job page"), ("<=", 0.5)),
@@ -80,7 +81,7 @@ def result(figures: dict[str, Any]) -> ScaleResult:
         empty, depth = figure(figures["empty"], path), figure(figures["depth"], path)
         figures["ratio"][".".join(path)] = ratio(depth, empty)
         target = _target(label, empty, depth, bound)
-        if target is not None and not (depth is None and label.startswith("doctor --full")):
+        if target is not None:
             targets.append(target)
         lines.append(_line(label, empty, depth, target))
     head = _head(figures)

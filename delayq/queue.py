@@ -339,18 +339,22 @@ class Queue(QueueReads):
         *,
         dry_run: bool = False,
         now: float | None = None,
-        pause: float | None = None,
+        counted: Callable[[int], None] | None = None,
     ) -> int:
-        """Delete finished rows last changed more than `older_than` seconds ago; the count."""
+        """Delete finished rows last changed more than `older_than` seconds ago; the count,
+        told to `counted` batch by batch as it grows."""
         from .ops import maintenance
 
         before = self._now(now) - parse_duration(older_than, "--older-than")
         statuses = maintenance.PURGEABLE if statuses is None else statuses
-        if dry_run:
-            return sum(len(ids) for ids in maintenance.purgeable_ids(self.table, statuses, before))
-        return maintenance.purge(
-            self.table, statuses, before, pause=maintenance.PAUSE if pause is None else pause
-        )
+        if not dry_run:
+            return maintenance.purge(self.table, statuses, before, counted=counted)
+        total = 0
+        for ids in maintenance.purgeable_ids(self.table, statuses, before):
+            total += len(ids)
+            if counted:
+                counted(len(ids))
+        return total
 
     @backend_errors
     def requeue(

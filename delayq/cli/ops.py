@@ -286,14 +286,21 @@ def purge(
         bool, typer.Option("--all", help="Allow --older-than 0: every finished row.")
     ] = False,
 ) -> None:
-    """Delete old finished rows in small batches; prints how many (would be) deleted."""
+    """Delete old finished rows in short batches; prints how many (would be) deleted, and
+    on a terminal how fast it goes."""
     from ..ops.maintenance import PURGEABLE
+    from .progress import counting
 
     age = parse_duration(older_than, "--older-than")
     if age == 0 and not (everything or dry_run):
         raise BadInput("--older-than 0 deletes every finished row; to mean it, add --all")
     statuses = _parse_statuses(status_words, PURGEABLE)
-    typer.echo(open_queue().purge(age, statuses, dry_run=dry_run))
+    what = "rows that would be deleted" if dry_run else "rows deleted"
+    with counting() as tally:
+        count = open_queue().purge(
+            age, statuses, dry_run=dry_run, counted=lambda rows: tally(what, rows, None)
+        )
+    typer.echo(count)
 
 
 @app.command()

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import asdict
 from enum import Enum
 from typing import TYPE_CHECKING, Annotated
@@ -18,6 +14,7 @@ from .app import Command, JsonOption, app, check_database_exists, open_queue, pr
 
 if TYPE_CHECKING:
     from ..ops.doctor import Check
+    from ..ops.sampling import Scope
 
 
 @app.command()
@@ -44,7 +41,15 @@ def init(
 def reconcile(as_json: JsonOption = False) -> None:
     """Compare the index with the table both ways and fix what differs; prints what it did.
     On a terminal, a line under it counts the pending rows compared."""
-    with counting("pending rows compared") as on_rows:
+    from .progress import counting
+
+    with counting() as tally:
+        compared = [0]
+
+        def on_rows(rows: int) -> None:
+            tally("pending rows compared", rows - compared[0], None)
+            compared[0] = rows
+
         result = open_queue().reconcile(on_rows)
     names = sorted(set(result.reindexed) | set(result.removed))
     if as_json:
@@ -61,28 +66,6 @@ def reconcile(as_json: JsonOption = False) -> None:
         typer.echo("nothing to do")
 
 
-@contextmanager
-def counting(what: str) -> Iterator[Callable[[int], None]]:
-    """On a terminal (stderr), a line that counts `what` as it goes, with the rate; nothing
-    elsewhere (cron, a pipe), so the output stays what the command prints."""
-    if not sys.stderr.isatty():
-        yield lambda done: None
-        return
-    from rich.console import Console
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-    started = time.monotonic()
-    columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
-    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
-        task = progress.add_task(f"0 {what}")
-
-        def advance(done: int) -> None:
-            rate = done / max(time.monotonic() - started, 1e-9)
-            progress.update(task, description=f"{done:,} {what} ({rate:,.0f}/s)")
-
-        yield advance
-
-
 @app.command("embedded-stop")
 def embedded_stop() -> None:
     """Stop the embedded Redis server under DELAYQ_HOME (its data stays on disk)."""
@@ -92,11 +75,24 @@ def embedded_stop() -> None:
 
 
 @app.command()
-def doctor(as_json: JsonOption = False) -> None:
+def doctor(
+    as_json: JsonOption = False,
+    full: Annotated[
+        bool,
+        typer.Option(
+            "--full",
+            help="Read every schedule member and every overdue pending row, not a sample; "
+            "takes time in proportion (progress on a terminal).",
+        ),
+    ] = False,
+) -> None:
     """Check settings, servers, table, handlers and Redis; one line each; exit 1 on a FAIL."""
     from ..ops.doctor import FAIL
+    from ..ops.sampling import Scope
+    from .progress import counting
 
-    checks = _diagnose()
+    with counting() as tally:
+        checks = _diagnose(Scope(full, tally) if full else Scope())
     if as_json:
         print_json({"checks": [asdict(check) for check in checks]})
     else:
@@ -106,7 +102,7 @@ def doctor(as_json: JsonOption = False) -> None:
         raise typer.Exit(1)
 
 
-def _diagnose() -> list[Check]:
+def _diagnose(scope: Scope) -> list[Check]:
     """Every check, in order; one that cannot be made is a `skip` line saying why."""
     from ..connection import connect
     from ..ops.doctor import (
@@ -138,8 +134,9 @@ def _diagnose() -> list[Check]:
         return [*checks, Check(FAIL, "connect", str(exc)), *rest]
     with queue:
         servers = database_checks(queue.db, settings.database_url)
-        servers += redis_checks(queue.index, queue.settings)
-        return [*checks, *servers, *consistency_checks(queue.table, queue.index, servers)]
+        servers += redis_checks(queue.index, queue.settings, scope)
+        consistency = consistency_checks(queue.table, queue.index, servers, scope)
+        return [*checks, *servers, *consistency]
 
 
 class Shell(str, Enum):  # noqa: UP042 - StrEnum is new in Python 3.11

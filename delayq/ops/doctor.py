@@ -1,7 +1,8 @@
 """`delayq doctor`: the checks an operator would otherwise make by hand — settings, database
 and Redis reachability and versions, the table against the model, the handler allowlist,
 Redis's topology, eviction policy and persistence, the index marker, how table and index
-agree — each an ok / warn / FAIL line saying what to fix. It only reads; cli/setup.py
+agree — each an ok / warn / FAIL line saying what to fix. What grows with the table is
+sampled unless `--full` (sampling.py), and the line says so. It only reads; cli/setup.py
 connects, prints the lines and turns a FAIL into exit 1."""
 
 from __future__ import annotations
@@ -16,14 +17,14 @@ from ..durations import format_delta
 from ..errors import BadInput, ConfigError
 from ..store.backend_errors import one_line
 from ..store.index import Index
-from ..store.keys import INDEXED_KEY, job_id_of
-from ..store.queries import overdue_pending
+from ..store.keys import INDEXED_KEY
 from ..store.table import Job, Status, Table, is_mysql, tuples
 from ..store.topology import Server, servers
 from ..store.upgrade import column_problems
 from ..worker.allowlist import EMPTY_ALLOWLIST, check_entry
 from ..worker.handlers import import_prefix
-from ..worker.recovery import ORPHAN_GRACE, SWEEP_LIMIT
+from ..worker.recovery import ORPHAN_GRACE
+from .sampling import SAMPLE, Members, Scope, stray_members, unscheduled_rows
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "FAIL", "skip"  # skip: not made, the line says why
 DATABASE_CHECKS = ("database", "columns", "index")
@@ -120,14 +121,16 @@ def _table_checks(db: peewee.Database) -> list[Check]:
     return checks
 
 
-def redis_checks(index: Index, settings: Settings) -> list[Check]:
+def redis_checks(index: Index, settings: Settings, scope: Scope | None = None) -> list[Check]:
     """Reachability and version, the topology, eviction policy and persistence of each
-    server written to, and whether the index is complete."""
+    server written to, whether the index is complete and its members are job ids."""
     where = redact_url(settings.redis_url)
     try:
         found = servers(index.client)
         complete = index.registry.is_complete()
-        strays = {queue: _stray_members(index, queue) for queue in index.registry.known_queues()}
+        scope = scope or Scope()
+        queues = index.registry.known_queues()
+        members = {queue: stray_members(index, queue, scope) for queue in queues}
     except redis.RedisError as exc:
         detail = one_line(exc, settings.redis_url)
         failed = Check(FAIL, "redis", f"{where} cannot be used: {detail}")
@@ -142,7 +145,6 @@ def redis_checks(index: Index, settings: Settings) -> list[Check]:
     running = f"Redis {', '.join(versions)} at {where}"
     evicting = sorted({server.eviction for server in found} - {"noeviction"})
     kept = sorted({server.persistence or "not known (CONFIG is refused)" for server in found})
-    counts = ", ".join(f"{queue} {count}" for queue, count in strays.items() if count)
     return [
         verdict(not too_old, "redis", running, f"{running}; delayq needs 6.2 or later", FAIL),
         _topology_check(found, where),
@@ -168,13 +170,7 @@ def redis_checks(index: Index, settings: Settings) -> list[Check]:
             f"{INDEXED_KEY} is missing; the next run (or `delayq init`) "
             "rebuilds the schedule from the table",
         ),
-        verdict(
-            not counts,
-            "members",
-            "every schedule member is a job id",
-            f"schedule members that are not job ids ({counts}): another producer wrote them; "
-            "a run drops them when they fall due, `delayq reconcile` at once",
-        ),
+        _members_check(members),
     ]
 
 
@@ -216,39 +212,62 @@ def _replicas(server: Server) -> str:
     return f"{count} replica{'s' * (count > 1)}: {', '.join(server.replicas)}"
 
 
-def _stray_members(index: Index, queue: str) -> int:
-    chunks = index.schedule.members(queue)
-    return sum(job_id_of(member) is None for chunk in chunks for member, _ in chunk)
+def _members_check(members: dict[str, Members]) -> Check:
+    counts = ", ".join(
+        f"{queue} {found.strays}" for queue, found in members.items() if found.strays
+    )
+    sizes = {queue: found.size for queue, found in members.items() if found.sampled}
+    note = _sample_words(sizes)
+    if not counts:
+        return Check(OK, "members", f"every schedule member is a job id{f' ({note})' * bool(note)}")
+    return Check(
+        WARN,
+        "members",
+        f"schedule members that are not job ids ({counts}{f'; {note}' * bool(note)}): another "
+        "producer wrote them; a run drops them when they fall due, `delayq reconcile` at once",
+    )
 
 
-def consistency_checks(table: Table, index: Index, servers_checks: list[Check]) -> list[Check]:
+def _sample_words(sizes: dict[str, int]) -> str:
+    """How the members were sampled, of the queues whose schedule was not read whole."""
+    if not sizes:
+        return ""
+    if len(sizes) == 1:
+        (size,) = sizes.values()
+        whole = f"{size:,}"
+    else:
+        whole = "each of " + ", ".join(f"{queue} {size:,}" for queue, size in sizes.items())
+    return (
+        f"sampled: the {SAMPLE:,} due first and {SAMPLE:,} at random of {whole}; "
+        "`doctor --full` checks all"
+    )
+
+
+def consistency_checks(
+    table: Table, index: Index, servers_checks: list[Check], scope: Scope | None = None
+) -> list[Check]:
     """An ok or warn line for pending rows the schedule lost (an index write that failed after
     its INSERT, a Redis that lost data) and for journal fields no run will read again; runs
     repair both, doctor only counts them. Not made, and said so, after a FAIL among
-    `servers_checks` (the database's and Redis's): there would be nothing sound to compare."""
+    `servers_checks` (the database's and Redis's): there would be nothing sound to compare.
+    The journal holds the jobs in flight, not the table's: it is read whole."""
     if failed := [check.name for check in servers_checks if check.level == FAIL]:
         names = ", ".join(dict.fromkeys(failed))
         check = "check" if len(set(failed)) == 1 else "checks"
         return skipped(CONSISTENCY_CHECKS, f"the {names} {check} FAILed")
+    scope = scope or Scope()
     try:
         now = index.clock.now()
-        unscheduled = stale = 0
+        unscheduled, stale, capped = 0, 0, False
         for queue in index.registry.known_queues():
-            overdue = overdue_pending(table, queue, now - ORPHAN_GRACE, SWEEP_LIMIT)
-            unscheduled += len(index.schedule.missing(queue, [job_id for job_id, _ in overdue]))
+            found = unscheduled_rows(table, index, queue, now - ORPHAN_GRACE, scope)
+            unscheduled, capped = unscheduled + found.count, capped or found.capped
             stale += _stale_journal_fields(table, index, queue)
     except (peewee.PeeweeException, redis.RedisError) as exc:
         detail = f"could not compare table and schedule: {one_line(exc)}"
         return [Check(FAIL, "consistency", detail)]
-    more = "+" if unscheduled >= SWEEP_LIMIT else ""
     return [
-        verdict(
-            not unscheduled,
-            "orphans",
-            "every overdue pending row is on the schedule",
-            f"{unscheduled}{more} pending rows overdue by {ORPHAN_GRACE:g}s are not on the "
-            "schedule; the next run's sweep puts them back",
-        ),
+        _orphans_check(unscheduled, capped),
         verdict(
             not stale,
             "journal",
@@ -257,6 +276,20 @@ def consistency_checks(table: Table, index: Index, servers_checks: list[Check]) 
             "them clears them, or they expire with the journal",
         ),
     ]
+
+
+def _orphans_check(unscheduled: int, capped: bool) -> Check:
+    note = f"the {SAMPLE:,} overdue longest of each queue; `doctor --full` checks all"
+    if not unscheduled:
+        sampled = f" (checked: {note})" if capped else ""
+        return Check(OK, "orphans", f"every overdue pending row is on the schedule{sampled}")
+    among = f" (among {note})" if capped else ""
+    return Check(
+        WARN,
+        "orphans",
+        f"{unscheduled} pending rows overdue by {ORPHAN_GRACE:g}s are not on the schedule"
+        f"{among}; the next run's sweep puts them back",
+    )
 
 
 def _stale_journal_fields(table: Table, index: Index, queue: str) -> int:

@@ -1,15 +1,16 @@
 """The bulk writes an operator asks for: purging old finished rows and requeueing failed ones.
-Both walk the table in primary-key batches so no statement holds locks for long, and both
-respect retry chains (purge never leaves a chain whose surviving rows end in an earlier
-attempt; requeue only repeats a chain's latest finished attempt, or moves the pending attempt
-that follows it to now), so running either twice is safe."""
+Both work in batches so no statement holds locks for long, and both respect retry chains
+(purge never leaves a chain whose surviving rows end in an earlier attempt; requeue only
+repeats a chain's latest finished attempt, or moves the pending attempt that follows it to
+now), so running either twice is safe."""
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
 from peewee import SQL, fn
 
@@ -18,7 +19,7 @@ from ..errors import BadInput
 from ..store import chains
 from ..store.index import Index
 from ..store.params import read_call
-from ..store.table import Job, Status, Table, id_batches, utc_stamp
+from ..store.table import Job, Status, Table, id_batches, tuples, utc_stamp
 from ..worker.handlers import locate
 from .overview import JobFilter
 
@@ -27,16 +28,57 @@ logger = logging.getLogger(__name__)
 PURGEABLE = (Status.SUCCESS, Status.FAILED, Status.CANCELLED, Status.MISSED)
 _PURGEABLE_WORDS = ", ".join(status.word for status in PURGEABLE)
 BATCH = 1000
-# A breath between deletes lets the runner's UPDATEs in between: purge is never urgent.
-PAUSE = 0.05
+# purge sizes its batches so that each takes about AIM seconds (a runner's UPDATE waits for
+# one at most that long), between MIN_BATCH and MAX_BATCH rows, and then leaves the database
+# alone for SHARE of the time it took: purge is never urgent.
+AIM = 0.08
+MIN_BATCH, MAX_BATCH = 100, 20_000
+SHARE = 0.25
+# purge reads the rows to delete a window of modified times at a time (see _finished_before).
+FIRST_WINDOW = timedelta(minutes=10)
+ONE_SECOND = timedelta(seconds=1)  # what DATETIME tells apart; no window is narrower
+WINDOW_ROWS = 4 * MAX_BATCH
+
+Counted = Callable[[int], None]  # told how many more rows were deleted (or counted)
+
+
+@dataclass
+class Pace:
+    """Rows per DELETE, sized so that each takes about `aim` seconds (0: the size stays),
+    and the pause after each batch."""
+
+    batch: int = BATCH
+    aim: float = AIM
+    share: float = SHARE
+
+    def pause_after(self, rows: int, deleting: float, working: float) -> float:
+        """Size the next DELETE on what this one, of `rows` rows, took (`deleting` seconds);
+        the pause to take after `working` seconds on the batch, reads included."""
+        if self.aim and rows:
+            wanted = rows * self.aim / max(deleting, 1e-4)
+            grown = min(wanted, self.batch * 2.0, MAX_BATCH)
+            self.batch = int(max(grown, self.batch / 2.0, MIN_BATCH))
+        return working * self.share
 
 
 def purgeable_ids(
-    table: Table, statuses: Sequence[Status], before: float, batch: int = BATCH
+    table: Table, statuses: Sequence[Status], before: float, pace: Pace | None = None
 ) -> Iterator[list[int]]:
-    """Ids of finished rows last changed before `before` (epoch), in ascending batches, of which
+    """Ids of finished rows last changed before `before` (epoch), a batch at a time, of which
     no earlier attempt is kept: deleting a later attempt while an earlier failed one stays would
-    make that one the chain's last word (and `requeue` would run a job that has succeeded)."""
+    make that one the chain's last word (and `requeue` would run a job that has succeeded).
+    Only a retry (a row with a chain_id) has earlier attempts to look for."""
+    _check_purgeable(statuses)
+    pace = pace or Pace()
+    cutoff = utc_stamp(before)
+    for rows in _finished_before(table, statuses, cutoff, pace):
+        retries = [job_id for job_id, chain_id in rows if chain_id is not None]
+        kept = _kept_for_their_chain(table, retries, statuses, cutoff)
+        if purgeable := [job_id for job_id, _ in rows if job_id not in kept]:
+            yield purgeable
+
+
+def _check_purgeable(statuses: Sequence[Status]) -> None:
     if not statuses:
         raise BadInput("purge needs at least one status")
     for status in statuses:
@@ -44,39 +86,114 @@ def purgeable_ids(
             raise BadInput(
                 f"purge never deletes {Status(status).word} rows; use {_PURGEABLE_WORDS}"
             )
+
+
+def _finished_before(
+    table: Table, statuses: Sequence[Status], cutoff: datetime, pace: Pace
+) -> Iterator[list[tuple[int, int | None]]]:
+    """(id, chain_id) of rows of `statuses` changed before `cutoff`, oldest first,
+    `pace.batch` at a time in id order. They are read a window of modified times at a time,
+    one range of the (status, modified) index per status, the window sized to hold about a
+    batch: rows finished at about the same time sit close together in the table, so each
+    batch's DELETE finds its pages together whatever their statuses, and neither rows of
+    other statuses nor younger ones are read."""
+    width = FIRST_WINDOW
+    start = _oldest_since(table, statuses, None, cutoff)
+    while start is not None:
+        end = min(start + width, cutoff)
+        rows = _changed_between(table, statuses, start, end, width > ONE_SECOND)
+        if rows is None:  # far more than a batch: a narrower window
+            width /= 4
+            continue
+        rows.sort()
+        for offset in range(0, len(rows), pace.batch):
+            yield rows[offset : offset + pace.batch]
+        width *= min(max(pace.batch / max(len(rows), 1), 0.5), 2.0)
+        start = _oldest_since(table, statuses, end, cutoff)  # past a gap in one step
+
+
+def _oldest_since(
+    table: Table, statuses: Sequence[Status], since: datetime | None, cutoff: datetime
+) -> datetime | None:
+    """The oldest `modified` from `since` on and before `cutoff` of a row of `statuses`."""
     Job = table.model
-    cutoff = utc_stamp(before)
+    oldest = None
+    for status in statuses:
+        after = Job.modified >= since if since is not None else Job.modified.is_null(False)
+        query = Job.select(Job.modified).where(Job.status == status, after, Job.modified < cutoff)
+        if found := tuples(query.order_by(Job.modified).limit(1)):
+            oldest = found[0][0] if oldest is None else min(oldest, found[0][0])
+    return oldest
+
+
+def _changed_between(
+    table: Table, statuses: Sequence[Status], start: datetime, end: datetime, capped: bool
+) -> list[tuple[int, int | None]] | None:
+    """(id, chain_id) of rows of `statuses` changed from `start` to before `end`; None if
+    `capped` and one status alone has more than WINDOW_ROWS of them. chain_id costs a visit
+    to each row's page, which its DELETE then finds in memory."""
+    Job = table.model
+    rows: list[tuple[int, int | None]] = []
+    for status in statuses:
+        changed = (Job.status == status) & (Job.modified >= start) & (Job.modified < end)
+        query = Job.select(Job.id, Job.chain_id).where(changed)
+        found = tuples(query.limit(WINDOW_ROWS + 1) if capped else query)
+        if capped and len(found) > WINDOW_ROWS:
+            return None
+        rows += [(job_id, chain_id) for job_id, chain_id in found]
+    return rows
+
+
+def _written(ids: list[int]) -> SQL:
+    """`ids` written into the statement, for `IN`: ints read from the table, so nothing to
+    escape, and a parameter each would cost four times what the row's DELETE does."""
+    return SQL(f"({', '.join(str(int(job_id)) for job_id in ids)})")
+
+
+def _kept_for_their_chain(
+    table: Table, ids: list[int], statuses: Sequence[Status], cutoff: datetime
+) -> set[int]:
+    """Those of `ids` (retries) an earlier attempt of whose chain is not purged with them."""
+    if not ids:
+        return set()
+    Job = table.model
     earlier = Job.alias()
     kept_earlier = earlier.select(SQL("1")).where(
         (earlier.id == Job.chain_id) | (earlier.chain_id == Job.chain_id),
         earlier.id < Job.id,
         ~(earlier.status.in_(list(statuses)) & (earlier.modified < cutoff)),
     )
-    query = Job.select(Job.id).where(
-        Job.status.in_(list(statuses)), Job.modified < cutoff, ~fn.EXISTS(kept_earlier)
-    )
-    for rows in id_batches(query.tuples(), batch):
-        yield [job_id for (job_id,) in rows]
+    query = Job.select(Job.id).where(Job.id.in_(_written(ids)), fn.EXISTS(kept_earlier))
+    return {job_id for (job_id,) in tuples(query)}
 
 
 def purge(
     table: Table,
     statuses: Sequence[Status],
     before: float,
-    batch: int = BATCH,
-    pause: float = PAUSE,
+    pace: Pace | None = None,
+    counted: Counted | None = None,
 ) -> int:
-    """Delete what `purgeable_ids` yields, one short statement per batch; returns the count."""
+    """Delete what `purgeable_ids` yields, one short statement per batch, pausing after each
+    for a share of the time it took; returns the count, telling `counted` as it goes."""
     Job = table.model
+    pace = pace or Pace()
     deleted = 0
     cutoff = utc_stamp(before)
-    for ids in purgeable_ids(table, statuses, before, batch):
-        deleted += (
+    began = time.monotonic()
+    for ids in purgeable_ids(table, statuses, before, pace):
+        deleting = time.monotonic()
+        count = (
             Job.delete()
-            .where(Job.id.in_(ids), Job.status.in_(list(statuses)), Job.modified < cutoff)
+            .where(Job.id.in_(_written(ids)), Job.status.in_(statuses), Job.modified < cutoff)
             .execute()
         )
-        time.sleep(pause)
+        deleted += count
+        if counted:
+            counted(count)
+        done = time.monotonic()
+        time.sleep(pace.pause_after(len(ids), done - deleting, done - began))
+        began = time.monotonic()
     return deleted
 
 

@@ -152,7 +152,7 @@ def status_report(
     wanted = set(Status if statuses is None else statuses)
     present = {
         Status(number)
-        for number in _statuses_present(table)
+        for number in counts.statuses_present(table)
         if number in KNOWN_STATUSES and Status(number) in wanted  # unknown numbers count nowhere
     }
     by_status = {status: queries.queues_of(table, status) for status in present - {Status.PENDING}}
@@ -185,24 +185,10 @@ def status_report(
     return StatusReport(now, stats, read_last_run(index.registry))
 
 
-def _statuses_present(table: Table) -> list[int]:
-    """The status numbers rows have, a loose scan of the (status, ...) indexes: one lookup a
-    status, unknown numbers included."""
-    Job = table.model
-    found: list[int] = []
-    while True:
-        query = Job.select(fn.MIN(Job.status))
-        if found:
-            query = query.where(Job.status > found[-1])
-        if (status := query.scalar()) is None:
-            return found
-        found.append(int(status))
-
-
 def _count_into(table: Table, entry: QueueStats, field: str, rows: ModelSelect[Job]) -> None:
     """Set `field` to the number of `rows`: exact up to EXACT_UP_TO, else the server's
     estimate, named in `estimated`."""
-    count, exact = bounded_count(table, rows)
+    count, exact = counts.bounded_count(table, rows, EXACT_UP_TO)
     setattr(entry, field, count)
     if not exact:
         entry.estimated.append(field)
@@ -240,21 +226,6 @@ def _due_figures(table: Table, name: str, entry: QueueStats, now: float) -> None
         entry.oldest_due_lag = max(0.0, now - oldest[1])
     upcoming = Job.select(fn.MIN(Job.run_at)).where(pending, Job.run_at > now).scalar()
     entry.next_due_at = None if upcoming is None else float(upcoming)
-
-
-def bounded_count(table: Table, rows: ModelSelect[Job]) -> tuple[int, bool]:
-    """(how many `rows`, whether exact): counted up to EXACT_UP_TO, beyond that MySQL's
-    estimate of the range (its EXPLAIN, from index dives); SQLite counts them all."""
-    if not table.mysql:
-        return int(rows.count()), True
-    counted = int(rows.limit(EXACT_UP_TO + 1).count())
-    if counted <= EXACT_UP_TO:
-        return counted, True
-    sql, params = rows.sql()
-    cursor = table.db.execute_sql(f"EXPLAIN {sql}", params)
-    columns = [column[0].lower() for column in cursor.description]
-    estimate = max(int(row[columns.index("rows")] or 0) for row in cursor.fetchall())
-    return max(estimate, counted), False
 
 
 def _oldest_due(table: Table, queue: str, now: float) -> tuple[int, float] | None:

@@ -1,6 +1,6 @@
-"""Pending counts kept as rows change, so that `status`, the web page and `metrics` answer in
-O(queues) at millions of rows: the `delay_queue_counts` table, which triggers on
-`delay_queue` keep.
+"""Counts a look can afford at any depth. Pending counts kept as rows change, so that
+`status`, the web page and `metrics` answer in O(queues) at millions of rows: the
+`delay_queue_counts` table, which triggers on `delay_queue` keep.
 
 Triggers, not delayq's own writes, keep it: every writer counts, the seed's PHP producers and
 an operator's SQL included, in the transaction that changes the row. A row counts where it
@@ -13,13 +13,15 @@ A database user without the TRIGGER privilege (or, with binary logging, without 
 log_bin_trust_function_creators) gets no triggers: `init` says so, and counts are read from
 the index, as exact and slower. A TRUNCATE fires no trigger: `init` and `reconcile` correct
 the counts (`correct`), without stopping writers.
+
+And, for the rest: the statuses present and a range counted up to a bound, then estimated.
 """
 
 from __future__ import annotations
 
-from peewee import DatabaseError, fn
+from peewee import DatabaseError, ModelSelect, fn
 
-from .table import TABLE_NAME, Status, Table, tuples
+from .table import TABLE_NAME, Job, Status, Table, tuples
 
 COUNTS_TABLE = "delay_queue_counts"
 SLOTS = 64
@@ -191,3 +193,32 @@ def pending_by_queue(table: Table) -> dict[str, int]:
     are there, else a count over the (status, queue, run_at) index."""
     found = _kept(table) if installed(table) else _counted(table)
     return {name: count for name, count in found.items() if count}
+
+
+def statuses_present(table: Table) -> list[int]:
+    """The status numbers rows have, a loose scan of the (status, ...) indexes: one lookup a
+    status, unknown numbers included."""
+    Job = table.model
+    found: list[int] = []
+    while True:
+        query = Job.select(fn.MIN(Job.status))
+        if found:
+            query = query.where(Job.status > found[-1])
+        if (status := query.scalar()) is None:
+            return found
+        found.append(int(status))
+
+
+def bounded_count(table: Table, rows: ModelSelect[Job], exact_up_to: int) -> tuple[int, bool]:
+    """(how many `rows`, whether exact): counted up to `exact_up_to`, beyond that MySQL's
+    estimate of the range (its EXPLAIN, from index dives); SQLite counts them all."""
+    if not table.mysql:
+        return int(rows.count()), True
+    counted = int(rows.limit(exact_up_to + 1).count())
+    if counted <= exact_up_to:
+        return counted, True
+    sql, params = rows.sql()
+    cursor = table.db.execute_sql(f"EXPLAIN {sql}", params)
+    columns = [column[0].lower() for column in cursor.description]
+    estimate = max(int(row[columns.index("rows")] or 0) for row in cursor.fetchall())
+    return max(estimate, counted), False

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 import redis
 
+from delayq.ops.sampling import SAMPLE
 from delayq.store import embedded
 from delayq.store.database import sqlite_file, sqlite_url
 from delayq.store.keys import INDEXED_KEY, schedule_key
 from delayq.store.table import Job
+from tests.cli.test_progress import on_a_terminal
+from tests.conftest import DELAYQ
 from tests.invoke import invoke
 
 H = "tests.sample_handlers.jobs"
@@ -311,3 +316,115 @@ def test_schedule_members_that_are_not_job_ids_are_counted_per_queue(queue, cli_
     assert "default 5, mail 1" in detail
     assert client.zscore("delay_queue_job", str(job_id)) is not None  # doctor only reads
     assert client.zcard("delay_queue_job") == 6
+
+
+def schedule_ids(queue, count: int, first_id: int = 10**9) -> None:
+    """`count` members that are job ids (of no row: doctor's members check reads Redis
+    alone), due one second apart from a day ahead."""
+    client = queue.index.client
+    start = queue.index.clock.now() + 86400
+    for offset in range(0, count, 10_000):
+        chunk = range(offset, min(offset + 10_000, count))
+        client.zadd("delay_queue_job", {str(first_id + n): start + n for n in chunk})
+
+
+def test_a_large_schedule_is_sampled_and_the_line_says_so(queue, cli_env):
+    schedule_ids(queue, 2500)
+
+    result = invoke(cli_env, "doctor")
+
+    assert result.exit_code == 0, result.output
+    assert line(result, "members") == (
+        "ok",
+        "every schedule member is a job id (sampled: the 1,000 due first and 1,000 at random "
+        "of 2,500; `doctor --full` checks all)",
+    )
+
+
+def test_a_schedule_no_larger_than_the_sample_is_read_whole(queue, cli_env):
+    schedule_ids(queue, 2 * SAMPLE - 1)
+    queue.index.client.zadd("delay_queue_job", {"junk": 10**10})  # the last of 2 * SAMPLE
+
+    assert line(invoke(cli_env, "doctor"), "members") == (
+        "warn",
+        "schedule members that are not job ids (default 1): another producer wrote them; "
+        "a run drops them when they fall due, `delayq reconcile` at once",
+    )
+
+
+def test_full_finds_a_stray_member_far_from_the_due_end_that_a_sample_misses(queue, cli_env):
+    # One stray among 100,000 ids, due last: the 1,000 due first never include it and 1,000
+    # at random do one time in a hundred, so a --full that only sampled would pass this test
+    # at most that often.
+    schedule_ids(queue, 100_000)
+    queue.index.client.zadd("delay_queue_job", {"not-an-id": 10**10})
+
+    sampled = invoke(cli_env, "doctor")
+    full = invoke(cli_env, "doctor", "--full")
+
+    assert "(sampled: the 1,000 due first and 1,000 at random of 100,001;" in "".join(
+        line(sampled, "members")
+    )
+    assert (full.exit_code, full.stderr) == (0, "")
+    assert line(full, "members") == (
+        "warn",
+        "schedule members that are not job ids (default 1): another producer wrote them; "
+        "a run drops them when they fall due, `delayq reconcile` at once",
+    )
+    assert queue.index.client.zcard("delay_queue_job") == 100_001  # doctor only reads
+
+
+def test_orphans_are_looked_for_among_the_longest_overdue_unless_full(queue, cli_env):
+    now = queue.index.clock.now()
+    ids = [queue.add(H, "echo", {}, at=now - 3600 + n) for n in range(SAMPLE + 1)]
+    queue.index.client.zrem(schedule_key("default"), str(ids[-1]))  # overdue the least
+
+    sampled = line(invoke(cli_env, "doctor"), "orphans")
+    full = line(invoke(cli_env, "doctor", "--full"), "orphans")
+
+    assert sampled == (
+        "ok",
+        "every overdue pending row is on the schedule (checked: the 1,000 overdue longest of "
+        "each queue; `doctor --full` checks all)",
+    )
+    assert full == (
+        "warn",
+        "1 pending rows overdue by 30s are not on the schedule; the next run's sweep puts "
+        "them back",
+    )
+
+
+def test_full_without_a_terminal_prints_the_lines_alone(queue, cli_env):
+    schedule_ids(queue, 3000)
+
+    result = subprocess.run(
+        [*DELAYQ, "doctor", "--full"], env=cli_env, capture_output=True, text=True, timeout=60
+    )
+
+    assert (result.returncode, result.stderr) == (0, "")
+    assert "\x1b" not in result.stdout
+    assert [line.split()[1] for line in result.stdout.splitlines()][-3:] == [
+        "members",
+        "orphans",
+        "journal",
+    ]
+    assert "every schedule member is a job id\n" in result.stdout
+
+
+def test_full_on_a_terminal_shows_how_far_it_got(queue, cli_env):
+    schedule_ids(queue, 3000)
+
+    result = on_a_terminal(cli_env, "doctor", "--full")
+
+    assert result.returncode == 0, result.stdout
+    assert "default: schedule members" in result.stdout
+    assert "3,000 of 3,000" in result.stdout
+    assert "ok    members   every schedule member is a job id\n" in result.stdout
+
+
+@pytest.mark.parametrize("flag", ["--ful", "--full=yes", "--sample"])
+def test_a_bad_flag_exits_2(queue, cli_env, flag):
+    result = invoke(cli_env, "doctor", flag)
+
+    assert result.exit_code == 2
+    assert result.stdout == ""

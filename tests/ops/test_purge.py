@@ -4,13 +4,17 @@ no retry chain is left ending in an earlier attempt."""
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 
 import pytest
 
 from delayq import BadInput
-from delayq.ops.maintenance import purge, purgeable_ids
+from delayq.ops import maintenance
+from delayq.ops.maintenance import Pace, purge, purgeable_ids
 from delayq.store.table import Job, Status, utc_stamp
+from tests.cli.test_progress import on_a_terminal
+from tests.conftest import DELAYQ
 from tests.invoke import invoke
 
 NOW = 1_800_000_000.0
@@ -34,7 +38,7 @@ def test_only_finished_rows_older_than_the_cutoff_are_deleted(queue):
     old = [make_row(status, 40 * DAY) for status in Status]
     young = [make_row(status, 10 * DAY) for status in Status]
 
-    assert queue.purge(30 * DAY, now=NOW, pause=0) == 4
+    assert queue.purge(30 * DAY, now=NOW) == 4
 
     kept_old = [job_id for job_id, status in zip(old, Status, strict=True) if status < 10]
     assert surviving() == kept_old + young
@@ -49,7 +53,7 @@ def test_status_list_narrows_what_goes(queue):
     failed = make_row(Status.FAILED, 40 * DAY)
     cancelled = make_row(Status.CANCELLED, 40 * DAY)
 
-    deleted = queue.purge(30 * DAY, (Status.SUCCESS, Status.CANCELLED), now=NOW, pause=0)
+    deleted = queue.purge(30 * DAY, (Status.SUCCESS, Status.CANCELLED), now=NOW)
 
     assert deleted == 2
     assert surviving() == [failed]
@@ -73,25 +77,73 @@ def test_dry_run_counts_and_deletes_nothing(queue):
     assert len(surviving()) == 3
 
 
-def test_deletes_in_batches_by_primary_key(queue):
-    for _ in range(7):
-        make_row(Status.SUCCESS, 40 * DAY)
+def test_deletes_in_batches_in_id_order(queue):
+    ids = [make_row(Status.SUCCESS, 40 * DAY) for _ in range(7)]
     make_row(Status.PENDING, 40 * DAY)
 
-    batches = list(purgeable_ids(queue.table, [Status.SUCCESS], NOW - 30 * DAY, batch=3))
-    assert [len(ids) for ids in batches] == [3, 3, 1]
-    assert purge(queue.table, [Status.SUCCESS], NOW - 30 * DAY, batch=3, pause=0) == 7
+    batches = list(purgeable_ids(queue.table, [Status.SUCCESS], NOW - 30 * DAY, Pace(3, aim=0)))
+    assert batches == [ids[:3], ids[3:6], ids[6:]]
+    assert purge(queue.table, [Status.SUCCESS], NOW - 30 * DAY, Pace(3, aim=0)) == 7
     assert len(surviving()) == 1
+
+
+def test_rows_of_every_age_and_status_go_across_windows_and_gaps(queue):
+    ages = [900, 400, 399.5, 100, 60, 45, 31, 31, 30.5, 29, 5]  # days: gaps, and close ones
+    rows = [
+        (make_row(status, age * DAY + n), status, age)
+        for n, age in enumerate(ages)
+        for status in (Status.SUCCESS, Status.FAILED, Status.MISSED, Status.PENDING)
+    ]
+    expected = [job_id for job_id, status, age in rows if status != Status.PENDING and age > 30]
+
+    counted: list[int] = []
+    assert queue.purge(30 * DAY, now=NOW, counted=counted.append) == len(expected) == 27
+    assert sum(counted) == 27
+    assert surviving() == sorted({job_id for job_id, _, _ in rows} - set(expected))
+    assert queue.purge(30 * DAY, now=NOW) == 0  # twice is safe
+
+
+def test_a_second_holding_more_rows_than_a_window_takes_is_read_whole(queue, monkeypatch):
+    monkeypatch.setattr(maintenance, "WINDOW_ROWS", 4)
+    same_second = [make_row(Status.SUCCESS, 40 * DAY) for _ in range(9)]
+    spread = [make_row(Status.SUCCESS, 40 * DAY + n * 600) for n in range(1, 10)]
+
+    assert queue.purge(30 * DAY, now=NOW) == 18
+    assert not set(surviving()) & set(same_second + spread)
+
+
+def test_a_chain_is_kept_from_where_an_earlier_attempt_stays(queue):
+    # first (failed, kept by --status success) <- second <- third (success): both later
+    # attempts stay, however old; a chain of its own beside it goes whole.
+    first = make_row(Status.FAILED, 50 * DAY)
+    second = make_row(Status.SUCCESS, 49 * DAY, chain_id=first, retry_times=1)
+    third = make_row(Status.SUCCESS, 48 * DAY, chain_id=first, retry_times=2)
+    other = make_row(Status.SUCCESS, 47 * DAY)
+    other_retry = make_row(Status.SUCCESS, 46 * DAY, chain_id=other, retry_times=1)
+
+    assert queue.purge(30 * DAY, (Status.SUCCESS,), now=NOW) == 2
+    assert surviving() == [first, second, third]
+    assert other not in surviving() and other_retry not in surviving()
+    assert queue.purge(30 * DAY, (Status.SUCCESS,), now=NOW) == 0
+
+
+def test_a_young_earlier_attempt_keeps_its_old_later_one(queue):
+    # modified moves when a row changes: an earlier attempt may have changed after a later one
+    first = make_row(Status.FAILED, 10 * DAY)
+    second = make_row(Status.FAILED, 40 * DAY, chain_id=first, retry_times=1)
+
+    assert queue.purge(30 * DAY, now=NOW) == 0
+    assert surviving() == [first, second]
 
 
 def test_a_later_attempt_stays_while_an_earlier_one_of_its_chain_is_kept(queue):
     first = make_row(Status.FAILED, 45 * DAY)
     second = make_row(Status.SUCCESS, 44 * DAY, chain_id=first, retry_times=1)
 
-    assert queue.purge(30 * DAY, (Status.SUCCESS,), now=NOW, pause=0) == 0
+    assert queue.purge(30 * DAY, (Status.SUCCESS,), now=NOW) == 0
     assert surviving() == [first, second]
 
-    assert queue.purge(30 * DAY, now=NOW, pause=0) == 2
+    assert queue.purge(30 * DAY, now=NOW) == 2
     assert surviving() == []
 
 
@@ -99,7 +151,7 @@ def test_an_earlier_attempt_may_go_before_its_later_ones(queue):
     first = make_row(Status.FAILED, 45 * DAY)
     second = make_row(Status.FAILED, 5 * DAY, chain_id=first, retry_times=1)
 
-    assert queue.purge(30 * DAY, now=NOW, pause=0) == 1
+    assert queue.purge(30 * DAY, now=NOW) == 1
     assert surviving() == [second]
 
 
@@ -124,3 +176,32 @@ def test_purge_command_refuses_pending_with_exit_2(queue, cli_env):
 
     assert result.exit_code == 2
     assert "--status 'pending' is not allowed here" in result.stderr
+
+
+def test_purge_on_a_terminal_shows_rows_deleted_and_the_rate(queue, cli_env):
+    for _ in range(5):
+        make_row(Status.SUCCESS, 40 * DAY + (NOW - time.time()))
+
+    result = on_a_terminal(cli_env, "purge", "--older-than", "30d")
+
+    assert result.returncode == 0, result.stdout
+    assert "rows deleted" in result.stdout and "/s" in result.stdout
+    assert result.stdout.endswith("5\n")
+    assert surviving() == []
+
+
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]])
+def test_purge_without_a_terminal_prints_the_count_alone(queue, cli_env, dry_run):
+    for _ in range(5):
+        make_row(Status.SUCCESS, 40 * DAY + (NOW - time.time()))
+
+    result = subprocess.run(
+        [*DELAYQ, "purge", "--older-than", "30d", *dry_run],
+        env=cli_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert (result.returncode, result.stdout, result.stderr) == (0, "5\n", "")
+    assert len(surviving()) == (5 if dry_run else 0)
