@@ -36,3 +36,35 @@ CREATE TABLE IF NOT EXISTS `delay_queue` (
   KEY `job_status_modified` (`status`, `modified`),
   KEY `job_unindexed` (`unindexed`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
+
+-- Pending rows by queue, kept by the triggers below as rows enter and leave status 1,
+-- whoever writes them: `delayq status` reads it instead of counting millions of rows.
+-- Each connection adds to its own slot (its id modulo 64); a queue's count is the sum.
+-- Run `delayq init` after this file on a table that already holds rows: it counts them.
+CREATE TABLE IF NOT EXISTS `delay_queue_counts` (
+  `queue` varchar(64) NOT NULL,
+  `slot` smallint NOT NULL,
+  `pending` bigint NOT NULL DEFAULT 0,
+  PRIMARY KEY (`queue`, `slot`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
+
+DROP TRIGGER IF EXISTS `delay_queue_pending_insert`;
+CREATE TRIGGER `delay_queue_pending_insert` AFTER INSERT ON `delay_queue` FOR EACH ROW
+  INSERT INTO `delay_queue_counts` (queue, slot, pending)
+  SELECT NEW.queue, MOD(CONNECTION_ID(), 64), 1 FROM DUAL WHERE NEW.status = 1
+  ON DUPLICATE KEY UPDATE pending = pending + (1);
+DROP TRIGGER IF EXISTS `delay_queue_pending_delete`;
+CREATE TRIGGER `delay_queue_pending_delete` AFTER DELETE ON `delay_queue` FOR EACH ROW
+  INSERT INTO `delay_queue_counts` (queue, slot, pending)
+  SELECT OLD.queue, MOD(CONNECTION_ID(), 64), -1 FROM DUAL WHERE OLD.status = 1
+  ON DUPLICATE KEY UPDATE pending = pending + (-1);
+DROP TRIGGER IF EXISTS `delay_queue_pending_left`;
+CREATE TRIGGER `delay_queue_pending_left` AFTER UPDATE ON `delay_queue` FOR EACH ROW
+  INSERT INTO `delay_queue_counts` (queue, slot, pending)
+  SELECT OLD.queue, MOD(CONNECTION_ID(), 64), -1 FROM DUAL WHERE OLD.status = 1 AND NOT (NEW.status = 1 AND NEW.queue = OLD.queue)
+  ON DUPLICATE KEY UPDATE pending = pending + (-1);
+DROP TRIGGER IF EXISTS `delay_queue_pending_entered`;
+CREATE TRIGGER `delay_queue_pending_entered` AFTER UPDATE ON `delay_queue` FOR EACH ROW
+  INSERT INTO `delay_queue_counts` (queue, slot, pending)
+  SELECT NEW.queue, MOD(CONNECTION_ID(), 64), 1 FROM DUAL WHERE NEW.status = 1 AND NOT (OLD.status = 1 AND NEW.queue = OLD.queue)
+  ON DUPLICATE KEY UPDATE pending = pending + (1);

@@ -263,7 +263,9 @@ def test_the_python_status_is_the_json_status_prints(queue, cli_env, log):
     assert set(printed) == set(report) and set(printed["queues"]["mail"]) == QUEUE_KEYS
 
 
-def test_finished_rows_past_the_exact_bound_are_estimated_and_say_so(queue, log, monkeypatch):
+def test_finished_rows_past_the_exact_bound_are_estimated_and_say_so(
+    queue, cli_env, log, monkeypatch
+):
     from delayq.ops import overview
 
     monkeypatch.setattr(overview, "EXACT_UP_TO", 3)
@@ -277,9 +279,14 @@ def test_finished_rows_past_the_exact_bound_are_estimated_and_say_so(queue, log,
     default, mail = stats["default"], stats["mail"]
     assert (default.pending, default.pending_due, default.failed) == (1, 1, 2)
     assert (mail.pending, mail.estimated) == (1, [])
+    lines = invoke(cli_env, "status").stdout.splitlines()
+    counts_table = lines[: lines.index("")]  # the timing table follows a blank line
+    row = {line.split()[0]: line.split() for line in counts_table}
     if queue.table.mysql:  # MariaDB's estimate of a range past the bound
         assert default.estimated == ["success"]
         assert default.success >= 4
+        assert row["default"][4] == f"~{default.success}"  # queue due later running success
     else:  # SQLite counts them all
         assert (default.estimated, default.success) == ([], 5)
+        assert row["default"][4] == "5"
     assert default.failed_terminal == 2

@@ -310,3 +310,35 @@ def test_init_drops_the_modified_index_an_earlier_delayq_made(queue):
     assert ("modified",) not in indexed and ("status", "modified") in indexed
     assert queue.init() == []
     assert queue.show(job_id)["status"] == "pending"
+
+
+def triggers(server: Server, schema: str) -> list[tuple[Any, ...]]:
+    rows = server.execute(
+        "SELECT TRIGGER_NAME, EVENT_MANIPULATION, ACTION_TIMING, ACTION_STATEMENT "
+        "FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = %s ORDER BY TRIGGER_NAME",
+        (schema,),
+    )
+    return [(name, event, timing, " ".join(body.split())) for name, event, timing, body in rows]
+
+
+def test_schema_sql_and_init_keep_pending_counts_with_the_same_table_and_triggers(
+    server, fresh_databases, init_queue
+):
+    from_file, from_init = fresh_databases
+    apply_schema_sql(server, from_file)
+    init_queue(server.url_of(from_init))
+    columns = (
+        "SELECT COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE, COLUMN_DEFAULT, COLUMN_KEY "
+        "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s "
+        "AND TABLE_NAME = 'delay_queue_counts' ORDER BY ORDINAL_POSITION"
+    )
+
+    assert len(triggers(server, from_file)) == 4
+    assert triggers(server, from_file) == triggers(server, from_init)
+    assert server.execute(columns, (from_file,)) == server.execute(columns, (from_init,))
+    server.execute(
+        f"INSERT INTO `{from_file}`.delay_queue (params, run_at) VALUES ('{{}}', %s)", (NOW,)
+    )
+    assert server.execute(
+        f"SELECT queue, SUM(pending) FROM `{from_file}`.delay_queue_counts GROUP BY queue"
+    ) == [("default", 1)]
