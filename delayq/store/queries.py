@@ -13,6 +13,7 @@ from typing import Any
 from peewee import Case, OperationalError, fn
 
 from .policies import fresh_policy
+from .schedule import packed
 from .table import ClaimedJob, Job, Status, Table, due_column, id_batches, tuples, utc_stamp
 
 
@@ -262,9 +263,8 @@ def pending_by_due(table: Table, queue: str, after: DueCursor | None, limit: int
 
 
 def _packed(rows: list[tuple[int, float | None, float]], undated: int) -> DueBatch:
-    packed = " ".join(f"{due!r} {job_id}" for job_id, _, due in rows)
     last = DueCursor(rows[-1][1], rows[-1][0]) if rows else None
-    return DueBatch(packed, len(rows), last, undated)
+    return DueBatch(packed([(job_id, due) for job_id, _, due in rows]), len(rows), last, undated)
 
 
 def _packed_by_server(table: Table, dated: Any) -> DueBatch:
@@ -273,16 +273,16 @@ def _packed_by_server(table: Table, dated: Any) -> DueBatch:
     sql, params = dated.sql()
     db = table.db
     db.execute_sql("SET SESSION group_concat_max_len = 1073741824")
-    packed, count = db.execute_sql(
+    written, count = db.execute_sql(
         "SELECT GROUP_CONCAT(run_at, ' ', id ORDER BY run_at, id SEPARATOR ' '), COUNT(*)"
         f" FROM ({sql}) AS batch",
         params,
     ).fetchone()
     if not count:
         return DueBatch("", 0, None)
-    packed = packed.decode() if isinstance(packed, bytes) else str(packed)
-    due, job_id = packed.rsplit(" ", 2)[-2:]
-    return DueBatch(packed, int(count), DueCursor(float(due), int(job_id)))
+    text = written.decode() if isinstance(written, bytes) else str(written)
+    due, job_id = text.rsplit(" ", 2)[-2:]
+    return DueBatch(text, int(count), DueCursor(float(due), int(job_id)))
 
 
 def finished_since(table: Table, since: float) -> list[tuple[str, int]]:

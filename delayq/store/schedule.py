@@ -20,7 +20,7 @@ from redis.commands.core import Script
 from .clusters import SlotWaits, is_cluster
 from .keys import QUEUES_KEY, queue_key, schedule_key, text
 
-ADD_CHUNK = 2000
+ADD_CHUNK = 10000
 
 
 def load_script(client: redis.Redis, name: str) -> Script:
@@ -35,7 +35,6 @@ class Schedule:
         self.client = client
         self._claim_due = load_script(client, "claim_due")
         self._add_jobs = load_script(client, "add_jobs")
-        self._restore_jobs = load_script(client, "restore_jobs")
         self._registered: set[str] = set()  # queues this client has registered already
         # A Cluster runs no script inside a pipeline, and blocks on one slot's keys at once.
         self._cluster = is_cluster(client)
@@ -48,35 +47,31 @@ class Schedule:
         """Put jobs of one queue on its schedule, waking a looping run if one is now due
         soonest. Up to ADD_CHUNK entries cost one round trip: the script call, plus the
         queue's registration the first time this client meets the queue."""
-        if not entries:
+        chunks = [entries[start : start + ADD_CHUNK] for start in range(0, len(entries), ADD_CHUNK)]
+        self._add_packed(queue, [packed(chunk) for chunk in chunks], "")
+
+    def restore(self, queue: str, text: str) -> None:
+        """Put back jobs of one queue while the schedule is rebuilt, given as "due id due id
+        ..." (`queries.DueBatch`), leaving those already there as they are."""
+        self._add_packed(queue, [text] if text else [], "NX")
+
+    def _add_packed(self, queue: str, texts: Sequence[str], flag: str) -> None:
+        if not texts:
             return
         keys = [schedule_key(queue), queue_key(queue, "wake")]
-        chunks = [entries[start : start + ADD_CHUNK] for start in range(0, len(entries), ADD_CHUNK)]
-        if self._cluster or (len(chunks) == 1 and queue in self._registered):
-            for chunk in chunks:
-                self._add_jobs(keys=keys, args=_score_args(chunk))
+        if self._cluster or (len(texts) == 1 and queue in self._registered):
+            for chunk in texts:
+                self._add_jobs(keys=keys, args=[flag, chunk])
             if queue not in self._registered:
                 self.client.sadd(QUEUES_KEY, queue)
                 self._registered.add(queue)
             return
         pipe = self.client.pipeline(transaction=False)
-        for chunk in chunks:
-            self._add_jobs(keys=keys, args=_score_args(chunk), client=pipe)
+        for chunk in texts:
+            self._add_jobs(keys=keys, args=[flag, chunk], client=pipe)
         pipe.sadd(QUEUES_KEY, queue)
         pipe.execute()
         self._registered.add(queue)
-
-    def restore(self, queue: str, packed: str) -> int:
-        """Put back jobs of one queue while the schedule is rebuilt, given as "due id due id
-        ..." (`queries.DueBatch`), leaving those already there as they are; how many it added."""
-        if not packed:
-            return 0
-        keys = [schedule_key(queue), queue_key(queue, "wake")]
-        added = int(self._restore_jobs(keys=keys, args=[packed]))
-        if queue not in self._registered:
-            self.client.sadd(QUEUES_KEY, queue)
-            self._registered.add(queue)
-        return added
 
     def add_by_queue(self, entries: Iterable[tuple[str, int, float]]) -> None:
         """Put jobs of any queues on their schedules, (queue, id, due) each: one add_many a
@@ -208,5 +203,6 @@ class Schedule:
         return int(self.client.zcard(schedule_key(queue)))
 
 
-def _score_args(entries: Sequence[tuple[int, float]]) -> list[str]:
-    return [arg for job_id, run_at in entries for arg in (repr(float(run_at)), str(job_id))]
+def packed(entries: Sequence[tuple[int, float]]) -> str:
+    """(id, due) entries as add_jobs.lua takes them: "due id due id ...", each due exact."""
+    return " ".join(f"{float(run_at)!r} {job_id}" for job_id, run_at in entries)
