@@ -28,12 +28,15 @@ logger = logging.getLogger(__name__)
 PURGEABLE = (Status.SUCCESS, Status.FAILED, Status.CANCELLED, Status.MISSED)
 _PURGEABLE_WORDS = ", ".join(status.word for status in PURGEABLE)
 BATCH = 1000
-# purge sizes its batches so that each takes about AIM seconds (a runner's UPDATE waits for
-# one at most that long), between MIN_BATCH and MAX_BATCH rows, and then leaves the database
-# alone for SHARE of the time it took: purge is never urgent.
-AIM = 0.08
+# purge sizes its batches so that each takes about AIM seconds (a DELETE locks only the
+# finished rows it removes, so a run's UPDATEs of pending and running rows never wait on it),
+# between MIN_BATCH and MAX_BATCH rows, and then leaves the database alone for SHARE of the
+# time it took: purge is never urgent. At 1M pending + 1M finished rows, with a runner
+# alongside, 0.2 s and a tenth purged 36,000 rows/s with the runner's lateness p99 at 21 ms;
+# 0.08 s and a quarter, 29,000 rows/s and 20 ms.
+AIM = 0.2
 MIN_BATCH, MAX_BATCH = 100, 20_000
-SHARE = 0.25
+SHARE = 0.1
 # purge reads the rows to delete a window of modified times at a time (see _finished_before).
 FIRST_WINDOW = timedelta(minutes=10)
 ONE_SECOND = timedelta(seconds=1)  # what DATETIME tells apart; no window is narrower
