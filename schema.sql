@@ -40,6 +40,7 @@ CREATE TABLE IF NOT EXISTS `delay_queue` (
 -- Pending rows by queue, kept by the triggers below as rows enter and leave status 1,
 -- whoever writes them: `delayq status` reads it instead of counting millions of rows.
 -- Each connection adds to its own slot (its id modulo 64); a queue's count is the sum.
+-- delayq's multi-row INSERTs set @delayq_counted and add their rows in one statement.
 -- Run `delayq init` after this file on a table that already holds rows: it counts them.
 CREATE TABLE IF NOT EXISTS `delay_queue_counts` (
   `queue` varchar(64) NOT NULL,
@@ -51,7 +52,7 @@ CREATE TABLE IF NOT EXISTS `delay_queue_counts` (
 DROP TRIGGER IF EXISTS `delay_queue_pending_insert`;
 CREATE TRIGGER `delay_queue_pending_insert` AFTER INSERT ON `delay_queue` FOR EACH ROW
   INSERT INTO `delay_queue_counts` (queue, slot, pending)
-  SELECT NEW.queue, MOD(CONNECTION_ID(), 64), 1 FROM DUAL WHERE NEW.status = 1
+  SELECT NEW.queue, MOD(CONNECTION_ID(), 64), 1 FROM DUAL WHERE NEW.status = 1 AND @delayq_counted IS NULL
   ON DUPLICATE KEY UPDATE pending = pending + (1);
 DROP TRIGGER IF EXISTS `delay_queue_pending_delete`;
 CREATE TRIGGER `delay_queue_pending_delete` AFTER DELETE ON `delay_queue` FOR EACH ROW

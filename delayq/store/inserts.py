@@ -14,7 +14,10 @@ from typing import Any, TypeVar
 from peewee import DateTimeField, OperationalError
 
 from ..threads import keep_signals_off_this_thread
-from .table import Job, Table
+from . import counts
+from .table import Job, Status, Table
+
+PENDING = int(Status.PENDING)
 
 T = TypeVar("T")
 Row = dict[str, Any]
@@ -51,7 +54,7 @@ def insert_many(
     parts = [items[start : start + INSERT_CHUNK] for start in range(0, len(items), INSERT_CHUNK)]
     ids: list[int] = []
     rows = []
-    with db.atomic():
+    with db.atomic(), counts.counted(table) as pending:
         # Created here, on this thread's connection: the helper only escapes with it.
         cursor = db.cursor() if table.mysql else None
 
@@ -66,6 +69,8 @@ def insert_many(
             for sql, params, count in statements:
                 ids += _new_ids(db.execute_sql(sql, params), count, _returning(table))
             rows += part_rows
+            if pending is not None:
+                pending.update(row["queue"] for row in part_rows if row["status"] == PENDING)
     return ids, rows
 
 

@@ -235,8 +235,8 @@ def pending_by_due(table: Table, queue: str, after: DueCursor | None, limit: int
     """The next `limit` PENDING rows of `queue` after `after` (None: from the start) in due
     order: rows without run_at first (due at `created`), by id, then by (run_at, id). Each
     batch is a range of the (status, queue, run_at) index, which also holds the id, so its
-    cost follows the batch, not the table; on MySQL the server writes the batch as text, as
-    exact as Python's repr, so that thousands of rows cost no work per row here."""
+    cost follows the batch, not the table; on MySQL the server writes the batch as text, so
+    that thousands of rows cost no work per row here."""
     Job = table.model
     pending = (Job.status == Status.PENDING) & (Job.queue == queue)
     rows: list[tuple[int, float | None, float]] = []
@@ -268,8 +268,9 @@ def _packed(rows: list[tuple[int, float | None, float]], undated: int) -> DueBat
 
 
 def _packed_by_server(table: Table, dated: Any) -> DueBatch:
-    """`dated`'s (id, run_at) rows as one text the server writes: MariaDB and MySQL 8 write a
-    double in the fewest digits that read back as the same double, as repr does."""
+    """`dated`'s (id, run_at) rows as one text the server writes. MariaDB writes a double in
+    the fewest digits that read back as the same double, as repr does (tests/worker/
+    test_rebuilds.py compares them with the table's values)."""
     sql, params = dated.sql()
     db = table.db
     db.execute_sql("SET SESSION group_concat_max_len = 1073741824")

@@ -12,6 +12,7 @@ import pytest
 from peewee import fn
 
 from delayq import JobSpec, Status
+from delayq.errors import BadInput
 from delayq.ops.overview import JobFilter
 from delayq.store import counts
 from delayq.store.table import TABLE_NAME
@@ -109,3 +110,17 @@ def test_a_queue_s_count_is_the_sum_of_its_slots(queue, log, slots):
         )
 
     assert kept(queue) == {"default": 4}
+
+
+def test_an_add_many_that_fails_leaves_the_counts_and_the_connection_as_they_were(queue, log):
+    queue.add_many([JobSpec(H, "record", {"log": log}, delay=60) for _ in range(3)])
+    specs = [JobSpec(H, "record", {"log": log}, delay=60) for _ in range(3000)]
+    specs.append(JobSpec(H, "no_such_method", {}, delay=60))  # refused as its chunk is built
+
+    with pytest.raises(BadInput):
+        queue.add_many(specs)
+
+    assert kept(queue) == counted(queue) == {"default": 3}
+    queue.add(H, "record", {"log": log}, delay=60)  # on the same connection: its trigger counts
+    queue.add_many([JobSpec(H, "record", {"log": log}, queue="mail") for _ in range(2)])
+    assert kept(queue) == counted(queue) == {"default": 4, "mail": 2}
