@@ -48,16 +48,16 @@ class Schedule:
         soonest. Up to ADD_CHUNK entries cost one round trip: the script call, plus the
         queue's registration the first time this client meets the queue."""
         chunks = [entries[start : start + ADD_CHUNK] for start in range(0, len(entries), ADD_CHUNK)]
-        self._add_packed(queue, [packed(chunk) for chunk in chunks], "")
+        self.add_packed(queue, [packed(chunk) for chunk in chunks])
 
-    def restore(self, queue: str, text: str) -> None:
-        """Put back jobs of one queue while the schedule is rebuilt, given as "due id due id
-        ..." (`queries.DueBatch`), leaving those already there as they are."""
-        self._add_packed(queue, [text] if text else [], "NX")
-
-    def _add_packed(self, queue: str, texts: Sequence[str], flag: str) -> None:
+    def add_packed(self, queue: str, texts: Sequence[str], keep_existing: bool = False) -> None:
+        """Put jobs of one queue on its schedule, each text "due id due id ..." (`packed`, or
+        a rebuild's batch as the database wrote it: `queries.DueBatch`); with
+        `keep_existing`, members already there keep their scores (a rebuild: they were put
+        there after the table was read)."""
         if not texts:
             return
+        flag = "NX" if keep_existing else ""
         keys = [schedule_key(queue), queue_key(queue, "wake")]
         if self._cluster or (len(texts) == 1 and queue in self._registered):
             for chunk in texts:

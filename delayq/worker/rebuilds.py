@@ -179,7 +179,8 @@ class Rebuild:
         """Put `batch` back on the schedule and note how far the walk has gone; the lock
         renewed first, so a run that lost it (it stalled past the lock's life) stops here."""
         self.lock.reacquire()
-        self.index.schedule.restore(walk.queue, batch.packed)
+        if batch.packed:
+            self.index.schedule.add_packed(walk.queue, [batch.packed], keep_existing=True)
         self.added += batch.count
         if batch.count < BATCH or batch.last is None:
             walk.done = True
