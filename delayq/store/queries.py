@@ -217,7 +217,7 @@ class DueCursor:
 @dataclass(frozen=True)
 class DueBatch:
     """A batch of one queue's pending rows in due order: "due id due id ..." as the schedule
-    takes it back (`Schedule.restore`), how many, and the cursor past the last (None: none)."""
+    takes it back (`Schedule.add_packed`), how many, and the cursor past the last (None: none)."""
 
     packed: str
     count: int
