@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from weakref import WeakKeyDictionary
 
 from peewee import DatabaseError, ModelSelect, fn
 
@@ -37,8 +38,10 @@ TRIGGERS = (
 )
 
 ADDED = f"added {COUNTS_TABLE} and the triggers that keep pending counts"
-# A session variable a writer sets while its INSERTs' pending rows are counted by itself.
+# A session variable a writer sets while its INSERTs' pending rows are counted by itself, for
+# INSERTs of at least COUNTED_FROM rows.
 COUNTED_BY_WRITER = "@delayq_counted"
+COUNTED_FROM = 500
 _PENDING = int(Status.PENDING)
 # When a row leaves PENDING, or enters it, through an UPDATE (its status, or its queue).
 _LEFT = f"OLD.status = {_PENDING} AND NOT (NEW.status = {_PENDING} AND NEW.queue = OLD.queue)"
@@ -94,12 +97,13 @@ def _create_counts(table: Table) -> None:
 
 
 @contextmanager
-def counted(table: Table) -> Iterator[Counter[str] | None]:
-    """Around INSERTs in an open transaction, on MySQL with the triggers there: a Counter
-    the writer fills with the pending rows it inserted, by queue, which one statement adds at
-    the end, the insert trigger leaving those rows alone. None elsewhere (SQLite, no
-    triggers): the triggers count, as for any writer."""
-    if not table.mysql or not installed(table):
+def counted(table: Table, rows: int) -> Iterator[Counter[str] | None]:
+    """Around INSERTs of `rows` rows in an open transaction, on MySQL with the triggers
+    there: a Counter the writer fills with the pending rows it inserted, by queue, which one
+    statement adds at the end, the insert trigger leaving those rows alone. None elsewhere
+    (SQLite, no triggers, or fewer than COUNTED_FROM rows, where the three statements this
+    takes would cost more than the triggers): the triggers count, as for any writer."""
+    if rows < COUNTED_FROM or not table.mysql or not _installed_once(table):
         yield None
         return
     by_queue: Counter[str] = Counter()
@@ -116,6 +120,18 @@ def counted(table: Table) -> Iterator[Counter[str] | None]:
             )
     finally:
         db.execute_sql(f"SET {COUNTED_BY_WRITER} = NULL")  # the connection's next writes count
+
+
+def _installed_once(table: Table) -> bool:
+    """`installed`, asked once per Table: a writer that counts its own rows stays right
+    whether the triggers are there or not, it only saves them work."""
+    known = _INSTALLED.get(table)
+    if known is None:
+        known = _INSTALLED[table] = installed(table)
+    return known
+
+
+_INSTALLED: WeakKeyDictionary[Table, bool] = WeakKeyDictionary()
 
 
 def installed(table: Table) -> bool:

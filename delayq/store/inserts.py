@@ -54,7 +54,7 @@ def insert_many(
     parts = [items[start : start + INSERT_CHUNK] for start in range(0, len(items), INSERT_CHUNK)]
     ids: list[int] = []
     rows = []
-    with db.atomic(), counts.counted(table) as pending:
+    with db.atomic(), counts.counted(table, len(items)) as pending:
         # Created here, on this thread's connection: the helper only escapes with it.
         cursor = db.cursor() if table.mysql else None
 
