@@ -37,13 +37,15 @@ def counting() -> Iterator[Tally]:
         done: dict[str, int] = {}
 
         def tally(what: str, count: int, total: int | None) -> None:
-            if what not in tasks:
-                tasks[what] = (progress.add_task(what, total=total, done=""), time.monotonic())
-            task, began = tasks[what]
             done[what] = done.get(what, 0) + count
+            # rich 12.0 draws no bar of unknown length: one as long as the count so far.
+            length = total if total is not None else max(done[what], 1)
+            if what not in tasks:
+                tasks[what] = (progress.add_task(what, total=length, done=""), time.monotonic())
+            task, began = tasks[what]
             of = f" of {total:,}" if total is not None else ""
             rate = done[what] / max(time.monotonic() - began, 1e-6)
             words = f"{done[what]:,}{of}, {rate:,.0f}/s"
-            progress.update(task, completed=done[what], total=total, done=words)
+            progress.update(task, completed=done[what], total=length, done=words)
 
         yield tally
