@@ -20,6 +20,9 @@ from .errors import BadInput, ConfigError
 
 MIN_WEB_TOKEN = 16
 MAX_CONCURRENCY = 1000
+# DELAYQ_HORIZON's bounds: a run raises it a twelfth of it ahead, and looks every 10 s.
+MIN_HORIZON = 600.0
+MAX_HORIZON = 10 * 365 * 86400.0
 CONFIG_FILE = "delayq.toml"
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 PHP_CLASS_NAME = re.compile(r"^\\?[A-Za-z_][A-Za-z0-9_]*(\\[A-Za-z_][A-Za-z0-9_]*)*$")
@@ -39,6 +42,8 @@ class Settings:
     lease: float = 60.0  # seconds a claimed job stays ours without a heartbeat
     batch_size: int = 500  # jobs claimed per Redis call and per guarded UPDATE
     since: float = 86400.0  # how far back `run` looks; older due jobs become `missed`
+    # How far ahead Redis holds each queue's jobs; later ones wait in the table alone.
+    horizon: float = 3600.0
     max_seconds: float = 50.0  # a run claims nothing new after this, so cron runs do not pile up
     timeout: float = 300.0  # a handler running longer than this fails with JobTimeout
     concurrency: int = 1  # jobs in flight in one run: 1 calls handlers on the main thread
@@ -55,8 +60,7 @@ class Settings:
         for name in ("timeout", "embedded_idle"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"DELAYQ_{name.upper()} must be more than 0 seconds")
-        if self.lease < 2:
-            raise ConfigError("DELAYQ_LEASE must be at least 2 seconds")
+        self._check_durations()
         if not 1 <= self.batch_size <= 5000:
             raise ConfigError("DELAYQ_BATCH_SIZE must be between 1 and 5000")
         if not 1 <= self.concurrency <= MAX_CONCURRENCY:
@@ -72,6 +76,12 @@ class Settings:
             if not all(part.isidentifier() for part in prefix.split(".")):
                 raise ConfigError(f"DELAYQ_HANDLERS entry {prefix!r} is not a dotted module path")
         return self
+
+    def _check_durations(self) -> None:
+        if self.lease < 2:
+            raise ConfigError("DELAYQ_LEASE must be at least 2 seconds")
+        if not MIN_HORIZON <= self.horizon <= MAX_HORIZON:
+            raise ConfigError("DELAYQ_HORIZON must be between 10 minutes and 10 years")
 
     def _check_hooks(self) -> None:
         if self.web_token is not None and len(self.web_token.strip()) < MIN_WEB_TOKEN:
@@ -220,7 +230,7 @@ def _coerce(values: dict[str, Any]) -> dict[str, Any]:
         out["home"] = Path(out["home"]).expanduser()
     if "path" in out:
         out["path"] = _directories(out["path"])
-    for name in ("embedded_idle", "lease", "since", "max_seconds", "timeout", "grace"):
+    for name in ("embedded_idle", "lease", "since", "horizon", "max_seconds", "timeout", "grace"):
         if name in out:
             try:
                 out[name] = parse_duration(out[name], name)

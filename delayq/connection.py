@@ -40,7 +40,7 @@ def connect(settings: Settings | None = None, **overrides: Any) -> Queue:
             raise BackendUnavailable(f"Redis error: {one_line(exc, settings.redis_url)}") from exc
     else:
         client = embedded.open_client(settings.home, settings.embedded_idle)
-    return Queue(settings, db, Index(client))
+    return Queue(settings, db, Index(client, settings.horizon))
 
 
 def connect_async(settings: Settings | None = None, **overrides: Any) -> AsyncQueue:

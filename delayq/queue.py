@@ -82,8 +82,10 @@ class Queue(QueueReads):
             changes += counts.install(self.table)
         else:  # the counts come with the table; only a failure to keep them is news
             changes += [line for line in counts.install(self.table) if not counts.added(line)]
-        if not self.index.registry.is_complete():
-            count = Rebuild(self.table, self.index).rebuild_all(lambda: None)
+        complete = self.index.registry.is_complete()
+        # Also raises the horizons that are near, and gives one to a queue that has none.
+        count = Rebuild(self.table, self.index).rebuild_all(lambda: None)
+        if not complete:
             changes.append(f"built the schedule index from {count} pending job(s)")
         return changes
 

@@ -22,7 +22,7 @@ import pytest
 import redis
 
 import delayq
-from delayq.config import Settings
+from delayq.config import MAX_HORIZON, Settings
 from delayq.store import embedded
 from delayq.store.database import sqlite_url
 from delayq.store.table import Job
@@ -55,6 +55,10 @@ REDIS_URL, MARIADB_URL = _for_this_worker(
     os.environ.get("DELAYQ_TEST_MARIADB_URL", "mysql://root@127.0.0.1:3306/delayq_test"),
 )
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+# Most tests run on a clock of their own (NOW, weeks ahead of the real one) and look for jobs
+# due days later on the schedule: they hold every job there, with the widest horizon. The
+# default horizon, and what it keeps off the schedule, is tests/worker/test_horizons.py's.
+SUITE_HORIZON = MAX_HORIZON
 
 # These files start runners, kill them and count leases, time limits, grace periods and
 # idle limits of a few seconds. Beside another pytest-xdist worker on a small machine they
@@ -234,6 +238,7 @@ def make_queue(backend: dict[str, str], tmp_path: Path) -> Iterator[Callable[...
             redis_url=backend["redis_url"],
             handlers=HANDLERS,
             home=tmp_path / "home",
+            horizon=SUITE_HORIZON,
         )
         queue = delayq.connect(settings, **overrides)
         queue.init()
@@ -267,6 +272,7 @@ def cli_env(backend: dict[str, str], tmp_path: Path) -> dict[str, str]:
         DELAYQ_DATABASE_URL=backend["database_url"],
         DELAYQ_REDIS_URL=backend["redis_url"],
         DELAYQ_HANDLERS=",".join(HANDLERS),
+        DELAYQ_HORIZON=f"{SUITE_HORIZON:.0f}s",
         DELAYQ_HOME=str(tmp_path / "home"),
         PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
     )

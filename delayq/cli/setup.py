@@ -39,8 +39,9 @@ def init(
 
 @app.command()
 def reconcile(as_json: JsonOption = False) -> None:
-    """Compare the index with the table both ways and fix what differs; prints what it did.
-    On a terminal, a line under it counts the pending rows compared."""
+    """Compare the index with the table both ways, up to each queue's horizon, and fix what
+    differs; prints what it did. On a terminal, a line under it counts the pending rows
+    compared."""
     from .progress import counting
 
     with counting() as tally:
@@ -55,7 +56,9 @@ def reconcile(as_json: JsonOption = False) -> None:
     if as_json:
         counts = {"reindexed": result.reindexed, "removed": result.removed}
         queues = {name: {key: counts[key][name] for key in counts} for name in names}
-        print_json({"queues": queues, "counts_corrected": result.counts_corrected})
+        print_json(
+            {"queues": queues, "counts_corrected": result.counts_corrected, "rows": result.rows}
+        )
         return
     for name in names:
         typer.echo(f"{name}: re-indexed {result.reindexed[name]}, removed {result.removed[name]}")

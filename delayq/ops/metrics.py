@@ -15,7 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from ..store import queries
+from ..store import counts, queries
 from ..store.index import Index
 from ..store.table import Table
 from ..store.tallies import DURATION_BOUNDS, LATENESS_BOUNDS, OUTCOMES, SEPARATOR, bucket_field
@@ -34,7 +34,7 @@ _COUNTER_HELP = {
     "poisoned": "Jobs failed for good because the runs holding them kept dying (poison jobs).",
 }
 _QUEUE_HELP = {
-    "delayq_pending_jobs": "Jobs on the schedule, due or not.",
+    "delayq_pending_jobs": "Pending jobs in the table, due or not.",
     "delayq_backlog_jobs": "Pending jobs already due.",
     "delayq_running_jobs": "Jobs whose handler a run holds.",
     "delayq_oldest_due_age_seconds": "How long the oldest due pending job has waited"
@@ -93,15 +93,18 @@ def _tallies(counters: Mapping[str, Mapping[str, float]]) -> Iterator[Metric]:
 
 
 def _queues(table: Table, index: Index, names: list[str], now: float) -> list[GaugeMetricFamily]:
-    """Each queue's gauges: one Redis round trip and one indexed query."""
+    """Each queue's gauges: one Redis round trip, the kept pending counts and one indexed
+    query."""
     running = queries.running_by_queue(table)
+    pending = counts.pending_by_queue(table)
     families = [
         GaugeMetricFamily(name, f"{text} Per queue.", labels=["queue"])
         for name, text in _QUEUE_HELP.items()
     ]
-    for queue, (size, due, head) in index.schedule.backlog(names, now).items():
+    for queue, (_, due, head) in index.schedule.backlog(names, now).items():
         age = 0.0 if head is None or head > now else now - head
-        for family, value in zip(families, (size, due, running.get(queue, 0), age), strict=True):
+        values = (pending.get(queue, 0), due, running.get(queue, 0), age)
+        for family, value in zip(families, values, strict=True):
             family.add_metric([queue], value)
     return families
 

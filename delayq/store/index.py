@@ -1,6 +1,7 @@
 """Index: delayq's Redis side, its parts on one client — the schedule and its claims
-(schedule.py), the journal (journal.py), the tallies (tallies.py), the registry of queues,
-last run and completeness (registry.py), and the clock (clock.py).
+(schedule.py) and how far ahead it holds jobs (horizons.py), the journal (journal.py), the
+tallies (tallies.py), the registry of queues, last run and completeness (registry.py), and
+the clock (clock.py).
 
 The parts only say *when* and *what was done*; the table says *whether*. Everything here can
 be rebuilt from the table (worker/rebuilds.py) or is best-effort, so losing Redis costs a
@@ -13,7 +14,9 @@ from collections.abc import Sequence
 
 import redis
 
+from ..config import Settings
 from .clock import Clock
+from .horizons import Horizons
 from .journal import Journal
 from .registry import Registry
 from .schedule import Schedule
@@ -23,13 +26,14 @@ from .tallies import Tallies, Tally
 class Index:
     """The parts of delayq's Redis side on one client."""
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: redis.Redis, horizon: float = Settings.horizon) -> None:
         self.client = client
         self.registry = Registry(client)
-        self.schedule = Schedule(client)
+        self.schedule = Schedule(client, horizon)
         self.journal = Journal(client)
         self.tallies = Tallies(client)
         self.clock = Clock(client)
+        self.horizons = Horizons(client, horizon)
 
     def leased(
         self,

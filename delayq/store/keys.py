@@ -49,6 +49,11 @@ def queue_key(queue: str, suffix: str) -> str:
     return f"{{{schedule_key(queue)}}}:{suffix}"
 
 
+def horizon_key(queue: str) -> str:
+    """The hash of a queue's horizon (store/horizons.py), which add_jobs.lua reads."""
+    return queue_key(queue, "horizon")
+
+
 def minute_key(queue: str, minute: int) -> str:
     """The hash of one queue's aggregates over the minute starting at epoch second `minute`."""
     return queue_key(queue, f"minute:{minute}")

@@ -28,9 +28,15 @@ CLAIMED_SELECT = ", ".join(f"`{name}`" for name in ClaimedJob._fields)
 
 
 def mark_running(
-    table: Table, ids: Sequence[int], token: str, lease_until: float, now: float
+    table: Table,
+    ids: Sequence[int],
+    token: str,
+    lease_until: float,
+    now: float,
+    due_by: float | None = None,
 ) -> list[ClaimedJob]:
-    """Take the PENDING rows among `ids` for this run; return those won, in id order. A row
+    """Take the PENDING rows among `ids` (due by `due_by`, if given) for this run; return
+    those won, in id order. A row
     this run already holds may be among `ids` (a rebuild after Redis lost its data read it
     as pending just before the run leased it): it is not won twice, or it would run twice."""
     if not ids:
@@ -40,7 +46,9 @@ def mark_running(
     held = run_reconnecting(table.db, lambda: held_ids(table, ids, token))
     won = run_reconnecting(
         table.db,
-        lambda: take_pending(table, ids, Status.RUNNING, token, now, lease_until=lease_until),
+        lambda: take_pending(
+            table, ids, Status.RUNNING, token, now, due_by=due_by, lease_until=lease_until
+        ),
     )
     return [job for job in won if job.id not in held]
 
@@ -229,17 +237,34 @@ def held_ids(table: Table, ids: Iterable[int], token: str | None, lock: bool = F
 
 
 def take_pending(
-    table: Table, ids: Iterable[int], status: Status, token: str, now: float, **columns: Any
+    table: Table,
+    ids: Iterable[int],
+    status: Status,
+    token: str,
+    now: float,
+    due_by: float | None = None,
+    **columns: Any,
 ) -> list[ClaimedJob]:
-    """Turn the PENDING rows among `ids` to `status` under `token`, with `columns`; return,
-    in id order, those in `status` under `token` (safe to repeat: the SELECT reads all)."""
+    """Turn the PENDING rows among `ids` (due by `due_by`, if given) to `status` under
+    `token`, with `columns`; return, in id order, those in `status` under `token` (safe to
+    repeat: the SELECT reads all)."""
     listed = _id_list(ids)
     assignments = "".join(f", `{name}` = %s" for name in columns)
+    # A schedule entry says when a job is due, the row whether and when: a row moved later
+    # than a stale entry it left (a walk of the table raced it) is not started early.
+    due = "" if due_by is None else " AND (`run_at` IS NULL OR `run_at` <= %s)"
     _execute(
         table,
         f"UPDATE `delay_queue` @BY_ID SET `status` = %s, `lease_token` = %s{assignments}, "
-        f"`modified` = %s WHERE `id` IN ({listed}) AND `status` = %s",
-        (int(status), token, *columns.values(), _stamp(now), int(Status.PENDING)),
+        f"`modified` = %s WHERE `id` IN ({listed}) AND `status` = %s{due}",
+        (
+            int(status),
+            token,
+            *columns.values(),
+            _stamp(now),
+            int(Status.PENDING),
+            *(() if due_by is None else (due_by,)),
+        ),
     )
     cursor = _execute(
         table,

@@ -154,6 +154,15 @@ def still_pending(table: Table, ids: Sequence[int]) -> list[int]:
     return [job_id for job_id in ids if job_id in pending]
 
 
+def pending_due_after(table: Table, ids: Sequence[int], after: float) -> list[tuple[int, float]]:
+    """(id, due) of those of `ids` whose row is PENDING and due after `after`."""
+    Job = table.model
+    query = Job.select(Job.id, Job.run_at).where(
+        Job.id.in_(list(ids)), Job.status == Status.PENDING, Job.run_at > after
+    )
+    return [(job_id, float(due)) for job_id, due in tuples(query)] if ids else []
+
+
 def pending_in(table: Table, queue: str, ids: Sequence[int]) -> set[int]:
     """Those of `ids` whose row is PENDING in `queue`."""
     Job = table.model
@@ -231,9 +240,12 @@ class DueBatch:
         return [(int(job_id), float(due)) for due, job_id in pairs]
 
 
-def pending_by_due(table: Table, queue: str, after: DueCursor | None, limit: int) -> DueBatch:
+def pending_by_due(
+    table: Table, queue: str, after: DueCursor | None, limit: int, until: float | None = None
+) -> DueBatch:
     """The next `limit` PENDING rows of `queue` after `after` (None: from the start) in due
-    order: rows without run_at first (due at `created`), by id, then by (run_at, id). Each
+    order, due by `until` (None: any): rows without run_at first (due at `created`), by id,
+    then by (run_at, id). Each
     batch is a range of the (status, queue, run_at) index, which also holds the id, so its
     cost follows the batch, not the table; on MySQL the server writes the batch as text, so
     that thousands of rows cost no work per row here."""
@@ -250,6 +262,8 @@ def pending_by_due(table: Table, queue: str, after: DueCursor | None, limit: int
             return _packed(rows, len(rows))
         after = None
     dated = Job.select(Job.id, Job.run_at).where(pending, Job.run_at.is_null(False))
+    if until is not None:
+        dated = dated.where(Job.run_at <= until)
     if after is not None:
         # A range from run_at (the index's next column); the equal run_at's ids are filtered.
         dated = dated.where(

@@ -28,8 +28,8 @@ from .keys import (
 
 # A rebuild's lock lapses this long after its holder last renewed it (between two batches).
 REBUILD_LOCK_TTL = 30.0
-DONE = "done"  # the mark of a queue whose walk has put back every pending row
-# The field of the rebuild's hash that holds when it began; no queue name has parentheses.
+# The field of the rebuild's hash that holds when it began (each queue's walk is noted in its
+# horizon: store/horizons.py).
 BEGUN = "(begun)"
 
 
@@ -98,19 +98,10 @@ class Registry:
         renewed, so a rebuild whose run died is taken over."""
         return Lock(self.client, REBUILDING_KEY, timeout=REBUILD_LOCK_TTL, thread_local=False)
 
-    def rebuild_marks(self) -> dict[str, str]:
-        """{queue: how far its rebuild has gone}: DONE, or a `DueCursor` mark."""
-        return {text(name): text(mark) for name, mark in self.client.hgetall(REBUILD_KEY).items()}
-
-    def rebuild_begun(self, now: float) -> float:
-        """When the rebuild under way began: `now` if it begins now."""
-        self.client.hsetnx(REBUILD_KEY, BEGUN, repr(now))
-        return float(self.client.hget(REBUILD_KEY, BEGUN) or now)
-
-    def note_rebuilt(self, queue: str, mark: str) -> None:
-        """The rebuild has put back `queue`'s pending rows up to `mark` (written after them,
-        so a mark never runs ahead of the entries)."""
-        self.client.hset(REBUILD_KEY, queue, mark)
+    def rebuild_begun(self, now: float) -> tuple[float, bool]:
+        """When the rebuild under way began, and whether it begins now (at `now`)."""
+        fresh = bool(self.client.hsetnx(REBUILD_KEY, BEGUN, repr(now)))
+        return float(self.client.hget(REBUILD_KEY, BEGUN) or now), fresh
 
     def replication_id(self, queue: str) -> str | None:
         """The replication id of the server that holds `queue`'s keys, or None where INFO is

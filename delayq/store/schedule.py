@@ -9,6 +9,7 @@ the table (worker/rebuilds.py), never a job.
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Iterable, Sequence
 from importlib import resources
 from typing import cast
@@ -17,8 +18,9 @@ import redis
 from redis.client import Pipeline
 from redis.commands.core import Script
 
+from . import horizons
 from .clusters import SlotWaits, is_cluster
-from .keys import QUEUES_KEY, queue_key, schedule_key, text
+from .keys import horizon_key, queue_key, schedule_key, text
 
 ADD_CHUNK = 10000
 
@@ -31,8 +33,9 @@ def load_script(client: redis.Redis, name: str) -> Script:
 class Schedule:
     """The per-queue schedules and claims on one Redis client."""
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: redis.Redis, horizon: float) -> None:
         self.client = client
+        self.horizon = horizon  # how far ahead of now a new queue's horizon is set
         self._claim_due = load_script(client, "claim_due")
         self._add_jobs = load_script(client, "add_jobs")
         self._registered: set[str] = set()  # queues this client has registered already
@@ -58,20 +61,18 @@ class Schedule:
         if not texts:
             return
         flag = "NX" if keep_existing else ""
-        keys = [schedule_key(queue), queue_key(queue, "wake")]
-        if self._cluster or (len(texts) == 1 and queue in self._registered):
+        keys = [schedule_key(queue), queue_key(queue, "wake"), horizon_key(queue)]
+        if queue not in self._registered:  # first, so that these jobs meet the horizon
+            horizons.register(self.client, queue, time.time() + self.horizon)
+            self._registered.add(queue)
+        if self._cluster or len(texts) == 1:
             for chunk in texts:
                 self._add_jobs(keys=keys, args=[flag, chunk])
-            if queue not in self._registered:
-                self.client.sadd(QUEUES_KEY, queue)
-                self._registered.add(queue)
-            return
-        pipe = self.client.pipeline(transaction=False)
-        for chunk in texts:
-            self._add_jobs(keys=keys, args=[flag, chunk], client=pipe)
-        pipe.sadd(QUEUES_KEY, queue)
-        pipe.execute()
-        self._registered.add(queue)
+        else:
+            pipe = self.client.pipeline(transaction=False)
+            for chunk in texts:
+                self._add_jobs(keys=keys, args=[flag, chunk], client=pipe)
+            pipe.execute()
 
     def add_by_queue(self, entries: Iterable[tuple[str, int, float]]) -> None:
         """Put jobs of any queues on their schedules, (queue, id, due) each: one add_many a

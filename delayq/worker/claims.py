@@ -12,7 +12,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from ..durations import format_instant
-from ..store import leases
+from ..store import leases, queries
 from ..store.index import Index
 from ..store.keys import job_id_of
 from ..store.outcomes import mark_missed_and_rearm
@@ -76,7 +76,11 @@ class Claimer:
         batch.missed = self._mark_missed(batch, queue, late, now)
         runnable = [job_id for job_id, due in batch.due_by_id.items() if due >= cutoff]
         batch.leased_at = time.monotonic()
-        jobs = leases.mark_running(self.table, runnable, self.token, now + self.lease, now)
+        jobs = leases.mark_running(
+            self.table, runnable, self.token, now + self.lease, now, due_by=now
+        )
+        if len(jobs) < len(runnable):
+            self._put_back_not_due(queue, [job.id for job in jobs], runnable, now)
         batch.dropped += len(runnable) - len(jobs)
         batch.jobs = without_jobs_in_hand(jobs, set(before))
         batch.jobs.sort(key=lambda job: (batch.due_by_id[job.id], job.id))
@@ -99,6 +103,21 @@ class Claimer:
             )
         except Exception as exc:  # noqa: BLE001 - their leases bring them back anyway
             logger.error("could not hand %d jobs back (%s); their leases will", len(jobs), exc)
+
+    def _put_back_not_due(
+        self, queue: str, won: list[int], runnable: list[int], now: float
+    ) -> None:
+        """Entries whose rows are pending but due later (the row moved past a stale entry a
+        walk of the table left) go back at the rows' own due times."""
+        taken = set(won)
+        later = queries.pending_due_after(
+            self.table, [job_id for job_id in runnable if job_id not in taken], now
+        )
+        if later:
+            self.index.schedule.add_many(queue, later)
+            logger.info(
+                "queue %s: %d entries were early; back at their rows' times", queue, len(later)
+            )
 
     def _mark_missed(self, batch: Batch, queue: str, ids: list[int], now: float) -> int:
         if not ids:

@@ -1,19 +1,26 @@
-"""Rebuilding the schedule after Redis lost it, due jobs first.
+"""Walks of the table that put pending rows on the schedule, due jobs first: a rebuild after
+Redis lost it, and each raise of a queue's horizon (store/horizons.py).
 
 Every pending row is in the table, so a Redis that lost its data (a restart without
 persistence, a FLUSHALL) costs a rebuild, never a job. A rebuild walks each queue's pending
-rows in due order, a range of the (status, queue, run_at) index a batch at a time, and puts
-them back, noting after each batch how far it has gone. The first run that finds the index
-incomplete takes the rebuild's lock and puts back every queue's due rows before its pass
-claims (a few batches: seconds at millions of pending rows), then the rest from a thread of its
-own while it runs jobs. A run that finds the lock taken waits only until each queue's mark is
-past now, then claims too: it neither waits for the whole rebuild nor repeats it. A run that
-stops hands its marks to the next one, and a lock whose run died lapses and is taken over.
+rows in due order up to its horizon's limit, a range of the (status, queue, run_at) index a
+batch at a time, and puts them back, noting after each batch how far it has gone. The first
+run that finds the index incomplete takes the rebuild's lock and puts back every queue's due
+rows before its pass claims (a few batches: seconds at millions of pending rows), then the
+rest from a thread of its own while it runs jobs. A run that finds the lock taken waits only
+until each queue's mark is past now, then claims too: it neither waits for the whole rebuild
+nor repeats it. A run that stops hands its marks to the next one, and a lock whose run died
+lapses and is taken over.
 
 Jobs added or cancelled meanwhile: a producer's add puts its entry on the schedule itself,
 and the rebuild leaves an entry already there as it is (ZADD NX). An entry the rebuild puts
 back for a row cancelled or started after it read it is a stale entry, as after any race with
-the schedule: a claim finds its row not pending and drops it; it never runs.
+the schedule: a claim finds its row not pending, or not due yet, and drops it; it never runs
+early or twice.
+
+Once the schedule is complete, a run raises a limit that is near (under the same lock) and
+walks from the old limit to the new one in its pass, before it claims: the rows due in the
+next few minutes, a few thousand at ten million jobs due over a month.
 """
 
 from __future__ import annotations
@@ -29,9 +36,10 @@ from redis.exceptions import LockError
 
 from ..store import queries
 from ..store.database import close_connection
+from ..store.horizons import Horizon
 from ..store.index import Index
+from ..store.keys import MAX_ID
 from ..store.queries import DueCursor
-from ..store.registry import DONE
 from ..store.table import Table
 
 logger = logging.getLogger(__name__)
@@ -45,25 +53,37 @@ FOREGROUND = 1.0
 LOOKBACK = 60.0
 # How often a run waiting for another's rebuild to pass now looks at the marks.
 POLL = 0.1
+# How often a run looks whether a horizon needs raising: far more often than a raise is due.
+HORIZON_CHECK = 10.0
+# The horizon of a queue the rebuild has yet to begin: nothing of it is back.
+NOT_BEGUN = Horizon(float("-inf"), "")
 
 
 class Walk:
-    """One queue's walk of its pending rows in due order, from its last mark."""
+    """One queue's walk of its pending rows in due order, from its mark up to its horizon's
+    limit (rows due later stay in the table until the limit is raised past them)."""
 
-    def __init__(self, queue: str, mark: str | None) -> None:
+    def __init__(self, queue: str, horizon: Horizon) -> None:
         self.queue = queue
-        self.done = mark == DONE
-        self.cursor = None if mark is None or self.done else DueCursor.from_mark(mark)
+        self.limit = horizon.limit
+        self.done = horizon.walk is None
+        self.cursor = DueCursor.from_mark(horizon.walk) if horizon.walk else None
 
     def past(self, now: float) -> bool:
-        """Whether every row of the queue due by `now` is back on the schedule."""
+        """Whether every row of the queue due by `now` is on the schedule."""
+        if self.done:
+            return self.limit >= now
         due_at = None if self.cursor is None else self.cursor.run_at
-        return self.done or (due_at is not None and due_at >= now)
+        return due_at is not None and due_at >= now
 
+    def cursor_mark(self) -> str:
+        return "" if self.cursor is None else self.cursor.mark()
 
-def marks_past(marks: dict[str, str], queues: list[str], now: float) -> bool:
-    """Whether the rebuild's marks say every row due by `now` of `queues` is back."""
-    return all(Walk(queue, marks.get(queue)).past(now) for queue in queues)
+    def raise_to(self, limit: float) -> None:
+        """Walk on from the old limit, every row due by which is on the schedule, to `limit`."""
+        self.cursor = DueCursor(self.limit, MAX_ID)
+        self.limit = limit
+        self.done = False
 
 
 class Rebuild:
@@ -79,39 +99,81 @@ class Rebuild:
         self._stop = threading.Event()
         self._started = 0.0
         self._begun = 0.0  # when the rebuild began, perhaps in another run (epoch seconds)
+        self._horizons_checked = float("-inf")  # when no horizon needed raising (run's clock)
 
     def due_first(self, now: Callable[[], float], on_batch: Callable[[], None]) -> int:
         """Return once every pending row due by now is on the schedule: at once if the index
-        is complete, else after putting the due rows back here, or after the run rebuilding
-        has; the entries added here. `on_batch` is called before each batch and each wait: a
-        rebuild is progress a supervising parent must not take for a stuck run."""
+        is complete and no horizon needs raising, else after putting the due rows back here,
+        or after the run doing it has; the entries added here. `on_batch` is called before
+        each batch and each wait: a rebuild is progress a supervising parent must not take
+        for a stuck run."""
         added = self.added
-        registry = self.index.registry
-        while not self._finishing() and not registry.is_complete():
-            if self.lock.acquire(blocking=False):
-                self._take_over(now, on_batch)
-                break
-            queues = queries.pending_queues(self.table)
-            if marks_past(registry.rebuild_marks(), queues, now()):
+        while not self._finishing():
+            if self.index.registry.is_complete():
+                checked_at = now()
+                if self._horizons_checked <= checked_at < self._horizons_checked + HORIZON_CHECK:
+                    break
+                walks = self._horizon_walks(checked_at)
+                if not walks:
+                    self._horizons_checked = checked_at
+                    break
+                if self.lock.acquire(blocking=False):
+                    self._walk_to_limits(now, on_batch)
+                    break
+            else:
+                if self.lock.acquire(blocking=False):
+                    self._take_over(now, on_batch)
+                    break
+                walks = self._rebuild_walks()
+            if all(walk.past(now()) for walk in walks):
                 break
             on_batch()
             time.sleep(POLL)
         return self.added - added
 
     def rebuild_all(self, on_batch: Callable[[], None]) -> int:
-        """Rebuild the whole schedule here, waiting for a run that holds the rebuild to drop
-        or lose it, then going on from its marks (`delayq init`); the entries added."""
+        """Rebuild the whole schedule here, up to each queue's horizon, waiting for a run that
+        holds the rebuild to drop or lose it, then going on from its marks; then raise the
+        horizons that need it (`delayq init`); the entries added."""
         registry = self.index.registry
         while not registry.is_complete():
             if self.lock.acquire(blocking=False):
                 self._started = time.monotonic()
-                for walk in self._walks():
+                for walk in self._walks(self.index.clock.now()):
                     self._through(walk, on_batch)
                 self._finish(log=False)
                 break
             on_batch()
             time.sleep(POLL)
+        self.due_first(self.index.clock.now, on_batch)
         return self.added
+
+    def _horizon_walks(self, now: float) -> list[Walk]:
+        """The walks the horizons of the known queues need now: those under way (their run
+        stopped or died) and those whose limit is near."""
+        queues = self.index.registry.known_queues()
+        found = self.index.horizons.read(queues)
+        if len(found) < len(queues):
+            self.index.horizons.start([queue for queue in queues if queue not in found], now)
+        return [
+            Walk(queue, horizon)
+            for queue, horizon in found.items()
+            if horizon.walk is not None or horizon.needs_raising(now, self.index.horizons.ahead)
+        ]
+
+    def _walk_to_limits(self, now: Callable[[], float], on_batch: Callable[[], None]) -> None:
+        """Under the lock: raise the limits that are near, each written before its walk reads
+        the table, and walk every queue to its limit, in the foreground (the rows due in
+        about a twelfth of the horizon; more only after every run stopped for longer than that). The
+        horizons are read again under the lock: another run may have walked meanwhile."""
+        try:
+            for walk in self._horizon_walks(now()):
+                if walk.done:
+                    walk.raise_to(now() + self.index.horizons.ahead)
+                    self.index.horizons.begin(walk.queue, walk.limit, walk.cursor_mark())
+                self._through(walk, on_batch)
+        finally:
+            self._release()
 
     def _finishing(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
@@ -125,18 +187,22 @@ class Rebuild:
             self._thread = None
 
     def _take_over(self, now: Callable[[], float], on_batch: Callable[[], None]) -> None:
-        self._started = time.monotonic()
-        walks = self._walks()
-        for walk in walks:  # every queue's due rows, a queue at a time
-            while not walk.past(now()):
+        try:
+            self._started = time.monotonic()
+            walks = self._walks(now())
+            for walk in walks:  # every queue's due rows, a queue at a time
+                while not walk.done and not walk.past(now()):
+                    on_batch()
+                    self._step(walk)
+            left = [walk for walk in walks if not walk.done]
+            foreground_until = time.monotonic() + FOREGROUND
+            while left and time.monotonic() < foreground_until:
                 on_batch()
-                self._step(walk)
-        left = [walk for walk in walks if not walk.done]
-        foreground_until = time.monotonic() + FOREGROUND
-        while left and time.monotonic() < foreground_until:
-            on_batch()
-            self._step(left[0])
-            left = [walk for walk in left if not walk.done]
+                self._step(left[0])
+                left = [walk for walk in left if not walk.done]
+        except BaseException:
+            self._release()  # the next run goes on from the marks at once, not in 30 s
+            raise
         if not left:
             self._finish()
             return
@@ -145,15 +211,35 @@ class Rebuild:
         )
         self._thread.start()
 
-    def _walks(self) -> list[Walk]:
-        self._begun = self.index.registry.rebuild_begun(time.time())
+    def _walks(self, now: float) -> list[Walk]:
+        """The rebuild's walks, up to each queue's limit: set for every queue when the
+        rebuild begins, before any row is read; kept when it goes on from a stopped run,
+        unless the limit is near (that run stopped long ago)."""
+        self._begun, fresh = self.index.registry.rebuild_begun(time.time())
         queues = queries.pending_queues(self.table)
         self.index.registry.register(queues)
-        marks = self.index.registry.rebuild_marks()
-        return [Walk(queue, marks.get(queue)) for queue in queues]
+        found = {} if fresh else self.index.horizons.read(queues)
+        walks = []
+        ahead = self.index.horizons.ahead
+        for queue in queues:
+            walk = Walk(queue, found.get(queue, NOT_BEGUN))
+            if queue not in found or (walk.done and found[queue].needs_raising(now, ahead)):
+                if queue in found:
+                    walk.raise_to(now + ahead)
+                else:
+                    walk.limit = now + ahead
+                self.index.horizons.begin(queue, walk.limit, walk.cursor_mark())
+            walks.append(walk)
+        return walks
+
+    def _rebuild_walks(self) -> list[Walk]:
+        """The rebuild's walks as another run's marks show them."""
+        queues = queries.pending_queues(self.table)
+        found = self.index.horizons.read(queues)
+        return [Walk(queue, found.get(queue, NOT_BEGUN)) for queue in queues]
 
     def _step(self, walk: Walk) -> None:
-        self._put_back(walk, self._read(walk.queue, walk.cursor))
+        self._put_back(walk, self._read(walk, walk.cursor))
 
     def _through(
         self, walk: Walk, on_batch: Callable[[], None], stop: threading.Event | None = None
@@ -162,18 +248,18 @@ class Rebuild:
         before goes back on the schedule, so that the table and Redis work at once."""
         with ThreadPoolExecutor(1, thread_name_prefix="delayq-rebuild-read") as reader:
             try:
-                ahead = reader.submit(self._read, walk.queue, walk.cursor)
+                ahead = reader.submit(self._read, walk, walk.cursor)
                 while not walk.done and not (stop is not None and stop.is_set()):
                     on_batch()
                     batch = ahead.result()
                     if batch.count == BATCH and batch.last is not None:
-                        ahead = reader.submit(self._read, walk.queue, batch.last)
+                        ahead = reader.submit(self._read, walk, batch.last)
                     self._put_back(walk, batch)
             finally:
                 reader.submit(close_connection, self.table)  # the reading thread's connection
 
-    def _read(self, queue: str, cursor: DueCursor | None) -> queries.DueBatch:
-        return queries.pending_by_due(self.table, queue, cursor, BATCH)
+    def _read(self, walk: Walk, cursor: DueCursor | None) -> queries.DueBatch:
+        return queries.pending_by_due(self.table, walk.queue, cursor, BATCH, walk.limit)
 
     def _put_back(self, walk: Walk, batch: queries.DueBatch) -> None:
         """Put `batch` back on the schedule and note how far the walk has gone; the lock
@@ -184,10 +270,10 @@ class Rebuild:
         self.added += batch.count
         if batch.count < BATCH or batch.last is None:
             walk.done = True
-            self.index.registry.note_rebuilt(walk.queue, DONE)
+            self.index.horizons.note(walk.queue, None)
         else:
             walk.cursor = batch.last
-            self.index.registry.note_rebuilt(walk.queue, batch.last.mark())
+            self.index.horizons.note(walk.queue, batch.last.mark())
 
     def _go_on(self, walks: list[Walk]) -> None:
         try:

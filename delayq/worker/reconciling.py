@@ -1,5 +1,5 @@
-"""`delayq reconcile`: the whole schedule compared with the table both ways, at the speed the
-two can be read in order.
+"""`delayq reconcile`: the schedule compared with the table both ways, up to each queue's
+horizon (store/horizons.py), at the speed the two can be read in order.
 
 Each queue's pending rows are walked in due order, a range of the (status, queue, run_at)
 index a batch at a time, beside the schedule's members due in the same span (ZRANGEBYSCORE),
@@ -45,8 +45,10 @@ def reconcile(
     result = Reconciled(Counter(), Counter())
     pending = queries.pending_queues(table)
     index.registry.register(pending)
-    for queue in sorted({*pending, *index.registry.queues()}):
-        _reconcile_queue(table, index, queue, result, on_rows)
+    queues = sorted({*pending, *index.registry.queues()})
+    limits = {queue: horizon.limit for queue, horizon in index.horizons.read(queues).items()}
+    for queue in queues:
+        _reconcile_queue(table, index, queue, limits.get(queue), result, on_rows)
     index.registry.mark_complete()
     if counts.installed(table):
         result.counts_corrected = counts.correct(table)
@@ -54,14 +56,22 @@ def reconcile(
 
 
 def _reconcile_queue(
-    table: Table, index: Index, queue: str, result: Reconciled, on_rows: Callable[[int], None]
+    table: Table,
+    index: Index,
+    queue: str,
+    limit: float | None,
+    result: Reconciled,
+    on_rows: Callable[[int], None],
 ) -> None:
+    """Compare `queue`'s rows and schedule up to its horizon's `limit` (None: the whole
+    schedule): beyond it rows are in the table alone, and the members a producer put there
+    are left for the claim, which drops those whose row is not pending."""
     result.reindexed[queue] += 0  # every queue compared is in the report
     result.removed[queue] += 0
     cursor: DueCursor | None = None
     low: float | None = None  # the schedule's span compared so far ends here (None: -inf)
     while True:
-        batch = queries.pending_by_due(table, queue, cursor, BATCH)
+        batch = queries.pending_by_due(table, queue, cursor, BATCH, limit)
         entries = batch.entries()
         # Rows without run_at are due at `created`, which the schedule may not say (the
         # seed's due times are its scores): looked up by id, not by span.
@@ -69,8 +79,14 @@ def _reconcile_queue(
         if undated:
             _put_back(table, index, queue, dict(undated), result)
         done = batch.count < BATCH or batch.last is None
-        high = None if done or not dated else dated[-1][1]
-        _compare(table, index, queue, dict(dated), low, high, result)
+        if done:
+            high = limit
+        elif dated:
+            high = dated[-1][1]
+        else:  # a batch of undated rows only: no span of the schedule to compare yet
+            high = low
+        if done or dated:
+            _compare(table, index, queue, dict(dated), low, high, result)
         result.rows += batch.count
         on_rows(result.rows)
         if done:

@@ -17,7 +17,7 @@ from typer.testing import CliRunner, Result
 from delayq.cli import app
 from delayq.store.database import open_database
 from delayq.store.keys import DEFAULT_QUEUE_KEY
-from tests.conftest import DELAYQ
+from tests.conftest import DELAYQ, SUITE_HORIZON
 
 HANDLERS = ("tests.sample_handlers",)
 H = "tests.sample_handlers.jobs"
@@ -54,6 +54,7 @@ def delayq(
     monkeypatch.setenv("DELAYQ_REDIS_URL", backend["redis_url"])
     monkeypatch.setenv("DELAYQ_HANDLERS", ",".join(HANDLERS))
     monkeypatch.setenv("DELAYQ_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("DELAYQ_HORIZON", f"{SUITE_HORIZON:.0f}s")
     workdir = tmp_path / "cwd"  # no stray ./delayq.toml can join in
     workdir.mkdir()
     monkeypatch.chdir(workdir)

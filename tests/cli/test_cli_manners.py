@@ -193,9 +193,14 @@ def test_reconcile_json_counts_what_it_put_back(initialised, backend):
     assert json_of(initialised, "reconcile", "--json") == {
         "queues": {"default": {"reindexed": 1, "removed": 0}},
         "counts_corrected": {},
+        "rows": 1,
     }
     again = json_of(initialised, "reconcile", "--json")
-    assert again == {"queues": {"default": {"reindexed": 0, "removed": 0}}, "counts_corrected": {}}
+    assert again == {
+        "queues": {"default": {"reindexed": 0, "removed": 0}},
+        "counts_corrected": {},
+        "rows": 1,
+    }
 
 
 def test_doctor_json_lists_the_checks_and_keeps_its_exit_code(initialised):

@@ -19,7 +19,7 @@ import delayq
 from delayq.config import Settings
 from delayq.store import embedded
 from delayq.store.database import sqlite_url
-from tests.conftest import ROOT
+from tests.conftest import ROOT, SUITE_HORIZON
 from tests.sample_handlers.jobs import read_log
 
 HANDLERS = ("tests.sample_handlers",)
@@ -145,6 +145,7 @@ def init_queue(server_redis_url: str, tmp_path: Path) -> Iterator[Callable[[str]
             redis_url=server_redis_url,
             handlers=HANDLERS,
             home=tmp_path / "home",
+            horizon=SUITE_HORIZON,
         )
         queue = delayq.connect(settings)
         opened.append(queue)
@@ -230,6 +231,7 @@ def test_init_is_idempotent_on_sqlite(embedded_home, tmp_path):
         redis_url=embedded.redis_url(embedded_home),
         handlers=HANDLERS,
         home=tmp_path / "home",
+        horizon=SUITE_HORIZON,
     )
     with delayq.connect(settings) as queue:
         queue.index.client.flushdb()
