@@ -154,9 +154,11 @@ def _load_fresh(site: Site, n: int) -> dict[str, Any]:
         memory = site.redis.used_memory()
         added = scale_load.add_pending(queue, n, seed=n)
         grown = site.redis.used_memory() - memory
+        entries = scale_loss.schedule_entries(queue)
     env.log(
         f"scale: add_many {n:,} jobs at {added.rate():,.0f}/s, the last tenth at "
-        f"{added.last_tenth_rate():,.0f}/s; Redis grew {grown / n:,.0f} bytes a job"
+        f"{added.last_tenth_rate():,.0f}/s; Redis grew {grown / n:,.0f} bytes a job, "
+        f"{entries:,} of them on the schedule (due within the horizon)"
     )
     scale_load.insert_finished(site.mariadb, site.database, n, seed=n + 1, oldest=60, newest=0)
     return {
@@ -164,6 +166,8 @@ def _load_fresh(site: Site, n: int) -> dict[str, Any]:
         "add_many_jobs_per_s": added.rate(),
         "add_many_last_tenth_jobs_per_s": added.last_tenth_rate(),
         "redis_bytes_per_job_loaded": grown / n,
+        "redis_entries_loaded": entries,
+        "redis_bytes_per_entry_loaded": grown / entries if entries else None,
     }
 
 

@@ -52,9 +52,13 @@ def redis_loss(site: Site) -> dict[str, float | None]:
     result["first_job_s"] = _first_start(ran, first.pid, first_at)
     result["second_runner_first_job_s"] = _first_start(ran, second.pid, second_at)
     result["jobs_run"] = len(ran)
-    result["index_entries"] = pending
+    # What the rebuild put back: the pending rows due within each queue's horizon.
+    with site.queue() as queue:
+        entries = schedule_entries(queue) + len(ran)
+    result["pending_rows"] = pending
+    result["index_entries"] = entries
     seconds = result["index_complete_s"]
-    result["index_entries_per_s"] = pending / seconds if seconds else None
+    result["index_entries_per_s"] = entries / seconds if seconds else None
     result["redis_bytes_per_job_rebuilt"] = (after - before) / pending
     result["bare_zadd_entries_per_s"] = bare_zadd(site, pending)
     return result
@@ -84,6 +88,11 @@ class IndexWatch:
         if self.seen_at is None:
             env.log(f"scale: the index was not complete within {self.timeout:.0f}s")
         return self.seen_at
+
+
+def schedule_entries(queue: delayq.Queue) -> int:
+    """Entries on every queue's schedule."""
+    return sum(queue.index.schedule.size(name) for name in queue.index.registry.known_queues())
 
 
 def pending_rows(site: Site) -> int:
