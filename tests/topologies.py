@@ -20,7 +20,7 @@ import redis
 import delayq
 from delayq.config import Settings
 from delayq.store.keys import schedule_key
-from tests.conftest import DELAYQ, HANDLERS, IN_CI, ROOT, _drop_table
+from tests.conftest import DELAYQ, HANDLERS, IN_CI, ROOT, SUITE_HORIZON, _drop_table
 from tests.faults.test_processes import start
 from tests.sample_handlers.jobs import read_log
 from tests.waiting import wait_for
@@ -51,6 +51,7 @@ def process_env(redis_url: str, database_url: str, tmp_path: Path) -> dict[str, 
         DELAYQ_REDIS_URL=redis_url,
         DELAYQ_HANDLERS=",".join(HANDLERS),
         DELAYQ_HOME=str(tmp_path / "home"),
+        DELAYQ_HORIZON=f"{SUITE_HORIZON:.0f}s",
         PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
     )
     return env
@@ -62,6 +63,7 @@ def open_queue(redis_url: str, database_url: str, tmp_path: Path) -> delayq.Queu
         redis_url=redis_url,
         handlers=HANDLERS,
         home=tmp_path / "home",
+        horizon=SUITE_HORIZON,
     )
     queue = delayq.connect(settings)
     queue.init()

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
-from peewee import fn
+from peewee import Case, fn
 
 from .database import run_reconnecting
 from .table import TEXT_MAX, ClaimedJob, Job, Status, Table, storable, tuples, utc_stamp
@@ -206,11 +206,14 @@ def expired_leases(table: Table, queue: str, now: float, limit: int) -> list[Lap
 
 
 def reclaim(table: Table, lapsed: Lapsed, now: float, was_running: bool) -> bool:
-    """Put a RUNNING row whose lease lapsed back to PENDING; a job whose handler was running
-    when its run died counts a lost lease, one that never started does not."""
+    """Put a RUNNING row whose lease lapsed back to PENDING, due now at the latest; a job
+    whose handler was running when its run died counts a lost lease, one that never started
+    does not."""
     Job = table.model
     lost_leases = Job.lost_leases + (1 if was_running else 0)
-    query = Job.update(pending_again(now, lost_leases=lost_leases)).where(
+    # Due now, as the schedule will say: a claim leases only rows due by its time.
+    due_now = Case(None, [(Job.run_at > now, now)], Job.run_at)
+    query = Job.update(pending_again(now, lost_leases=lost_leases, run_at=due_now)).where(
         Job.id == lapsed.job.id,
         Job.status == Status.RUNNING,
         Job.lease_token == lapsed.token,

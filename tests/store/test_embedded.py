@@ -31,6 +31,7 @@ from delayq.config import Settings
 from delayq.errors import ConfigError
 from delayq.store import embedded, watchdog
 from delayq.store.keys import schedule_key
+from tests.conftest import SUITE_HORIZON
 from tests.embedded_processes import embedded_processes_under, is_alive
 from tests.sample_handlers.jobs import read_log
 from tests.waiting import wait_for
@@ -98,7 +99,13 @@ def home(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
 
 def embedded_queue(home: Path) -> delayq.Queue:
     queue = delayq.connect(
-        Settings(database_url=None, redis_url=None, handlers=HANDLERS, home=home)
+        Settings(
+            database_url=None,
+            redis_url=None,
+            handlers=HANDLERS,
+            home=home,
+            horizon=SUITE_HORIZON,
+        )
     )
     queue.init()
     return queue
@@ -147,7 +154,7 @@ def test_jobs_survive_a_stop_and_restart_of_the_embedded_server(home, tmp_path, 
     assert wait_until_gone(first_pid)
     assert embedded.stop(path) is False
 
-    with delayq.connect(Settings(handlers=HANDLERS, home=path)) as queue:
+    with delayq.connect(Settings(handlers=HANDLERS, home=path, horizon=SUITE_HORIZON)) as queue:
         assert queue.index.client.ping()
         assert pid_of(path) != first_pid
         assert server_pids(embedded.socket_path(path)) == [pid_of(path)]
@@ -404,7 +411,7 @@ def keeper_pid(path: Path) -> int:
 
 
 def settings_with_idle_limit(path: Path, idle_limit: float) -> Settings:
-    return Settings(handlers=HANDLERS, home=path, embedded_idle=idle_limit)
+    return Settings(handlers=HANDLERS, home=path, embedded_idle=idle_limit, horizon=SUITE_HORIZON)
 
 
 def test_each_server_has_one_keeper_that_started_it(home):
