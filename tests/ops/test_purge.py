@@ -87,6 +87,18 @@ def test_deletes_in_batches_in_id_order(queue):
     assert len(surviving()) == 1
 
 
+def test_on_sqlite_each_batch_leaves_a_waiting_writer_time_to_take_the_lock(queue):
+    pace = Pace.of(queue.table)
+
+    quick = pace.pause_after(100, deleting=0.001, working=0.002)  # however short the batch
+
+    if queue.table.mysql:  # row locks: a run's UPDATEs never wait on purge's DELETE
+        assert quick == pytest.approx(0.002 * maintenance.SHARE)
+    else:  # SQLite's busy handler polls for the lock up to 100 ms apart
+        assert quick == maintenance.SQLITE_PAUSE > 0.1
+        assert pace.pause_after(100, deleting=2.0, working=3.0) == 3.0 * maintenance.SHARE
+
+
 def test_rows_of_every_age_and_status_go_across_windows_and_gaps(queue):
     ages = [900, 400, 399.5, 100, 60, 45, 31, 31, 30.5, 29, 5]  # days: gaps, and close ones
     rows = [
