@@ -84,7 +84,8 @@ def purgeable_ids(
     _check_purgeable(statuses)
     pace = pace or Pace()
     cutoff = utc_stamp(before)
-    for rows in _finished_before(table, statuses, cutoff, pace):
+    walk = _finished_before if table.mysql else _finished_by_id
+    for rows in walk(table, statuses, cutoff, pace):
         retries = [job_id for job_id, chain_id in rows if chain_id is not None]
         kept = _kept_for_their_chain(table, retries, statuses, cutoff)
         if purgeable := [job_id for job_id, _ in rows if job_id not in kept]:
@@ -123,6 +124,30 @@ def _finished_before(
             yield rows[offset : offset + pace.batch]
         width *= min(max(pace.batch / max(len(rows), 1), 0.5), 2.0)
         start = _oldest_since(table, statuses, end, cutoff)  # past a gap in one step
+
+
+def _finished_by_id(
+    table: Table, statuses: Sequence[Status], cutoff: datetime, pace: Pace
+) -> Iterator[list[tuple[int, int | None]]]:
+    """SQLite's walk: (id, chain_id) of rows of `statuses` changed before `cutoff`, `pace.batch`
+    at a time in id order, each read on from where the last one ended, so that the walk
+    reads the table once. SQLite writes each page a DELETE changes to its WAL whole, and
+    again at the checkpoint: the rows of a window of `modified` times lie all over a table
+    whose jobs finish in another order than they were added, a page or more each, where
+    neighbours by id share the table's pages and those of the indexes ordered by id."""
+    Job = table.model
+    # `status + 0`: SQLite would read the (status, modified) index, every old row of each
+    # status for each batch, rather than the table on from the last id.
+    old = (Job.status + 0).in_(list(statuses)) & (Job.modified < cutoff)
+    after = 0
+    while rows := tuples(
+        Job.select(Job.id, Job.chain_id)
+        .where(Job.id > after, old)
+        .order_by(Job.id)
+        .limit(pace.batch)
+    ):
+        yield [(job_id, chain_id) for job_id, chain_id in rows]
+        after = rows[-1][0]
 
 
 def _oldest_since(
@@ -193,12 +218,15 @@ def purge(
     pace = pace or Pace.of(table)
     deleted = 0
     cutoff = utc_stamp(before)
+    # SQLite would read a thousand ids' rows through the (status, modified) index, every old
+    # row of the statuses for each DELETE; `+ 0` leaves it the primary key.
+    status = Job.status if table.mysql else Job.status + 0
     began = time.monotonic()
     for ids in purgeable_ids(table, statuses, before, pace):
         deleting = time.monotonic()
         count = (
             Job.delete()
-            .where(Job.id.in_(_written(ids)), Job.status.in_(statuses), Job.modified < cutoff)
+            .where(Job.id.in_(_written(ids)), status.in_(statuses), Job.modified < cutoff)
             .execute()
         )
         deleted += count
