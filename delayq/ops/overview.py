@@ -195,9 +195,8 @@ def _count_into(table: Table, entry: QueueStats, field: str, *parts: ModelSelect
 
 
 def _count_retried(table: Table, stats: dict[str, QueueStats]) -> None:
-    """Failed attempts with a later attempt in their chain, where the failed rows are
-    exact and at most EXACT_UP_TO (a lookup per failed row); unknown (None) where they were
-    estimated or are more: SQLite counts past the bound, and 100,000 lookups took 0.3 s."""
+    """Failed attempts with a later attempt in their chain, a lookup per failed row, up to
+    EXACT_UP_TO of them; unknown (None) beyond (SQLite counts past it: 100,000 took 0.3 s)."""
     Job = table.model
     Later = Job.alias("later")
     later = Later.select(SQL("1")).where(
@@ -216,11 +215,10 @@ def _count_retried(table: Table, stats: dict[str, QueueStats]) -> None:
 
 
 def _due_figures(table: Table, name: str, entry: QueueStats, now: float) -> None:
-    """The queue's due backlog (counted up to EXACT_UP_TO), its oldest due job and when the
-    next one falls due: ranges of the (status, queue, run_at) index."""
+    """Ranges of (status, queue, run_at): the due backlog (counted up to EXACT_UP_TO, in two as
+    SQLite reads `run_at <= ? OR run_at IS NULL` as the whole queue), oldest and next due."""
     Job = table.model
     pending = (Job.status == Status.PENDING) & (Job.queue == name)
-    # Two ranges of the index: SQLite reads `run_at <= ? OR run_at IS NULL` as the whole queue.
     undated = Job.select(Job.id).where(pending, Job.run_at.is_null())
     dated = Job.select(Job.id).where(pending, Job.run_at <= now)
     _count_into(table, entry, "pending_due", undated, dated)
