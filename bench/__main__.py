@@ -5,7 +5,7 @@ are printed, whether or not the targets hold (the JSON says which), 1 if a workl
 
 `--only scale --jobs N [--keep DIR | --reuse DIR] [--buffer-pool SIZE]`: the same figures
 on N pending + N finished rows as on an almost empty table, on servers of its own
-(bench/scale.py).
+(bench/scale.py); with `--embedded`, on delayq's embedded default (SQLite and its own Redis).
 """
 
 from __future__ import annotations
@@ -75,6 +75,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--jobs must be at least 1")
     if args.keep and args.reuse:
         parser.error("--keep and --reuse exclude each other: --reuse keeps its directory")
+    if args.embedded and args.buffer_pool:
+        parser.error("--buffer-pool sizes MariaDB's buffer pool; --embedded uses SQLite")
     try:
         args.buffer_pool = args.buffer_pool and scale.parse_size(args.buffer_pool)
     except ValueError as exc:
@@ -89,6 +91,11 @@ def _scale_options(group: argparse._ArgumentGroup) -> None:
         default=None,
         help=f"N pending jobs and N finished rows (default {scale.JOBS:,}; "
         f"{scale.JOBS_QUICK:,} with --quick)",
+    )
+    group.add_argument(
+        "--embedded",
+        action="store_true",
+        help="SQLite and the embedded Redis, as delayq's default starts them, not MariaDB",
     )
     group.add_argument(
         "--keep", type=Path, metavar="DIR", help="keep the servers' data in DIR (new or empty)"
@@ -118,6 +125,7 @@ def _workload(name: str, args: argparse.Namespace) -> Callable[[Sizes], Result]:
         reuse=args.reuse,
         buffer_pool=args.buffer_pool or None,
         stream_seconds=args.stream_seconds or (3.0 if args.quick else 10.0),
+        embedded=args.embedded,
     )
     return functools.partial(scale.run, options=options)
 

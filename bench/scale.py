@@ -10,6 +10,9 @@ and the issue's targets.
 the load, so the figures can be measured again after a change (add_many is then timed on a
 sample of N/10 jobs added at depth and taken out again). The servers are stopped and a
 temporary directory removed whatever happens (try/finally).
+
+`--embedded`: the same on delayq's embedded default, SQLite and the embedded Redis, each table
+in a home of its own (bench/scale_embedded.py).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from . import env, scale_load, scale_loss, scale_measure, scale_report
+from . import env, scale_embedded, scale_load, scale_loss, scale_measure, scale_report
 from .report import Result
 from .scale_measure import Site
 from .servers import PrivateMariaDB, PrivateRedis
@@ -49,6 +52,7 @@ class Options:
     reuse: Path | None = None
     buffer_pool: int | None = None  # bytes; None: sized from the jobs
     stream_seconds: float = 10.0
+    embedded: bool = False  # SQLite and the embedded Redis instead of MariaDB and a Redis
 
 
 def parse_size(text: str) -> int:
@@ -77,8 +81,11 @@ def run(sizes: Sizes, options: Options | None = None) -> Result:
     options = options or Options(JOBS)
     workdir, meta = _workdir(options)
     jobs = int(meta["jobs"])
-    pool = options.buffer_pool or default_pool(jobs)
-    mariadb, redis = PrivateMariaDB(workdir, pool), PrivateRedis(workdir)
+    pool = None if options.embedded else options.buffer_pool or default_pool(jobs)
+    small, large = _sites(options, workdir, pool, sizes.repeat)
+    servers = list(
+        {id(server): server for site in (small, large) for server in site.servers}.values()
+    )
     started = time.monotonic()
     figures: dict[str, Any] = {
         "jobs": jobs,
@@ -89,19 +96,20 @@ def run(sizes: Sizes, options: Options | None = None) -> Result:
         "buffer_pool_bytes": pool,
     }
     try:
-        with phase("starting a MariaDB and a Redis of its own", started):
-            mariadb.start()
-            redis.start()
-        figures["server_pids"] = [mariadb.pid, redis.pid]
-        figures["servers"] = {"mariadb": mariadb.version(), "redis": _redis_version(redis)}
-        env.log(f"scale: in {workdir}, buffer pool {pool / 2**20:.0f} MiB")
+        with phase(f"starting {len(servers)} servers of its own", started):
+            for server in servers:
+                server.start()
+        figures["server_pids"] = [server.pid for server in servers if server.pid]
+        figures["servers"] = {_kind(small): small.mariadb.version(), "redis": _redis_version(small)}
+        if options.embedded:
+            figures["settings"] = scale_embedded.SETTINGS
+        else:
+            env.log(f"scale: in {workdir}, buffer pool {(pool or 0) / 2**20:.0f} MiB")
         doctor_full = None
-        small = Site(mariadb, redis, SMALL_DB, SMALL_REDIS_DB, workdir, sizes.repeat)
         with phase(f"the almost empty table ({SMALL} + {SMALL} rows)", started):
             small_figures = _load_fresh(small, SMALL)
             doctor_full = scale_measure.offers_doctor_full(small)
             figures["empty"] = measure(small, options, doctor_full, started)
-        large = Site(mariadb, redis, LARGE_DB, LARGE_REDIS_DB, workdir, sizes.repeat)
         with phase(f"the table at depth ({jobs:,} + {jobs:,} rows)", started):
             large_figures = _load_or_reuse(large, jobs, options, meta, workdir, started)
             figures["depth"] = measure(large, options, doctor_full, started)
@@ -110,16 +118,36 @@ def run(sizes: Sizes, options: Options | None = None) -> Result:
         figures["unavailable"] = [] if doctor_full else ["doctor --full"]
     finally:
         with phase("stopping the servers", started):
-            redis.stop()
-            mariadb.stop()
+            for server in reversed(servers):
+                server.stop()
             if not figures["kept"]:
                 shutil.rmtree(workdir, ignore_errors=True)
     figures["elapsed_s"] = round(time.monotonic() - started, 1)
     return scale_report.result(figures)
 
 
-def _redis_version(redis: PrivateRedis) -> str:
-    return str(redis.client().info("server")["redis_version"])
+def _sites(options: Options, workdir: Path, pool: int | None, repeat: int) -> tuple[Site, Site]:
+    """The almost empty table and the deep one."""
+    if options.embedded:
+        small = scale_embedded.site(workdir, SMALL_DB, repeat)
+        return small, scale_embedded.site(workdir, LARGE_DB, repeat)
+    mariadb, redis = PrivateMariaDB(workdir, pool or POOL_STEP), PrivateRedis(workdir)
+    return (
+        Site(mariadb, redis, SMALL_DB, SMALL_REDIS_DB, workdir, repeat),
+        Site(mariadb, redis, LARGE_DB, LARGE_REDIS_DB, workdir, repeat),
+    )
+
+
+def _kind(site: Site) -> str:
+    return "sqlite" if site.home is not None else "mariadb"
+
+
+def _redis_version(site: Site) -> str:
+    client = site.redis.client(site.redis_db)
+    try:
+        return str(client.info("server")["redis_version"])
+    finally:
+        client.close()
 
 
 def _workdir(options: Options) -> tuple[Path, dict[str, Any]]:
@@ -132,6 +160,9 @@ def _workdir(options: Options) -> tuple[Path, dict[str, Any]]:
             raise SystemExit(
                 f"bench: {path} holds no loaded table ({META}); make one with --keep"
             ) from None
+        if meta.get("embedded", False) != options.embedded:
+            kind = "the embedded default" if meta.get("embedded") else "MariaDB"
+            raise SystemExit(f"bench: {path} holds a table on {kind}; --embedded must match")
         if options.jobs and options.jobs != meta["jobs"]:
             env.log(f"scale: {path} holds {meta['jobs']:,} jobs; --jobs {options.jobs:,} ignored")
         return path, meta
@@ -142,7 +173,7 @@ def _workdir(options: Options) -> tuple[Path, dict[str, Any]]:
         path.mkdir(parents=True, exist_ok=True)
     else:
         path = Path(tempfile.mkdtemp(prefix="delayq-scale-", dir="/var/tmp"))
-    return path, {"jobs": options.jobs}
+    return path, {"jobs": options.jobs, "embedded": options.embedded}
 
 
 def _load_fresh(site: Site, n: int) -> dict[str, Any]:
@@ -183,6 +214,7 @@ def _load_or_reuse(
     with phase("re-indexing the kept table (Redis keeps nothing)", started):
         moved = scale_load.push_back_due(site.mariadb, site.database, within=6 * 3600)
         env.log(f"scale: {moved} pending jobs fell due since the load: moved 30 days on")
+        site.redis.client(site.redis_db).flushdb()  # the embedded Redis kept its file
         with site.queue() as queue:
             queue.init()
     sample = max(scale_load.BATCH, jobs // 10)
@@ -203,7 +235,7 @@ def measure(site: Site, options: Options, doctor_full: bool, started: float) -> 
     step that fails is logged and named in `errors`, and the others still run: at 10M a
     run takes hours."""
     rows = scale_load.counts(site.mariadb, site.database)
-    result: dict[str, Any] = {"rows": rows, "table": scale_load.sizes(site.mariadb, site.database)}
+    result: dict[str, Any] = {"rows": rows, "table": _table_sizes(site)}
     errors: dict[str, str] = result.setdefault("errors", {})
     env.log(f"scale: rows {rows}, {_sizes_text(result['table'])}")
     job_id = scale_load.middle_pending_id(site.mariadb, site.database)
@@ -233,6 +265,12 @@ def step(name: str, started: float, errors: dict[str, str]) -> Iterator[None]:
         traceback.print_exc()
         errors[name] = f"{type(exc).__name__}: {exc}"
         env.log(f"scale: {name} failed: {errors[name]}")
+
+
+def _table_sizes(site: Site) -> dict[str, int]:
+    if isinstance(site.mariadb, scale_embedded.SQLiteFiles):
+        return site.mariadb.sizes(site.database)
+    return scale_load.sizes(site.mariadb, site.database)
 
 
 def _sizes_text(table: dict[str, int]) -> str:

@@ -28,7 +28,7 @@ from delayq.config import Settings
 from . import env, handlers
 from .report import median, percentile
 from .scale_load import QUEUES
-from .servers import PrivateMariaDB, PrivateRedis, free_port, peak_rss_kib, wait_until
+from .servers import PrivateMariaDB, PrivateRedis, Server, free_port, peak_rss_kib, wait_until
 
 RECORD = (env.HANDLERS, "record_start")
 LEAD = 1.0  # a streamed job is added this long before it is due
@@ -38,7 +38,8 @@ WEB_PAGES = {"overview": "/", "failed search": "/jobs?status=failed", "job page"
 
 @dataclass
 class Site:
-    """One table of the benchmark's servers and how to reach it."""
+    """One table of the benchmark's servers and how to reach it; with a `home`, the
+    embedded default's (bench/scale_embedded.py), whose servers give no URL."""
 
     mariadb: PrivateMariaDB
     redis: PrivateRedis
@@ -46,22 +47,32 @@ class Site:
     redis_db: int
     workdir: Path
     repeat: int
+    home: Path | None = None
+
+    @property
+    def servers(self) -> tuple[Server, ...]:
+        return (self.mariadb, self.redis)
 
     def settings(self) -> Settings:
         return Settings(
             database_url=self.mariadb.url(self.database),
             redis_url=self.redis.url(self.redis_db),
             handlers=(env.HANDLERS,),
+            home=self.home or Settings.home,
         ).validate()
 
     def queue(self) -> delayq.Queue:
         return delayq.connect(self.settings())
 
     def child_env(self, record: Path | None = None, **extra: str) -> dict[str, str]:
-        variables = dict(extra, DELAYQ_DATABASE_URL=self.mariadb.url(self.database))
+        variables = dict(extra, DELAYQ_DATABASE_URL=self.mariadb.url(self.database) or "")
         if record is not None:
             variables[handlers.RECORD_FILE] = str(record)
-        return env.child_env(self.redis.url(self.redis_db), **variables)
+        found = env.child_env(self.redis.url(self.redis_db), **variables)
+        if self.home is not None:  # the embedded default: a home, and no URL at all
+            del found["DELAYQ_DATABASE_URL"], found["DELAYQ_REDIS_URL"]
+            found["DELAYQ_HOME"] = str(self.home)
+        return found
 
     def record_file(self, name: str) -> Path:
         path = self.workdir / f"{self.database}-{name}.records"

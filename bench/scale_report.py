@@ -55,6 +55,7 @@ ROWS: list[tuple[str, tuple[str, ...], Any]] = [
     ("runner peak RSS MiB, loop", ("loop_runner_peak_rss_mib",), None),
 ]
 LATENESS_RATIO = 1.2
+SERVER_NAMES = {"mariadb": "MariaDB", "sqlite": "SQLite", "redis": "Redis"}
 
 
 @dataclass
@@ -142,19 +143,24 @@ def _what(target: Target) -> str:
 def _head(figures: dict[str, Any]) -> str:
     depth = figures["depth"]
     table = depth["table"]
-    pool = figures["buffer_pool_bytes"]
-    holds = "holds" if pool >= table["index_bytes"] else "does not hold"
     unavailable = ", ".join(figures.get("unavailable", [])) or "nothing"
+    servers = ", ".join(f"{SERVER_NAMES[kind]} {v}" for kind, v in figures["servers"].items())
     return (
         f"scale N={figures['jobs']:,}: at depth {_rows(depth['rows'])}; "
-        f"empty {_rows(figures['empty']['rows'])}; MariaDB {figures['servers']['mariadb']}, "
-        f"Redis {figures['servers']['redis']}\n"
+        f"empty {_rows(figures['empty']['rows'])}; {servers}\n"
         f"table at depth: data {table['data_bytes'] / 2**20:,.0f} MiB, indexes "
-        f"{table['index_bytes'] / 2**20:,.0f} MiB; InnoDB buffer pool "
-        f"{pool / 2**20:,.0f} MiB ({holds} the indexes); "
+        f"{table['index_bytes'] / 2**20:,.0f} MiB; {_settings(figures, table)}; "
         f"{'reused ' if figures['reused'] else ''}data in {figures['data_dir']}"
         f"{' (kept)' if figures['kept'] else ' (removed)'}; not available: {unavailable}"
     )
+
+
+def _settings(figures: dict[str, Any], table: dict[str, int]) -> str:
+    pool = figures["buffer_pool_bytes"]
+    if pool is None:
+        return str(figures.get("settings", ""))
+    holds = "holds" if pool >= table["index_bytes"] else "does not hold"
+    return f"InnoDB buffer pool {pool / 2**20:,.0f} MiB ({holds} the indexes)"
 
 
 def _rows(counts: dict[str, int]) -> str:

@@ -1,6 +1,7 @@
 """`python -m bench --only scale` end to end at a small N: it starts a MariaDB and a Redis of
-its own, measures every figure on the almost empty table and at depth, and leaves neither
-server nor data directory behind. No figure's size is asserted, only that each is there."""
+its own (or, with --embedded, delayq's embedded default: SQLite and the embedded Redis),
+measures every figure on the almost empty table and at depth, and leaves neither server nor
+data directory behind. No figure's size is asserted, only that each is there."""
 
 from __future__ import annotations
 
@@ -69,14 +70,11 @@ def is_server(pid: int) -> bool:
     return b"mariadbd" in command or b"redis-server" in command
 
 
-def test_scale_measures_every_figure_on_servers_of_its_own_and_leaves_none_behind():
-    assert shutil.which("redis-server"), "redis-server is not installed"
-    assert shutil.which("mariadbd") or Path("/usr/sbin/mariadbd").exists(), (
-        "mariadbd is not installed"
-    )
+def run_scale(*options: str) -> dict[str, object]:
+    """The scale workload at N=2000, checked whole; its figures."""
     child_env = dict(os.environ, PYTHONPATH=str(ROOT))
     done = subprocess.run(
-        [sys.executable, "-m", "bench", "--only", "scale", "--jobs", "2000", "--quick"],
+        [sys.executable, "-m", "bench", "--only", "scale", "--jobs", "2000", "--quick", *options],
         cwd=ROOT,
         env=child_env,
         capture_output=True,
@@ -102,3 +100,22 @@ def test_scale_measures_every_figure_on_servers_of_its_own_and_leaves_none_behin
     assert not data_dir.exists()
     assert running_under(data_dir) == []
     assert not [pid for pid in figures["server_pids"] if is_server(pid)]
+    return figures
+
+
+def test_scale_measures_every_figure_on_servers_of_its_own_and_leaves_none_behind():
+    assert shutil.which("redis-server"), "redis-server is not installed"
+    assert shutil.which("mariadbd") or Path("/usr/sbin/mariadbd").exists(), (
+        "mariadbd is not installed"
+    )
+    figures = run_scale()
+    assert set(figures["servers"]) == {"mariadb", "redis"}
+    assert len(figures["server_pids"]) == 2
+
+
+def test_scale_embedded_measures_every_figure_on_the_embedded_default_and_leaves_none_behind():
+    figures = run_scale("--embedded")
+    assert set(figures["servers"]) == {"sqlite", "redis"}
+    assert figures["buffer_pool_bytes"] is None
+    assert figures["depth"]["table"]["index_bytes"] > 0  # dbstat read the SQLite file
+    assert len(figures["server_pids"]) == 2  # an embedded Redis for each table's home

@@ -87,6 +87,29 @@ def test_deletes_in_batches_in_id_order(queue):
     assert len(surviving()) == 1
 
 
+def test_on_sqlite_each_batch_leaves_a_waiting_writer_time_to_take_the_lock(queue):
+    pace = Pace.of(queue.table)
+
+    quick = pace.pause_after(100, deleting=0.001, working=0.002)  # however short the batch
+
+    if queue.table.mysql:  # row locks: a run's UPDATEs never wait on purge's DELETE
+        assert quick == pytest.approx(0.002 * maintenance.SHARE)
+    else:  # SQLite's busy handler polls for the lock up to 100 ms apart
+        assert quick == maintenance.SQLITE_PAUSE > 0.1
+        assert pace.pause_after(100, deleting=2.0, working=3.0) == 3.0 * maintenance.SHARE
+
+
+def test_old_rows_go_by_modified_time_on_mariadb_and_by_id_on_sqlite(queue):
+    ids = [make_row(Status.SUCCESS, (35 + n) * DAY) for n in range(6)]  # the last is oldest
+
+    batches = list(purgeable_ids(queue.table, [Status.SUCCESS], NOW - 30 * DAY, Pace(2, aim=0)))
+
+    if queue.table.mysql:  # windows of `modified` times, each a range of (status, modified)
+        assert batches == [[job_id] for job_id in reversed(ids)]
+    else:  # windows of ids: neighbours share the pages each DELETE writes to the WAL
+        assert batches == [ids[0:2], ids[2:4], ids[4:6]]
+
+
 def test_rows_of_every_age_and_status_go_across_windows_and_gaps(queue):
     ages = [900, 400, 399.5, 100, 60, 45, 31, 31, 30.5, 29, 5]  # days: gaps, and close ones
     rows = [

@@ -12,6 +12,7 @@ from delayq import JobSpec
 from delayq.store.keys import LAST_RUN_KEY, schedule_key
 from delayq.store.table import Job, Status, utc_stamp
 from tests.invoke import invoke
+from tests.sqlite_steps import sqlite_steps
 
 NOW = 1_800_000_000.0
 H = "tests.sample_handlers.jobs"
@@ -117,6 +118,43 @@ def test_failures_that_were_retried_are_told_apart_from_those_that_ended_a_chain
     assert counts == {"default": (2, 1, 1), "mail": (1, 0, 1)}
     timing = {line.split()[0]: line.split()[-2:] for line in lines[lines.index("") + 1 :]}
     assert (timing["default"], timing["mail"]) == (["1", "1"], ["0", "1"])
+
+
+def test_failures_past_the_exact_bound_are_not_looked_up_one_by_one(
+    queue, cli_env, log, monkeypatch
+):
+    from delayq.ops import overview
+
+    monkeypatch.setattr(overview, "EXACT_UP_TO", 1)
+    queue.add(H, "fail", {"log": log, "n": 1}, now=NOW)
+    queue.add(H, "fail_for_good", {"log": log}, now=NOW)
+    queue.run(now=NOW)
+
+    stats = queue.status(now=NOW).queues["default"]
+
+    # SQLite counts past the bound, MariaDB estimates; neither looks up each failure's chain.
+    assert stats.failed >= 2 and (stats.failed_retried, stats.failed_terminal) == (None, None)
+    assert "failed_retried" in stats.estimated
+    assert "failed" in stats.estimated or not queue.table.mysql
+    body = json.loads(invoke(cli_env, "status", "--json").stdout)["queues"]["default"]
+    assert (body["failed_retried"], body["failed_terminal"]) == (None, None)
+
+
+@pytest.mark.parametrize("backend", ["embedded"], indirect=True)
+def test_on_sqlite_a_look_reads_the_due_rows_not_every_pending_one(queue, log):
+    def add_later(n: int) -> None:
+        later = [JobSpec(H, "record", {"log": log}, at=NOW + 3600 + i) for i in range(n)]
+        queue.add_many(later, now=NOW)
+
+    queue.add_many([JobSpec(H, "record", {"log": log}, at=NOW - i) for i in (1, 2)], now=NOW)
+    add_later(100)
+    few, before = sqlite_steps(queue, lambda: queue.status(now=NOW).queues["default"])
+    add_later(3000)
+
+    many, after = sqlite_steps(queue, lambda: queue.status(now=NOW).queues["default"])
+
+    assert (few.pending_due, many.pending_due, many.pending) == (2, 2, 3102)
+    assert after < 2 * before  # counting every pending row of the queue takes 20 times more
 
 
 def test_index_that_lost_entries_shows_fewer_scheduled_than_pending(queue, log):
