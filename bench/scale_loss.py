@@ -59,6 +59,8 @@ def redis_loss(site: Site) -> dict[str, float | None]:
     result["index_entries"] = entries
     seconds = result["index_complete_s"]
     result["index_entries_per_s"] = entries / seconds if seconds else None
+    # The rows beyond the horizon need no entry: the whole index covers every pending row.
+    result["index_pending_rows_per_s"] = pending / seconds if seconds else None
     result["redis_bytes_per_job_rebuilt"] = (after - before) / pending
     result["bare_zadd_entries_per_s"] = bare_zadd(site, pending)
     return result
