@@ -19,7 +19,8 @@ from .store.table import Job, Table
 from .worker.report import RunReport
 
 if TYPE_CHECKING:  # loaded by the methods that use them, so `delayq run` does without
-    from .ops.overview import JobFilter, StatusReport, Upcoming
+    from .ops.overview import JobFilter, StatusReport
+    from .ops.upcoming import Upcoming
 
 MAX_PAGE = 10_000  # rows `list` or `peek` shows at once; more is a page of its own
 
@@ -88,9 +89,9 @@ class QueueReads:
         # None: every queue the registry knows, and always the default one, whose schedule's
         # key is the contract's, so producers ZADD it directly.
         names = [validate_queue_name(name) for name in queues] if queues else None
-        from .ops import overview
+        from .ops import upcoming
 
-        return overview.next_scheduled(self.table, self.index, names, count)
+        return upcoming.next_scheduled(self.table, self.index, names, count)
 
     @backend_errors
     def metrics(self, report: RunReport | None = None) -> bytes:

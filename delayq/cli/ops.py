@@ -29,7 +29,8 @@ if TYPE_CHECKING:  # the modules behind the commands load when a command runs, k
     from rich.console import Console
     from rich.table import Table
 
-    from ..ops.overview import LastRun, QueueStats, StatusReport, Upcoming
+    from ..ops.overview import LastRun, QueueStats, StatusReport
+    from ..ops.upcoming import Upcoming
 
 DurationText = str  # what the user typed: seconds or 90s, 15m, 2h, 1d
 DryRunOption = Annotated[bool, typer.Option("--dry-run", help="Count, change nothing.")]
