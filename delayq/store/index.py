@@ -1,6 +1,7 @@
 """Index: delayq's Redis side, its parts on one client — the schedule and its claims
 (schedule.py), the journal (journal.py), the tallies (tallies.py), the registry of queues,
-last run and completeness (registry.py), and the clock (clock.py).
+last run and completeness (registry.py), the clock (clock.py) and the queues' flow settings
+(flow.py, mirrored from the table).
 
 The parts only say *when* and *what was done*; the table says *whether*. Everything here can
 be rebuilt from the table (worker/rebuilds.py) or is best-effort, so losing Redis costs a
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 import redis
 
 from .clock import Clock
+from .flow import Flow
 from .journal import Journal
 from .registry import Registry
 from .schedule import Schedule
@@ -30,6 +32,7 @@ class Index:
         self.journal = Journal(client)
         self.tallies = Tallies(client)
         self.clock = Clock(client)
+        self.flow = Flow(client)
 
     def leased(
         self,

@@ -49,6 +49,11 @@ def queue_key(queue: str, suffix: str) -> str:
     return f"{{{schedule_key(queue)}}}:{suffix}"
 
 
+def flow_key(queue: str) -> str:
+    """The hash mirroring a queue's flow settings (flow.py), which the claim reads."""
+    return queue_key(queue, "flow")
+
+
 def minute_key(queue: str, minute: int) -> str:
     """The hash of one queue's aggregates over the minute starting at epoch second `minute`."""
     return queue_key(queue, f"minute:{minute}")
