@@ -121,3 +121,26 @@ def test_peek_marks_the_jobs_of_a_paused_queue(
     assert [line.endswith("pending (queue paused)") for line in lines[1:]] == [True, False]
     jobs = json.loads(invoke(cli_env, "peek", "--json").stdout)["jobs"]
     assert [(job["queue"], job["paused"]) for job in jobs] == [("sms", True), ("email", False)]
+
+
+def test_metrics_say_which_queues_are_paused_and_since_when(
+    queue: delayq.Queue, cli_env: dict[str, str], log: str
+) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    add(queue, log)
+    add(queue, log, name="email")
+    paused_at = queue.pause("sms")["sms"].paused_at
+
+    result = invoke(cli_env, "metrics")
+
+    assert result.exit_code == 0, result.output
+    samples = {
+        (sample.name, sample.labels.get("queue")): sample.value
+        for family in text_string_to_metric_families(result.stdout)
+        for sample in family.samples
+    }
+    assert samples[("delayq_queue_paused", "sms")] == 1.0
+    assert samples[("delayq_queue_paused", "email")] == 0.0
+    assert samples[("delayq_queue_paused_timestamp_seconds", "sms")] == paused_at
+    assert ("delayq_queue_paused_timestamp_seconds", "email") not in samples
