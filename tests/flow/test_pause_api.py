@@ -126,3 +126,20 @@ def test_a_pause_takes_effect_for_a_run_that_has_its_queues_mirror_cached(
     queue.run(now=NOW + 1)
     assert read_log(log) == ["1"]
     client.close()
+
+
+def test_a_pause_an_older_redis_forgot_is_put_back_before_the_next_claim(
+    queue: delayq.Queue, log: str
+) -> None:
+    """A failover to a replica that had not yet seen the pause: its hash says "running", at
+    an older version than the table's; the run's sweep puts the table's back first."""
+    add(queue, log, 1, NOW - 5)
+    queue.pause("sms", now=NOW - 1)
+    client = redis.Redis.from_url(queue.settings.redis_url)
+    client.hset("{delay_queue_job:sms}:flow", mapping={"version": 0, "paused_at": ""})
+
+    queue.run(now=NOW)
+
+    assert read_log(log) == []
+    assert queue.index.flow.paused(["sms"]) == {"sms"}
+    client.close()
