@@ -12,6 +12,7 @@ from importlib import resources
 
 import redis
 
+from .clusters import is_cluster
 from .keys import flow_key, text
 from .queue_settings import RUNNING, QueueFlow, flows
 from .table import Table
@@ -28,12 +29,17 @@ class Flow:
         self.client = client
         source = (resources.files(__package__) / "lua" / "mirror_flow.lua").read_text()
         self._mirror = client.register_script(source)
+        self._cluster = is_cluster(client)
 
     def mirror(self, settings: Mapping[str, QueueFlow]) -> None:
-        """Write each queue's settings, unless Redis holds a later version of them."""
+        """Write each queue's settings, unless Redis holds a later version of them; one round
+        trip (a queue at a time on a Cluster, which runs no script in a pipeline)."""
+        pipe = None if self._cluster else self.client.pipeline(transaction=False)
         for queue, flow in settings.items():
             args = [str(flow.version), _field(flow.paused_at), _field(flow.resumed_at)]
-            self._mirror(keys=[flow_key(queue)], args=args)
+            self._mirror(keys=[flow_key(queue)], args=args, client=pipe)
+        if pipe is not None:
+            pipe.execute()
 
     def forget(self, queues: Sequence[str]) -> None:
         """Drop the queues' mirrors: until they are written again, a claim asks the table."""

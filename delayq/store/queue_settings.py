@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import NamedTuple
+from weakref import WeakSet
 
 from .table import Status, Table, utc_stamp
 
@@ -35,7 +36,7 @@ RUNNING = QueueFlow()
 
 def install(table: Table) -> list[str]:
     """Create the settings table unless it is there; one line if it was made."""
-    if table.db.table_exists(SETTINGS_TABLE):
+    if _exists(table):
         return []
     if table.mysql:
         table.db.execute_sql(
@@ -57,7 +58,7 @@ def install(table: Table) -> list[str]:
 def flows(table: Table, queues: Sequence[str] | None = None) -> dict[str, QueueFlow]:
     """{queue: its settings} of the queues with a row (of `queues`, or all); none before
     `delayq init` made the table, which is every queue at its defaults."""
-    if not table.db.table_exists(SETTINGS_TABLE):
+    if not _exists(table):
         return {}
     sql = f"SELECT queue, paused_at, resumed_at, version FROM {_name(table)}"
     params: list[str] = []
@@ -99,7 +100,7 @@ def pause(table: Table, queues: Sequence[str], now: float) -> dict[str, QueueFlo
 def resume(table: Table, queues: Sequence[str], now: float) -> dict[str, QueueFlow]:
     """Resume those of `queues` that are paused, as of `now`; one that runs is left as it is
     (its overdue window does not move). Returns every one's settings as they now stand."""
-    if queues and table.db.table_exists(SETTINGS_TABLE):
+    if queues and _exists(table):
         marks = ", ".join([_mark(table)] * len(queues))
         table.db.execute_sql(
             f"UPDATE {_name(table)} SET paused_at = NULL, resumed_at = {_mark(table)}, "
@@ -109,6 +110,17 @@ def resume(table: Table, queues: Sequence[str], now: float) -> dict[str, QueueFl
         )
     found = flows(table, queues)
     return {queue: found.get(queue, RUNNING) for queue in queues}
+
+
+def _exists(table: Table) -> bool:
+    """Whether the settings table is there; once it is, not asked again for this Table (it
+    is never dropped), so a run's sweep costs one query."""
+    if table not in _EXISTING and table.db.table_exists(SETTINGS_TABLE):
+        _EXISTING.add(table)
+    return table in _EXISTING
+
+
+_EXISTING: WeakSet[Table] = WeakSet()
 
 
 def holds_jobs(table: Table, queue: str) -> bool:
