@@ -34,6 +34,9 @@ QUEUE_KEYS = {
     "next_due_at",
     "scheduled",
     "estimated",
+    "paused",
+    "paused_at",
+    "resumed_at",
 }
 
 
