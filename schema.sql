@@ -49,6 +49,18 @@ CREATE TABLE IF NOT EXISTS `delay_queue_counts` (
   PRIMARY KEY (`queue`, `slot`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
 
+-- Per-queue settings, a row per queue once it was first paused (`delayq pause`): paused since
+-- paused_at (NULL: runs), last resumed at resumed_at, both epoch seconds. Runs read a copy in
+-- Redis, put back from here when Redis loses it; version orders the changes.
+CREATE TABLE IF NOT EXISTS `delay_queue_settings` (
+  `queue` varchar(64) NOT NULL,
+  `paused_at` double DEFAULT NULL,
+  `resumed_at` double DEFAULT NULL,
+  `version` bigint NOT NULL DEFAULT 0,
+  `modified` datetime NOT NULL DEFAULT current_timestamp(),
+  PRIMARY KEY (`queue`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
+
 DROP TRIGGER IF EXISTS `delay_queue_pending_insert`;
 CREATE TRIGGER `delay_queue_pending_insert` AFTER INSERT ON `delay_queue` FOR EACH ROW
   INSERT INTO `delay_queue_counts` (queue, slot, pending)

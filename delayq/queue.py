@@ -17,8 +17,8 @@ from .config import DEFAULT_QUEUE, Settings, redact_url, validate_queue_name
 from .durations import Duration, Instant, parse_duration
 from .errors import BadInput
 from .jobspec import JobSpec, check_key, run_at_of, to_row
-from .reading import QueueReads
-from .store import chains, counts, inserts, queries, transactions
+from .pausing import QueuePausing
+from .store import chains, counts, inserts, queries, queue_settings, transactions
 from .store.backend_errors import backend_errors, one_line
 from .store.database import bound_replies
 from .store.index import Index
@@ -42,8 +42,8 @@ if TYPE_CHECKING:  # loaded by the methods that use them, so `delayq run` does w
 logger = logging.getLogger(__name__)
 
 
-class Queue(QueueReads):
-    """Add, cancel, retry, inspect and run delayed jobs."""
+class Queue(QueuePausing):
+    """Add, cancel, retry, inspect, pause and run delayed jobs."""
 
     def __init__(self, settings: Settings, db: peewee.Database, index: Index) -> None:
         self.settings = settings
@@ -79,9 +79,10 @@ class Queue(QueueReads):
         changes = [f"created table {TABLE_NAME}"]
         if not create_tables(self.table):
             changes = upgrade_table(self.table, self.index, self._now(now), schedule_lost)
-            changes += counts.install(self.table)
+            changes += counts.install(self.table) + queue_settings.install(self.table)
         else:  # the counts come with the table; only a failure to keep them is news
             changes += [line for line in counts.install(self.table) if not counts.added(line)]
+            queue_settings.install(self.table)
         complete = self.index.registry.is_complete()
         # Also raises the horizons that are near, and gives one to a queue that has none.
         count = Rebuild(self.table, self.index).rebuild_all(lambda: None)

@@ -224,6 +224,7 @@ def _drop_table(url: str) -> None:
     conn = mysql_connect(url)
     with conn.cursor() as cursor:
         cursor.execute("DROP TABLE IF EXISTS delay_queue")
+        cursor.execute("DROP TABLE IF EXISTS delay_queue_settings")  # paused queues too
     conn.close()
 
 

@@ -1,6 +1,7 @@
 """The `delayq` command: one typer function per command, grouped by audience — jobs.py for
 application code and scripts, running.py for `delayq run`, ops.py for the operator's looks
-and clean-ups, setup.py for init and doctor. Only cli/ prints or chooses an exit code.
+and clean-ups, flow.py for pause and resume, setup.py for init and doctor. Only cli/ prints
+or chooses an exit code.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import typer
 from ..config import load_settings
 from ..errors import DelayqError
 from ..ops.logs import setup_logging
-from . import jobs, listen, ops, running, setup, web  # noqa: F401 - importing them registers their commands on `app`
+from . import flow, jobs, listen, ops, running, setup, web  # noqa: F401 - importing them registers their commands on `app`
 from .app import TYPER_SETTINGS, Command, app
 
 

@@ -23,6 +23,7 @@ from .app import (
     print_json,
     printable,
 )
+from .flow import describe_pause
 
 if TYPE_CHECKING:  # the modules behind the commands load when a command runs, keeping
     # `delayq run`, the command cron starts every minute, free of them
@@ -129,9 +130,14 @@ def _print_status(report: StatusReport) -> None:
     failures = "failed|1h terminal retried"
     timing = _table(f"queue oldest|due late next|due {failures}", right=f"late next|due {failures}")
     for name, stats in report.queues.items():
-        jobs.add_row(printable(name), *(_count_cell(stats, field) for field in COUNTED))
-        timing.add_row(printable(name), *_timing_cells(stats, report.now))
+        shown_name = printable(name) + (" (paused)" if stats.paused else "")
+        jobs.add_row(shown_name, *(_count_cell(stats, field) for field in COUNTED))
+        timing.add_row(shown_name, *_timing_cells(stats, report.now))
     console.print(jobs, "", timing)  # a blank line between the two
+    for name, stats in report.queues.items():
+        if stats.paused:
+            due = _count_cell(stats, "pending_due")
+            console.print(f"{printable(name)}: {describe_pause(name, stats.paused_at, due)}")
 
 
 def _timing_cells(stats: QueueStats, now: float) -> list[str]:
@@ -243,9 +249,10 @@ def peek(
     as_json: JsonOption = False,
 ) -> None:
     """The next N jobs in schedule order, with the time until each is due; claims nothing."""
-    upcoming = open_queue().peek(count, queues=None if queue_name is None else [queue_name])
-    now = time.time()
-    views = [_upcoming_view(entry, now) for entry in upcoming]
+    queue = open_queue()
+    upcoming = queue.peek(count, queues=None if queue_name is None else [queue_name])
+    now, paused = time.time(), queue.paused()
+    views = [dict(_upcoming_view(entry, now), paused=entry.queue in paused) for entry in upcoming]
     if as_json:
         print_json({"now": now, "jobs": views})
         return
@@ -256,6 +263,8 @@ def peek(
         state = view["status"] or "-"
         if not view["indexed"]:  # added with using=: the next run's sweep schedules it
             state += " (not yet indexed)"
+        if view["paused"]:
+            state += " (queue paused)"
         table.add_row(*cells, printable(view["ext"]), state)
     _console().print(table if views else "nothing scheduled")
 

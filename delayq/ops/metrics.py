@@ -15,7 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from ..store import counts, queries
+from ..store import counts, queries, queue_settings
 from ..store.index import Index
 from ..store.table import Table
 from ..store.tallies import DURATION_BOUNDS, LATENESS_BOUNDS, OUTCOMES, SEPARATOR, bucket_field
@@ -106,7 +106,27 @@ def _queues(table: Table, index: Index, names: list[str], now: float) -> list[Ga
         values = (pending.get(queue, 0), due, running.get(queue, 0), age)
         for family, value in zip(families, values, strict=True):
             family.add_metric([queue], value)
-    return families
+    return [*families, *_paused(table, names)]
+
+
+def _paused(table: Table, names: list[str]) -> list[GaugeMetricFamily]:
+    """Which queues `delayq pause` holds, and since when: a paused queue's backlog grows on
+    purpose, which an alert on it may leave out (`unless on(queue) delayq_queue_paused == 1`)."""
+    flows = queue_settings.flows(table)
+    paused = GaugeMetricFamily(
+        "delayq_queue_paused", "1 while `delayq pause` holds the queue, else 0.", labels=["queue"]
+    )
+    since = GaugeMetricFamily(
+        "delayq_queue_paused_timestamp_seconds",
+        "When a paused queue was paused.",
+        labels=["queue"],
+    )
+    for queue in sorted(set(names) | set(flows)):
+        flow = flows.get(queue, queue_settings.RUNNING)
+        paused.add_metric([queue], 1.0 if flow.paused else 0.0)
+        if flow.paused_at is not None:
+            since.add_metric([queue], flow.paused_at)
+    return [paused, since]
 
 
 def _last_run(report: RunReport, now: float) -> list[GaugeMetricFamily]:

@@ -13,10 +13,11 @@ from peewee import SQL, ModelSelect, NodeList, Value, fn
 
 from ..config import validate_queue_name, validate_text
 from ..durations import Duration, format_delta, parse_duration
-from ..store import counts, queries
+from ..store import counts, queries, queue_settings
 from ..store.index import Index
 from ..store.keys import LAST_RUN_KEY
 from ..store.params import payload_or_empty
+from ..store.queue_settings import QueueFlow
 from ..store.registry import Registry
 from ..store.table import Job, Status, Table, due_column, tuples, utc_stamp
 
@@ -49,6 +50,11 @@ class QueueStats:
     oldest_due_lag: float | None = None
     next_due_at: float | None = None
     scheduled: int = 0  # entries in the Redis sorted set: the jobs due within the horizon
+    # `delayq pause`: runs start none of its jobs since `paused_at`; its due jobs wait (in
+    # pending_due), never missed. `resumed_at`: its last resume, None if never.
+    paused: bool = False
+    paused_at: float | None = None
+    resumed_at: float | None = None
     # The fields above that are the database's estimate, not a count (see status_report).
     estimated: list[str] = field(default_factory=list)
 
@@ -120,8 +126,8 @@ class StatusReport(dict[str, Any]):
                 f"no run for {format_delta(self.now - finished)} (max {format_delta(max_idle)}):"
                 " is cron running delayq run?"
             )
-        for name, stats in self.queues.items():
-            if (lag := stats.oldest_due_lag) is not None and lag > max_lag:
+        for name, stats in self.queues.items():  # a paused queue's jobs wait on purpose
+            if (lag := stats.oldest_due_lag) is not None and lag > max_lag and not stats.paused:
                 found.append(
                     f"queue {name}: job {stats.oldest_due_id} is {format_delta(lag)} late"
                     f" (max {format_delta(max_lag)}), {stats.pending_due} due in all"
@@ -158,7 +164,10 @@ def status_report(
     by_status = {status: queries.queues_of(table, status) for status in present - {Status.PENDING}}
     pending = counts.pending_by_queue(table) if Status.PENDING in wanted else {}
     names = set(pending) | {name for found in by_status.values() for name in found}
-    stats = {name: QueueStats() for name in sorted(names | set(index.registry.queues()))}
+    flows = queue_settings.flows(table)
+    names |= set(flows) | set(index.registry.queues())
+    stats = {name: QueueStats() for name in sorted(names)}
+    _flow_figures(stats, flows)
     for name, count in pending.items():
         stats[name].pending = count
     if Status.RUNNING in present:
@@ -183,6 +192,12 @@ def status_report(
             _due_figures(table, name, entry, now)
         entry.scheduled = index.schedule.size(name)
     return StatusReport(now, stats, read_last_run(index.registry))
+
+
+def _flow_figures(stats: dict[str, QueueStats], flows: dict[str, QueueFlow]) -> None:
+    for name, flow in flows.items():
+        stats[name].paused, stats[name].paused_at = flow.paused, flow.paused_at
+        stats[name].resumed_at = flow.resumed_at
 
 
 def _count_into(table: Table, entry: QueueStats, field: str, *parts: ModelSelect[Job]) -> None:

@@ -1,5 +1,6 @@
-"""`delayq peek`: the jobs due next, from each queue's schedule and, beyond its horizon,
-from the table."""
+"""What runs next (`peek`): the first entries of the queues' schedules with their rows, the
+rows due beyond a queue's horizon (in the table alone), and the rows a caller's transaction
+added that no run has indexed yet; read without claiming. Nothing here writes."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Index: delayq's Redis side, its parts on one client — the schedule and its claims
 (schedule.py) and how far ahead it holds jobs (horizons.py), the journal (journal.py), the
-tallies (tallies.py), the registry of queues, last run and completeness (registry.py), and
-the clock (clock.py).
+tallies (tallies.py), the registry of queues, last run and completeness (registry.py), the
+clock (clock.py) and the queues' flow settings (flow.py, mirrored from the table).
 
 The parts only say *when* and *what was done*; the table says *whether*. Everything here can
 be rebuilt from the table (worker/rebuilds.py) or is best-effort, so losing Redis costs a
@@ -16,6 +16,7 @@ import redis
 
 from ..config import Settings
 from .clock import Clock
+from .flow import Flow
 from .horizons import Horizons
 from .journal import Journal
 from .registry import Registry
@@ -34,6 +35,7 @@ class Index:
         self.tallies = Tallies(client)
         self.clock = Clock(client)
         self.horizons = Horizons(client, horizon)
+        self.flow = Flow(client)
 
     def leased(
         self,

@@ -54,6 +54,11 @@ def horizon_key(queue: str) -> str:
     return queue_key(queue, "horizon")
 
 
+def flow_key(queue: str) -> str:
+    """The hash mirroring a queue's flow settings (flow.py), which the claim reads."""
+    return queue_key(queue, "flow")
+
+
 def minute_key(queue: str, minute: int) -> str:
     """The hash of one queue's aggregates over the minute starting at epoch second `minute`."""
     return queue_key(queue, f"minute:{minute}")

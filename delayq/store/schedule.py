@@ -20,7 +20,8 @@ from redis.commands.core import Script
 
 from . import horizons
 from .clusters import SlotWaits, is_cluster
-from .keys import horizon_key, queue_key, schedule_key, text
+from .flow import FlowUnknown
+from .keys import flow_key, horizon_key, queue_key, schedule_key, text
 
 ADD_CHUNK = 10000
 
@@ -93,9 +94,12 @@ class Schedule:
 
     def claim_due(self, queue: str, now: float, limit: int) -> list[tuple[str, float]]:
         """Atomically take up to `limit` due members out of the schedule, oldest first, as
-        text: a member written by another producer may not be an id."""
-        keys = [schedule_key(queue), queue_key(queue, "claimed")]
+        text: a member written by another producer may not be an id; none while the queue
+        is paused. FlowUnknown if Redis lost the queue's flow settings (flow.restore)."""
+        keys = [schedule_key(queue), queue_key(queue, "claimed"), flow_key(queue)]
         flat = self._claim_due(keys=keys, args=[repr(now), limit])
+        if not isinstance(flat, list):
+            raise FlowUnknown(queue)
         return [(text(flat[i]), float(flat[i + 1])) for i in range(0, len(flat), 2)]
 
     def drop_claims(self, pipe: Pipeline, queue: str, members: Sequence[str]) -> None:

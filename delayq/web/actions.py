@@ -1,4 +1,5 @@
-"""The pages that write: logging in with DELAYQ_WEB_TOKEN, and retry, cancel and requeue, each
+"""The pages that write: logging in with DELAYQ_WEB_TOKEN, and retry, cancel, requeue, pause and
+resume, each
 a POST carrying the session's CSRF token and each the one Queue call the CLI makes, so the
 same rules and atomicity hold. Without a token every action answers 403: the page only reads."""
 
@@ -100,6 +101,18 @@ async def cancel(request: Request) -> Response:
     job_id = request.path_params["job_id"]
     await run_in_threadpool(request.app.state.queue.cancel, job_id)
     return RedirectResponse(f"{root_path(request)}/jobs/{job_id}", 303)
+
+
+@guarded
+async def pause(request: Request) -> Response:
+    await run_in_threadpool(request.app.state.queue.pause, request.path_params["name"])
+    return RedirectResponse(f"{root_path(request)}/", 303)
+
+
+@guarded
+async def resume(request: Request) -> Response:
+    await run_in_threadpool(request.app.state.queue.resume, request.path_params["name"])
+    return RedirectResponse(f"{root_path(request)}/", 303)
 
 
 async def requeue_preview(request: Request) -> Response:

@@ -44,6 +44,8 @@ def create_app(queue: Queue, *, token: str | None = None) -> Starlette:
         Route("/logout", actions.logout, methods=["POST"]),
         Route("/jobs/{job_id:int}/retry", actions.retry, methods=["POST"]),
         Route("/jobs/{job_id:int}/cancel", actions.cancel, methods=["POST"]),
+        Route("/queues/{name}/pause", actions.pause, methods=["POST"]),
+        Route("/queues/{name}/resume", actions.resume, methods=["POST"]),
         Route("/requeue", actions.requeue_preview, methods=["GET"]),
         Route("/requeue", actions.requeue, methods=["POST"]),
         Mount("/static", app=StaticFiles(packages=[("delayq.web", "static")]), name="static"),

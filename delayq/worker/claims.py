@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from ..durations import format_instant
 from ..store import leases, queries
+from ..store.flow import FlowUnknown, restore, settings_of
 from ..store.index import Index
 from ..store.keys import job_id_of
 from ..store.outcomes import mark_missed_and_rearm
@@ -60,7 +61,7 @@ class Claimer:
         """Claim up to `size` due members, lease their rows and note their order after `before`
         (the batch still running, so that recovery can tell which job was running) or, for a
         run noting each start, that it does; None if none is due. The caller counts it."""
-        claimed = self.index.schedule.claim_due(queue, now, size)
+        claimed = self._claim_due(queue, now, size)
         if not claimed:
             return None
         batch = Batch(size, claimed, {}, [])
@@ -71,10 +72,10 @@ class Claimer:
                 logger.warning("queue %s: dropped index member %r: not a job id", queue, member)
             else:
                 batch.due_by_id[job_id] = score
-        cutoff = now - self.since
-        late = [job_id for job_id, due in batch.due_by_id.items() if due < cutoff]
+        late = self._late(queue, batch.due_by_id, now)
         batch.missed = self._mark_missed(batch, queue, late, now)
-        runnable = [job_id for job_id, due in batch.due_by_id.items() if due >= cutoff]
+        on_time = set(batch.due_by_id) - set(late)
+        runnable = [job_id for job_id in batch.due_by_id if job_id in on_time]
         batch.leased_at = time.monotonic()
         jobs = leases.mark_running(
             self.table, runnable, self.token, now + self.lease, now, due_by=now
@@ -89,6 +90,25 @@ class Claimer:
         self.index.leased(queue, members, self.token, [] if notes_starts else order, notes_starts)
         batch.noted = notes_starts or len(order) > 1
         return batch
+
+    def _claim_due(self, queue: str, now: float, size: int) -> list[tuple[str, float]]:
+        """The claim, after putting the queue's flow settings back from the table if Redis
+        lost them: a paused queue must not read as running because Redis forgot it."""
+        while True:
+            try:
+                return self.index.schedule.claim_due(queue, now, size)
+            except FlowUnknown:
+                restore(self.table, self.index.flow, [queue])
+
+    def _late(self, queue: str, due_by_id: dict[int, float], now: float) -> list[int]:
+        """The claimed jobs due longer ago than the window, counted from the queue's last
+        resume for a job that fell due while it was paused: a pause never makes a job late."""
+        cutoff = now - self.since
+        late = [job_id for job_id, due in due_by_id.items() if due < cutoff]
+        if not late:
+            return []
+        resumed_at = settings_of(self.table, self.index.flow, queue).resumed_at or 0.0
+        return [job_id for job_id in late if max(due_by_id[job_id], resumed_at) < cutoff]
 
     def hand_back(
         self, queue: str, jobs: list[ClaimedJob], due_by_id: dict[int, float], now: float

@@ -14,10 +14,12 @@ it did, and hands it back to the pass when it ends.
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
+from ..store.flow import settings_of
 from ..store.outcomes import Outcome, Written
 from ..store.table import ClaimedJob
 from .calls import Caller
@@ -28,6 +30,10 @@ from .passes import Pass
 from .report import RunReport
 
 logger = logging.getLogger(__name__)
+
+# How often a drain holding jobs it has not started asks whether their queue was paused
+# meanwhile: a job claimed before `delayq pause` returned starts no later than this after it.
+PAUSE_LOOK = 0.25
 
 
 @dataclass
@@ -97,6 +103,8 @@ class Drain:
         self.due_by_id: dict[int, float] = {}  # of the jobs waiting or in flight
         self.upcoming: Future[Batch | None] | None = None  # leased on the bookkeeping thread
         self.noted = False  # whether the journal holds this run's order or start mark
+        self.paused = False  # the queue was paused: what waits goes back, nothing starts
+        self.pause_looked_at = float("-inf")  # monotonic
 
     def drain(self) -> Turn:
         """Drain the queue for its turn; the turn, with what the drain did."""
@@ -124,7 +132,19 @@ class Drain:
         if self.turn.at_limit():
             self.turn.report.stopped_early = True
             return True
-        return self.run.must_stop()
+        return self._paused() or self.run.must_stop()
+
+    def _paused(self) -> bool:
+        """Whether the queue has been paused since its jobs in hand were claimed (the claim
+        itself refuses a paused queue), asked at most every PAUSE_LOOK."""
+        if self.paused or (not self.waiting and self.upcoming is None):
+            return self.paused
+        if time.monotonic() - self.pause_looked_at >= PAUSE_LOOK:
+            self.pause_looked_at = time.monotonic()
+            self.paused = settings_of(self.run.table, self.run.index.flow, self.queue).paused
+            if self.paused:
+                logger.info("queue %s was paused; handing back the jobs not started", self.queue)
+        return self.paused
 
     def pump(self) -> None:
         """Start and record jobs until none is due or the run must stop."""

@@ -121,7 +121,9 @@ class Outage:
 def sleep_until_due(index: Index, queues: Sequence[str] | None, remaining: float) -> None:
     try:
         names = list(queues) if queues else index.registry.known_queues()
-        heads = index.schedule.heads(names)
+        # A paused queue's due jobs wait for its resume, not for this loop.
+        paused = index.flow.paused(names)
+        heads = index.schedule.heads([name for name in names if name not in paused])
         head = min(heads.values()) if heads else None
         due_in = head - index.clock.now() if head is not None else MAX_WAIT
         wait = min(due_in, remaining, MAX_WAIT)

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from ..config import Settings
+from ..store import flow
 from ..store.database import ping
 from ..store.index import Index
 from ..store.table import Table
@@ -218,6 +219,8 @@ class Runner:
         recovery.index_committed(table, index, each.clock())
         names = list(each.options.queues) or index.registry.known_queues()
         php_classes = dict(each.settings.php_classes)
+        if sweep:  # a failover to a replica behind may have left a queue's older settings
+            flow.restore(table, index.flow, names)
         for queue in names if sweep else ():  # recover leases, re-index orphans
             now = each.clock()
             recovered = recovery.recover_leases(table, index, queue, now, php_classes)

@@ -29,6 +29,7 @@ from delayq import Status
 from delayq.config import Settings
 from delayq.store import leases
 from delayq.store.database import RUN_REPLY_TIMEOUT
+from delayq.store.flow import restore
 from delayq.store.journal import Journal
 from delayq.store.keys import queue_key
 from delayq.store.outcomes import Outcome
@@ -431,6 +432,7 @@ def test_what_a_failed_pass_held_comes_back_at_the_next_pass_not_when_its_lease_
     # reaches the table again, and that pass's sweep recovers them.
     now = time.time()
     job_id = queue.add(H, "record", {"log": log, "n": "held"}, now=now - 1)
+    restore(queue.table, queue.index.flow, ["default"])  # as a run does before it claims
     assert queue.index.schedule.claim_due("default", now, 10) == [(str(job_id), now - 1)]
     leases.mark_running(queue.table, [job_id], "failed-pass", now + 3600, now)
     queue.run(now=now + 1)

@@ -73,6 +73,7 @@ def test_peek_json_has_time_until_due_and_the_row_fields(queue, cli_env, log):
         "ext",
         "status",
         "schedule",
+        "paused",
     }
     assert (view["id"], view["method"], view["ext"], view["status"]) == (
         job_id,

@@ -35,6 +35,9 @@ QUEUE_KEYS = {
     "next_due_at",
     "scheduled",
     "estimated",
+    "paused",
+    "paused_at",
+    "resumed_at",
 }
 
 

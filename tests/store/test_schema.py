@@ -344,3 +344,42 @@ def test_schema_sql_and_init_keep_pending_counts_with_the_same_table_and_trigger
     assert server.execute(
         f"SELECT queue, SUM(pending) FROM `{from_file}`.delay_queue_counts GROUP BY queue"
     ) == [("default", 1)]
+
+
+SETTINGS_COLUMNS = (
+    "SELECT COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE, COLUMN_DEFAULT, COLUMN_KEY "
+    "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s "
+    "AND TABLE_NAME = 'delay_queue_settings' ORDER BY ORDINAL_POSITION"
+)
+
+
+def test_schema_sql_and_init_make_the_same_queue_settings_table(
+    server, fresh_databases, init_queue
+):
+    from_file, from_init = fresh_databases
+    apply_schema_sql(server, from_file)
+    init_queue(server.url_of(from_init))
+
+    made = server.execute(SETTINGS_COLUMNS, (from_file,))
+    assert [column[0] for column in made] == [
+        "queue",
+        "paused_at",
+        "resumed_at",
+        "version",
+        "modified",
+    ]
+    assert made == server.execute(SETTINGS_COLUMNS, (from_init,))
+
+
+def test_init_adds_the_queue_settings_table_to_an_existing_install(
+    server, fresh_databases, init_queue
+):
+    """An install from before pausing: its table is there, its settings table not yet."""
+    name = fresh_databases[0]
+    apply_schema_sql(server, name)
+    server.execute(f"DROP TABLE `{name}`.delay_queue_settings")
+
+    queue = init_queue(server.url_of(name))
+
+    assert server.execute(SETTINGS_COLUMNS, (name,)) != []
+    assert queue.init() == []  # and then nothing more to do

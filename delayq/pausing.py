@@ -1,0 +1,79 @@
+"""Pausing and resuming queues, the part of Queue that changes a queue's flow settings: in the
+table first (queue_settings.py), then in their Redis mirror (flow.py), where every run's claim
+reads them. queue.py adds and runs jobs; reading.py answers questions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from .config import validate_queue_name
+from .errors import BadInput
+from .reading import QueueReads
+from .store import queue_settings
+from .store.backend_errors import backend_errors
+from .store.queue_settings import QueueFlow
+from .store.table import Table
+
+# A write of queue_settings (pause, resume): (table, queues, now) -> their settings now.
+SettingsChange = Callable[[Table, Sequence[str], float], dict[str, QueueFlow]]
+
+
+class QueuePausing(QueueReads):
+    """Pause, resume, and what is paused."""
+
+    @backend_errors
+    def pause(self, *names: str, now: float | None = None) -> dict[str, QueueFlow]:
+        """Stop every run, on every host, from starting the jobs of queues `names`: no claim
+        takes them once this returns, and a run holding some it has not started hands them
+        back within a second. Jobs running finish; adds and cancels go on; a queue paused
+        already stays paused since its first pause. Its due jobs are never missed while it
+        is paused. Returns each queue's settings."""
+        return self._change(queue_settings.pause, names, now)
+
+    @backend_errors
+    def resume(self, *names: str, now: float | None = None) -> dict[str, QueueFlow]:
+        """Let runs start the jobs of queues `names` again; the overdue window of a job that
+        fell due while its queue was paused counts from now. A queue not paused is left as it
+        is. Returns each queue's settings."""
+        return self._change(queue_settings.resume, names, now)
+
+    def _change(
+        self, write: SettingsChange, names: Sequence[str], now: float | None
+    ) -> dict[str, QueueFlow]:
+        """Write the change to the queues' settings in the table, then mirror it into Redis."""
+        queues = _queues(names)
+        # Forgotten first: whatever fails from here on, a claim finds no mirror and asks the
+        # table, which holds the change as soon as it commits.
+        self.index.flow.forget(queues)
+        settings = write(self.table, queues, self._now(now))
+        self.index.flow.mirror(settings)
+        return settings
+
+    @backend_errors
+    def paused(self) -> dict[str, QueueFlow]:
+        """{queue: its settings} of every paused queue, as the table holds them."""
+        return {
+            queue: flow for queue, flow in queue_settings.flows(self.table).items() if flow.paused
+        }
+
+    @backend_errors
+    def unknown(self, names: Sequence[str]) -> list[str]:
+        """Those of `names` no job has used and no pause has named: neither registered, nor
+        holding a schedule entry or a pending row, nor in the settings table. A typo, most
+        likely; or a queue whose first job is yet to come."""
+        queues = _queues(names)
+        known = set(self.index.registry.known_queues()) | set(queue_settings.flows(self.table))
+        return [
+            name
+            for name in queues
+            if name not in known
+            and not self.index.schedule.size(name)
+            and not queue_settings.holds_jobs(self.table, name)
+        ]
+
+
+def _queues(names: Sequence[str]) -> list[str]:
+    if not names:
+        raise BadInput("name at least one queue")
+    return [validate_queue_name(name) for name in dict.fromkeys(names)]

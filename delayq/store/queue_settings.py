@@ -1,0 +1,150 @@
+"""Per-queue settings, durably: the `delay_queue_settings` table, a row per queue that has
+been paused at least once (whether it is paused, since when, when it last resumed). Redis
+holds a mirror that the claim reads (flow.py); this table is what the mirror comes back from.
+
+A queue without a row has its defaults: running, never paused. Every change bumps `version`,
+so that of two writers racing to mirror their change, the later change wins in Redis too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+from weakref import WeakSet
+
+from .table import Status, Table, utc_stamp
+
+SETTINGS_TABLE = "delay_queue_settings"
+ADDED = f"added table {SETTINGS_TABLE}"
+
+
+class QueueFlow(NamedTuple):
+    """A queue's flow settings: paused since `paused_at` (None: running), last resumed at
+    `resumed_at` (None: never paused, or never resumed), at change number `version`."""
+
+    paused_at: float | None = None
+    resumed_at: float | None = None
+    version: int = 0
+
+    @property
+    def paused(self) -> bool:
+        return self.paused_at is not None
+
+
+RUNNING = QueueFlow()
+
+
+def install(table: Table) -> list[str]:
+    """Create the settings table unless it is there; one line if it was made."""
+    if _exists(table):
+        return []
+    if table.mysql:
+        table.db.execute_sql(
+            f"CREATE TABLE IF NOT EXISTS `{SETTINGS_TABLE}` ("
+            "`queue` varchar(64) NOT NULL, `paused_at` double DEFAULT NULL, "
+            "`resumed_at` double DEFAULT NULL, `version` bigint NOT NULL DEFAULT 0, "
+            "`modified` datetime NOT NULL DEFAULT current_timestamp(), PRIMARY KEY (`queue`)"
+            ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
+        )
+    else:
+        table.db.execute_sql(
+            f'CREATE TABLE IF NOT EXISTS "{SETTINGS_TABLE}" (queue VARCHAR(64) NOT NULL '
+            "PRIMARY KEY, paused_at REAL, resumed_at REAL, version INTEGER NOT NULL DEFAULT 0, "
+            "modified DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP)"
+        )
+    return [ADDED]
+
+
+def flows(table: Table, queues: Sequence[str] | None = None) -> dict[str, QueueFlow]:
+    """{queue: its settings} of the queues with a row (of `queues`, or all); none before
+    `delayq init` made the table, which is every queue at its defaults."""
+    if not _exists(table):
+        return {}
+    sql = f"SELECT queue, paused_at, resumed_at, version FROM {_name(table)}"
+    params: list[str] = []
+    if queues is not None:
+        if not queues:
+            return {}
+        sql += f" WHERE queue IN ({', '.join([_mark(table)] * len(queues))})"
+        params = list(queues)
+    rows = table.db.execute_sql(sql, params).fetchall()
+    return {str(queue): _flow(paused, resumed, version) for queue, paused, resumed, version in rows}
+
+
+def pause(table: Table, queues: Sequence[str], now: float) -> dict[str, QueueFlow]:
+    """Pause `queues` from `now`; one already paused keeps when it was paused. Returns every
+    one's settings as they now stand."""
+    install(table)
+    with table.db.atomic():
+        for queue in queues:
+            if table.mysql:
+                sql = (
+                    f"INSERT INTO {_name(table)} (queue, paused_at, version, modified) "
+                    "VALUES (%s, %s, 1, %s) ON DUPLICATE KEY UPDATE "
+                    "version = version + (paused_at IS NULL), "
+                    "modified = IF(paused_at IS NULL, VALUES(modified), modified), "
+                    "paused_at = COALESCE(paused_at, VALUES(paused_at))"
+                )
+            else:
+                sql = (
+                    f'INSERT INTO "{SETTINGS_TABLE}" (queue, paused_at, version, modified) '
+                    "VALUES (?, ?, 1, ?) ON CONFLICT (queue) DO UPDATE SET "
+                    "version = version + (paused_at IS NULL), "
+                    "modified = CASE WHEN paused_at IS NULL THEN excluded.modified "
+                    "ELSE modified END, paused_at = COALESCE(paused_at, excluded.paused_at)"
+                )
+            table.db.execute_sql(sql, (queue, now, _stamp(now)))
+    return flows(table, queues)
+
+
+def resume(table: Table, queues: Sequence[str], now: float) -> dict[str, QueueFlow]:
+    """Resume those of `queues` that are paused, as of `now`; one that runs is left as it is
+    (its overdue window does not move). Returns every one's settings as they now stand."""
+    if queues and _exists(table):
+        marks = ", ".join([_mark(table)] * len(queues))
+        table.db.execute_sql(
+            f"UPDATE {_name(table)} SET paused_at = NULL, resumed_at = {_mark(table)}, "
+            f"version = version + 1, modified = {_mark(table)} "
+            f"WHERE paused_at IS NOT NULL AND queue IN ({marks})",
+            [now, _stamp(now), *queues],
+        )
+    found = flows(table, queues)
+    return {queue: found.get(queue, RUNNING) for queue in queues}
+
+
+def _exists(table: Table) -> bool:
+    """Whether the settings table is there; once it is, not asked again for this Table (it
+    is never dropped), so a run's sweep costs one query."""
+    if table not in _EXISTING and table.db.table_exists(SETTINGS_TABLE):
+        _EXISTING.add(table)
+    return table in _EXISTING
+
+
+_EXISTING: WeakSet[Table] = WeakSet()
+
+
+def holds_jobs(table: Table, queue: str) -> bool:
+    """Whether any row is in `queue`: a range of the (status, queue, run_at) index a status."""
+    Job = table.model
+    rows = Job.select(Job.id).where(Job.status.in_(list(Status)), Job.queue == queue)
+    return rows.limit(1).exists()
+
+
+def _flow(paused: object, resumed: object, version: object) -> QueueFlow:
+    return QueueFlow(
+        None if paused is None else float(str(paused)),
+        None if resumed is None else float(str(resumed)),
+        int(str(version)),
+    )
+
+
+def _stamp(now: float) -> str:
+    return utc_stamp(now).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _name(table: Table) -> str:
+    return f"`{SETTINGS_TABLE}`" if table.mysql else f'"{SETTINGS_TABLE}"'
+
+
+def _mark(table: Table) -> str:
+    return "%s" if table.mysql else "?"
