@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ..durations import format_delta, format_instant, parse_duration, parse_rate, shown
+from ..durations import format_delta, format_instant, format_rate, parse_duration, parse_rate, shown
 from ..errors import BadInput
 from ..store.table import Status
 from .app import (
@@ -254,8 +254,12 @@ def peek(
     """The next N jobs in schedule order, with the time until each is due; claims nothing."""
     queue = open_queue()
     upcoming = queue.peek(count, queues=None if queue_name is None else [queue_name])
-    now, paused = time.time(), queue.paused()
-    views = [dict(_upcoming_view(entry, now), paused=entry.queue in paused) for entry in upcoming]
+    now, paused, limited = time.time(), queue.paused(), queue.limited()
+    rates = {name: format_rate(flow.rate) for name, flow in limited.items() if flow.rate}
+    views = [
+        dict(_upcoming_view(entry, now), paused=entry.queue in paused, rate=rates.get(entry.queue))
+        for entry in upcoming
+    ]
     if as_json:
         print_json({"now": now, "jobs": views})
         return
@@ -268,6 +272,8 @@ def peek(
             state += " (not yet indexed)"
         if view["paused"]:
             state += " (queue paused)"
+        if view["rate"]:
+            state += f" (queue limited to {view['rate']})"
         table.add_row(*cells, printable(view["ext"]), state)
     _console().print(table if views else "nothing scheduled")
 

@@ -71,3 +71,47 @@ def test_bad_input_is_one_line_exit_2_and_limits_nothing(
     assert result.stdout == ""
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert queue.limited() == {}
+
+
+def test_metrics_give_each_limited_queues_rate_as_starts_a_second(
+    queue: delayq.Queue, cli_env: dict[str, str], log: str
+) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    add(queue, log)
+    queue.add(H, "record", {"log": log}, queue="email")
+    queue.limit("sms", rate="30/m")
+
+    result = invoke(cli_env, "metrics")
+
+    assert result.exit_code == 0, result.output
+    rates = {
+        sample.labels["queue"]: sample.value
+        for family in text_string_to_metric_families(result.stdout)
+        for sample in family.samples
+        if sample.name == "delayq_queue_rate_limit"
+    }
+    assert rates == {"sms": 0.5}
+
+
+def test_the_web_overview_marks_a_limited_queue_with_its_rate(
+    queue: delayq.Queue, log: str
+) -> None:
+    pytest.importorskip("starlette")
+    from tests.flow.test_pause_web import row_of
+    from tests.web.test_web import client_of
+
+    add(queue, log)
+    client = client_of(queue)
+    assert "limited to" not in row_of(client.get("/").text, "sms")
+    queue.limit("sms", rate="10/s")
+    assert ">limited to 10/s</span>" in row_of(client.get("/").text, "sms")
+
+
+def test_peek_says_a_jobs_queue_is_rate_limited(
+    queue: delayq.Queue, cli_env: dict[str, str], log: str
+) -> None:
+    add(queue, log)
+    queue.limit("sms", rate="10/s")
+    assert "(queue limited to 10/s)" in invoke(cli_env, "peek").stdout
+    assert json.loads(invoke(cli_env, "peek", "--json").stdout)["jobs"][0]["rate"] == "10/s"
