@@ -49,15 +49,18 @@ CREATE TABLE IF NOT EXISTS `delay_queue_counts` (
   PRIMARY KEY (`queue`, `slot`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
 
--- Per-queue settings, a row per queue once it was first paused (`delayq pause`): paused since
--- paused_at (NULL: runs), last resumed at resumed_at, both epoch seconds. Runs read a copy in
--- Redis, put back from here when Redis loses it; version orders the changes.
+-- Per-queue settings, a row per queue once it was first paused or limited (`delayq pause`,
+-- `delayq limit`): paused since paused_at (NULL: runs), last resumed at resumed_at, both epoch
+-- seconds; at most rate_count job starts in any rate_period seconds (NULL: no limit). Runs
+-- read a copy in Redis, put back from here when Redis loses it; version orders the changes.
 CREATE TABLE IF NOT EXISTS `delay_queue_settings` (
   `queue` varchar(64) NOT NULL,
   `paused_at` double DEFAULT NULL,
   `resumed_at` double DEFAULT NULL,
   `version` bigint NOT NULL DEFAULT 0,
   `modified` datetime NOT NULL DEFAULT current_timestamp(),
+  `rate_count` int DEFAULT NULL,
+  `rate_period` double DEFAULT NULL,
   PRIMARY KEY (`queue`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
 

@@ -157,3 +157,32 @@ def format_delta(seconds: float) -> str:
         if magnitude >= size:
             return f"{seconds / size:.1f}{unit}".replace(".0", "")
     return f"{seconds:.1f}s".replace(".0s", "s")
+
+
+# A rate limit's periods, and its most starts per period: its window is a sorted set in Redis.
+_RATE_PERIODS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+_RATE_NAMES = {period: unit for unit, period in _RATE_PERIODS.items()}
+MAX_RATE_COUNT = 100_000
+_RATE = re.compile(r"^\s*(\d+)\s*/\s*([a-z]+)\s*$", re.IGNORECASE)
+
+
+def parse_rate(text: str) -> tuple[int, float]:
+    """ "10/s", "600/m", "36000/h" → (starts, seconds)."""
+    found = _RATE.match(text) if isinstance(text, str) else None
+    unit = found.group(2).lower() if found else ""
+    if not found or unit not in _RATE_PERIODS:
+        raise BadInput(f"invalid rate {shown(text)}: expected starts per s, m or h, like 10/s")
+    digits = found.group(1)
+    count = int(digits) if len(digits) <= 9 else MAX_RATE_COUNT + 1
+    if not 1 <= count <= MAX_RATE_COUNT:
+        raise BadInput(
+            f"invalid rate {shown(text)}: the count must be between 1 and {MAX_RATE_COUNT:,}"
+        )
+    return count, _RATE_PERIODS[unit]
+
+
+def format_rate(rate: tuple[int, float]) -> str:
+    """(10, 1.0) → "10/s"; a period no unit names, in seconds: "10/90s"."""
+    count, period = rate
+    unit = _RATE_NAMES.get(period)
+    return f"{count}/{unit}" if unit else f"{count}/{period:g}s"

@@ -1,6 +1,6 @@
-"""Pausing and resuming queues, the part of Queue that changes a queue's flow settings: in the
-table first (queue_settings.py), then in their Redis mirror (flow.py), where every run's claim
-reads them. queue.py adds and runs jobs; reading.py answers questions.
+"""Pausing, resuming and rate-limiting queues, the part of Queue that changes a queue's flow
+settings: in the table first (queue_settings.py), then in their Redis mirror (flow.py), where
+every run's claim reads them. queue.py adds and runs jobs; reading.py answers questions.
 """
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from .config import validate_queue_name
+from .durations import parse_rate
 from .errors import BadInput
 from .reading import QueueReads
 from .store import queue_settings
@@ -49,6 +50,30 @@ class QueuePausing(QueueReads):
         settings = write(self.table, queues, self._now(now))
         self.index.flow.mirror(settings)
         return settings
+
+    @backend_errors
+    def limit(
+        self, *names: str, rate: str | None, now: float | None = None
+    ) -> dict[str, QueueFlow]:
+        """Let every run, on every host together, start at most `rate` jobs of queues `names`
+        ("10/s", "600/m", "36000/h") in any window of its period; None
+        lifts the limit. A job the limit holds back stays pending in its place and starts as
+        soon as the limit allows. Returns each queue's settings."""
+        parsed = None if rate is None else parse_rate(rate)
+
+        def write(table: Table, queues: Sequence[str], at: float) -> dict[str, QueueFlow]:
+            return queue_settings.limit(table, queues, parsed, at)
+
+        return self._change(write, names, now)
+
+    @backend_errors
+    def limited(self) -> dict[str, QueueFlow]:
+        """{queue: its settings} of every rate-limited queue, as the table holds them."""
+        return {
+            queue: flow
+            for queue, flow in queue_settings.flows(self.table).items()
+            if flow.rate is not None
+        }
 
     @backend_errors
     def paused(self) -> dict[str, QueueFlow]:

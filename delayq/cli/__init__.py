@@ -1,6 +1,6 @@
 """The `delayq` command: one typer function per command, grouped by audience — jobs.py for
 application code and scripts, running.py for `delayq run`, ops.py for the operator's looks
-and clean-ups, flow.py for pause and resume, setup.py for init and doctor. Only cli/ prints
+and clean-ups, flow.py for pause, resume and limit, setup.py for init and doctor. Only cli/ prints
 or chooses an exit code.
 """
 

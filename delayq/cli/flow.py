@@ -1,5 +1,6 @@
-"""Flow control: `delayq pause` and `delayq resume`, and how a paused queue reads in the
-operator's looks (status, peek), so that someone who never read the docs sees what holds it."""
+"""Flow control: `delayq pause`, `delayq resume` and `delayq limit`, and how a paused or
+rate-limited queue reads in the operator's looks (status, peek), so that someone who never
+read the docs sees what holds it."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from ..durations import format_delta, format_instant
+from ..durations import format_delta, format_instant, format_rate, parse_rate
 from ..errors import BadInput
 from .app import Command, app, open_queue, printable
 
@@ -48,6 +49,47 @@ def resume(names: NamesArgument) -> None:
             typer.echo(f"{printable(name)}: resumed; {_jobs(due)} due start now")
         else:
             typer.echo(f"{printable(name)}: was not paused")
+
+
+@app.command(cls=Command)
+def limit(
+    names: NamesArgument,
+    rate: Annotated[
+        str | None,
+        typer.Option(
+            "--rate", metavar="N/UNIT", help="At most N job starts per s, m or h: 10/s, 600/m."
+        ),
+    ] = None,
+    clear: Annotated[bool, typer.Option("--clear", help="Lift the queues' rate limits.")] = False,
+    new: Annotated[
+        bool, typer.Option("--new", help="Limit a queue that has no jobs yet (not a typo).")
+    ] = False,
+) -> None:
+    """Let every runner, on every host together, start at most N jobs of these queues in any
+    window of the period; a job held back stays pending, in its place, and starts as soon as
+    the limit allows (it is not a failure and uses no retry)."""
+    if (rate is None) == (not clear):
+        raise BadInput("give either --rate N/UNIT (like --rate 10/s) or --clear")
+    if rate is not None:
+        parse_rate(rate)  # refused before any server is asked
+    queue = open_queue()
+    if not new:
+        _refuse_unknown(queue.unknown(names), "limit", _NEW_HINT.replace("pause", "limit"))
+    for name, flow in queue.limit(*names, rate=rate).items():
+        typer.echo(f"{printable(name)}: {describe_rate(name, flow.rate)}")
+
+
+def describe_rate(name: str, rate: tuple[int, float] | None) -> str:
+    """A queue's rate limit in words, with the way to lift it."""
+    if rate is None:
+        return "no rate limit; runners start its due jobs as fast as they can"
+    count, period = rate
+    per = {1.0: "second", 60.0: "minute", 3600.0: "hour"}.get(period, f"{period:g}s")
+    starts = "1 job start" if count == 1 else f"{count} job starts"
+    return (
+        f"at most {starts} a {per} ({format_rate(rate)}) across all runners; due jobs beyond "
+        f"that wait in order (`delayq limit {printable(name)} --clear` lifts it)"
+    )
 
 
 _NEW_HINT = "; check the name, or give --new to pause it before its first job"

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ..durations import format_delta, format_instant, parse_duration, shown
+from ..durations import format_delta, format_instant, format_rate, parse_duration, parse_rate, shown
 from ..errors import BadInput
 from ..store.table import Status
 from .app import (
@@ -23,7 +23,7 @@ from .app import (
     print_json,
     printable,
 )
-from .flow import describe_pause
+from .flow import describe_pause, describe_rate
 
 if TYPE_CHECKING:  # the modules behind the commands load when a command runs, keeping
     # `delayq run`, the command cron starts every minute, free of them
@@ -131,6 +131,7 @@ def _print_status(report: StatusReport) -> None:
     timing = _table(f"queue oldest|due late next|due {failures}", right=f"late next|due {failures}")
     for name, stats in report.queues.items():
         shown_name = printable(name) + (" (paused)" if stats.paused else "")
+        shown_name += f" ({stats.rate})" if stats.rate else ""
         jobs.add_row(shown_name, *(_count_cell(stats, field) for field in COUNTED))
         timing.add_row(shown_name, *_timing_cells(stats, report.now))
     console.print(jobs, "", timing)  # a blank line between the two
@@ -138,6 +139,8 @@ def _print_status(report: StatusReport) -> None:
         if stats.paused:
             due = _count_cell(stats, "pending_due")
             console.print(f"{printable(name)}: {describe_pause(name, stats.paused_at, due)}")
+        if stats.rate:
+            console.print(f"{printable(name)}: {describe_rate(name, parse_rate(stats.rate))}")
 
 
 def _timing_cells(stats: QueueStats, now: float) -> list[str]:
@@ -251,8 +254,12 @@ def peek(
     """The next N jobs in schedule order, with the time until each is due; claims nothing."""
     queue = open_queue()
     upcoming = queue.peek(count, queues=None if queue_name is None else [queue_name])
-    now, paused = time.time(), queue.paused()
-    views = [dict(_upcoming_view(entry, now), paused=entry.queue in paused) for entry in upcoming]
+    now, paused, limited = time.time(), queue.paused(), queue.limited()
+    rates = {name: format_rate(flow.rate) for name, flow in limited.items() if flow.rate}
+    views = [
+        dict(_upcoming_view(entry, now), paused=entry.queue in paused, rate=rates.get(entry.queue))
+        for entry in upcoming
+    ]
     if as_json:
         print_json({"now": now, "jobs": views})
         return
@@ -265,6 +272,8 @@ def peek(
             state += " (not yet indexed)"
         if view["paused"]:
             state += " (queue paused)"
+        if view["rate"]:
+            state += f" (queue limited to {view['rate']})"
         table.add_row(*cells, printable(view["ext"]), state)
     _console().print(table if views else "nothing scheduled")
 

@@ -106,12 +106,13 @@ def _queues(table: Table, index: Index, names: list[str], now: float) -> list[Ga
         values = (pending.get(queue, 0), due, running.get(queue, 0), age)
         for family, value in zip(families, values, strict=True):
             family.add_metric([queue], value)
-    return [*families, *_paused(table, names)]
+    return [*families, *_flow(table, names)]
 
 
-def _paused(table: Table, names: list[str]) -> list[GaugeMetricFamily]:
+def _flow(table: Table, names: list[str]) -> list[GaugeMetricFamily]:
     """Which queues `delayq pause` holds, and since when: a paused queue's backlog grows on
-    purpose, which an alert on it may leave out (`unless on(queue) delayq_queue_paused == 1`)."""
+    purpose, which an alert on it may leave out (`unless on(queue) delayq_queue_paused == 1`);
+    and the rate limits `delayq limit` set, as starts a second, to set beside the starts."""
     flows = queue_settings.flows(table)
     paused = GaugeMetricFamily(
         "delayq_queue_paused", "1 while `delayq pause` holds the queue, else 0.", labels=["queue"]
@@ -121,12 +122,20 @@ def _paused(table: Table, names: list[str]) -> list[GaugeMetricFamily]:
         "When a paused queue was paused.",
         labels=["queue"],
     )
+    rate = GaugeMetricFamily(
+        "delayq_queue_rate_limit",
+        "The most job starts a second `delayq limit` lets all runners together make (10/m is "
+        "0.1667); absent without a limit.",
+        labels=["queue"],
+    )
     for queue in sorted(set(names) | set(flows)):
         flow = flows.get(queue, queue_settings.RUNNING)
         paused.add_metric([queue], 1.0 if flow.paused else 0.0)
         if flow.paused_at is not None:
             since.add_metric([queue], flow.paused_at)
-    return [paused, since]
+        if flow.rate is not None:
+            rate.add_metric([queue], flow.rate[0] / flow.rate[1])
+    return [paused, since, rate]
 
 
 def _last_run(report: RunReport, now: float) -> list[GaugeMetricFamily]:

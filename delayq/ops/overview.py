@@ -12,7 +12,7 @@ from typing import Any
 from peewee import SQL, ModelSelect, NodeList, Value, fn
 
 from ..config import validate_queue_name, validate_text
-from ..durations import Duration, format_delta, parse_duration
+from ..durations import Duration, format_delta, format_rate, parse_duration
 from ..store import counts, queries, queue_settings
 from ..store.index import Index
 from ..store.keys import LAST_RUN_KEY
@@ -55,6 +55,9 @@ class QueueStats:
     paused: bool = False
     paused_at: float | None = None
     resumed_at: float | None = None
+    # `delayq limit`: at most this many starts in any window of its period ("10/s"), for all
+    # runs together; None: no rate limit.
+    rate: str | None = None
     # The fields above that are the database's estimate, not a count (see status_report).
     estimated: list[str] = field(default_factory=list)
 
@@ -198,6 +201,7 @@ def _flow_figures(stats: dict[str, QueueStats], flows: dict[str, QueueFlow]) -> 
     for name, flow in flows.items():
         stats[name].paused, stats[name].paused_at = flow.paused, flow.paused_at
         stats[name].resumed_at = flow.resumed_at
+        stats[name].rate = None if flow.rate is None else format_rate(flow.rate)
 
 
 def _count_into(table: Table, entry: QueueStats, field: str, *parts: ModelSelect[Job]) -> None:

@@ -13,9 +13,14 @@ from importlib import resources
 import redis
 
 from .clusters import is_cluster
-from .keys import flow_key, text
+from .keys import flow_key, starts_key, text
 from .queue_settings import RUNNING, QueueFlow, flows
 from .table import Table
+
+# How long after its claim a job of a rate-limited queue may still start: its grant counts
+# for the rate's period plus this, and a run that could not start it by then hands it back,
+# so that no window of start times holds more than the rate allows.
+START_SLACK = 0.1
 
 
 class FlowUnknown(Exception):
@@ -37,6 +42,7 @@ class Flow:
         pipe = None if self._cluster else self.client.pipeline(transaction=False)
         for queue, flow in settings.items():
             args = [str(flow.version), _field(flow.paused_at), _field(flow.resumed_at)]
+            args += ["", ""] if flow.rate is None else [str(flow.rate[0]), repr(flow.rate[1])]
             self._mirror(keys=[flow_key(queue)], args=args, client=pipe)
         if pipe is not None:
             pipe.execute()
@@ -50,10 +56,23 @@ class Flow:
         """{queue: its mirrored settings, or None where Redis holds none}, one round trip."""
         pipe = self.client.pipeline(transaction=False)
         for queue in queues:
-            pipe.hmget(flow_key(queue), ["version", "paused_at", "resumed_at"])
+            pipe.hmget(flow_key(queue), FIELDS)
         return {
             queue: _parsed(*fields) for queue, fields in zip(queues, pipe.execute(), strict=True)
         }
+
+    def rate_free_at(self, limits: Mapping[str, tuple[int, float]], now: float) -> dict[str, float]:
+        """{queue: when its rate limit next lets a job start} of the rate-limited queues
+        `limits` ({queue: (starts, seconds)}): now, or when the grant that fills its window
+        leaves it; one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for queue, (count, period) in limits.items():
+            since = f"({now - period - START_SLACK!r}"
+            pipe.zrevrangebyscore(starts_key(queue), "+inf", since, count - 1, 1, withscores=True)
+        free_at = {}
+        for (queue, (_, period)), found in zip(limits.items(), pipe.execute(), strict=True):
+            free_at[queue] = found[0][1] + period + START_SLACK if found else now
+        return free_at
 
     def paused(self, queues: Sequence[str]) -> set[str]:
         """Those of `queues` Redis says are paused (one it lost the settings of is not here)."""
@@ -80,12 +99,19 @@ def _field(value: float | None) -> str:
     return "" if value is None else repr(value)
 
 
+FIELDS = ["version", "paused_at", "resumed_at", "rate_count", "rate_period"]
+Field = bytes | str | None
+
+
 def _parsed(
-    version: bytes | str | None, paused_at: bytes | str | None, resumed_at: bytes | str | None
+    version: Field, paused_at: Field, resumed_at: Field, count: Field, period: Field
 ) -> QueueFlow | None:
     if version is None or paused_at is None:
         return None
-    return QueueFlow(_time(paused_at), _time(resumed_at), int(text(version)))
+    rate_count = int(text(count)) if count else None
+    return QueueFlow(
+        _time(paused_at), _time(resumed_at), int(text(version)), rate_count, _time(period)
+    )
 
 
 def _time(value: bytes | str | None) -> float | None:

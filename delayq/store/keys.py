@@ -59,6 +59,12 @@ def flow_key(queue: str) -> str:
     return queue_key(queue, "flow")
 
 
+def starts_key(queue: str) -> str:
+    """The sorted set of a rate-limited queue's recent start grants (score = claim time),
+    which the claim counts and trims (claim_due.lua)."""
+    return queue_key(queue, "starts")
+
+
 def minute_key(queue: str, minute: int) -> str:
     """The hash of one queue's aggregates over the minute starting at epoch second `minute`."""
     return queue_key(queue, f"minute:{minute}")

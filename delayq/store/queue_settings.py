@@ -1,5 +1,6 @@
 """Per-queue settings, durably: the `delay_queue_settings` table, a row per queue that has
-been paused at least once (whether it is paused, since when, when it last resumed). Redis
+been paused or limited at least once (whether it is paused, since when, when it last resumed;
+its rate limit: at most rate_count starts in any rate_period seconds). Redis
 holds a mirror that the claim reads (flow.py); this table is what the mirror comes back from.
 
 A queue without a row has its defaults: running, never paused. Every change bumps `version`,
@@ -20,39 +21,63 @@ ADDED = f"added table {SETTINGS_TABLE}"
 
 class QueueFlow(NamedTuple):
     """A queue's flow settings: paused since `paused_at` (None: running), last resumed at
-    `resumed_at` (None: never paused, or never resumed), at change number `version`."""
+    `resumed_at` (None: never paused, or never resumed), at change number `version`; at most
+    `rate_count` starts in any `rate_period` seconds (None: no limit)."""
 
     paused_at: float | None = None
     resumed_at: float | None = None
     version: int = 0
+    rate_count: int | None = None
+    rate_period: float | None = None
 
     @property
     def paused(self) -> bool:
         return self.paused_at is not None
+
+    @property
+    def rate(self) -> tuple[int, float] | None:
+        """(starts, seconds) of its rate limit, or None."""
+        if self.rate_count is None or self.rate_period is None:
+            return None
+        return self.rate_count, self.rate_period
 
 
 RUNNING = QueueFlow()
 
 
 def install(table: Table) -> list[str]:
-    """Create the settings table unless it is there; one line if it was made."""
+    """Create the settings table unless it is there, or add the columns an older one lacks;
+    one line for each change."""
     if _exists(table):
-        return []
+        return _add_rate_columns(table)
     if table.mysql:
         table.db.execute_sql(
             f"CREATE TABLE IF NOT EXISTS `{SETTINGS_TABLE}` ("
             "`queue` varchar(64) NOT NULL, `paused_at` double DEFAULT NULL, "
             "`resumed_at` double DEFAULT NULL, `version` bigint NOT NULL DEFAULT 0, "
-            "`modified` datetime NOT NULL DEFAULT current_timestamp(), PRIMARY KEY (`queue`)"
-            ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
+            "`modified` datetime NOT NULL DEFAULT current_timestamp(), "
+            "`rate_count` int DEFAULT NULL, `rate_period` double DEFAULT NULL, "
+            "PRIMARY KEY (`queue`)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
         )
     else:
         table.db.execute_sql(
             f'CREATE TABLE IF NOT EXISTS "{SETTINGS_TABLE}" (queue VARCHAR(64) NOT NULL '
             "PRIMARY KEY, paused_at REAL, resumed_at REAL, version INTEGER NOT NULL DEFAULT 0, "
-            "modified DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP)"
+            "modified DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP, rate_count INTEGER, "
+            "rate_period REAL)"
         )
     return [ADDED]
+
+
+def _add_rate_columns(table: Table) -> list[str]:
+    """A settings table made before rate limits gains their two columns, in place."""
+    have = {column.name for column in table.db.get_columns(SETTINGS_TABLE)}
+    if "rate_count" in have:
+        return []
+    kinds = ("int", "double") if table.mysql else ("INTEGER", "REAL")
+    for column, kind in zip(("rate_count", "rate_period"), kinds, strict=True):
+        table.db.execute_sql(f"ALTER TABLE {_name(table)} ADD COLUMN {column} {kind} DEFAULT NULL")
+    return [f"added columns rate_count, rate_period to {SETTINGS_TABLE}"]
 
 
 def flows(table: Table, queues: Sequence[str] | None = None) -> dict[str, QueueFlow]:
@@ -60,7 +85,9 @@ def flows(table: Table, queues: Sequence[str] | None = None) -> dict[str, QueueF
     `delayq init` made the table, which is every queue at its defaults."""
     if not _exists(table):
         return {}
-    sql = f"SELECT queue, paused_at, resumed_at, version FROM {_name(table)}"
+    sql = (
+        f"SELECT queue, paused_at, resumed_at, version, rate_count, rate_period FROM {_name(table)}"
+    )
     params: list[str] = []
     if queues is not None:
         if not queues:
@@ -68,33 +95,29 @@ def flows(table: Table, queues: Sequence[str] | None = None) -> dict[str, QueueF
         sql += f" WHERE queue IN ({', '.join([_mark(table)] * len(queues))})"
         params = list(queues)
     rows = table.db.execute_sql(sql, params).fetchall()
-    return {str(queue): _flow(paused, resumed, version) for queue, paused, resumed, version in rows}
+    return {str(row[0]): _flow(*row[1:]) for row in rows}
 
 
 def pause(table: Table, queues: Sequence[str], now: float) -> dict[str, QueueFlow]:
     """Pause `queues` from `now`; one already paused keeps when it was paused. Returns every
     one's settings as they now stand."""
-    install(table)
-    with table.db.atomic():
-        for queue in queues:
-            if table.mysql:
-                sql = (
-                    f"INSERT INTO {_name(table)} (queue, paused_at, version, modified) "
-                    "VALUES (%s, %s, 1, %s) ON DUPLICATE KEY UPDATE "
-                    "version = version + (paused_at IS NULL), "
-                    "modified = IF(paused_at IS NULL, VALUES(modified), modified), "
-                    "paused_at = COALESCE(paused_at, VALUES(paused_at))"
-                )
-            else:
-                sql = (
-                    f'INSERT INTO "{SETTINGS_TABLE}" (queue, paused_at, version, modified) '
-                    "VALUES (?, ?, 1, ?) ON CONFLICT (queue) DO UPDATE SET "
-                    "version = version + (paused_at IS NULL), "
-                    "modified = CASE WHEN paused_at IS NULL THEN excluded.modified "
-                    "ELSE modified END, paused_at = COALESCE(paused_at, excluded.paused_at)"
-                )
-            table.db.execute_sql(sql, (queue, now, _stamp(now)))
-    return flows(table, queues)
+    if table.mysql:
+        sql = (
+            f"INSERT INTO {_name(table)} (queue, paused_at, version, modified) "
+            "VALUES (%s, %s, 1, %s) ON DUPLICATE KEY UPDATE "
+            "version = version + (paused_at IS NULL), "
+            "modified = IF(paused_at IS NULL, VALUES(modified), modified), "
+            "paused_at = COALESCE(paused_at, VALUES(paused_at))"
+        )
+    else:
+        sql = (
+            f'INSERT INTO "{SETTINGS_TABLE}" (queue, paused_at, version, modified) '
+            "VALUES (?, ?, 1, ?) ON CONFLICT (queue) DO UPDATE SET "
+            "version = version + (paused_at IS NULL), "
+            "modified = CASE WHEN paused_at IS NULL THEN excluded.modified "
+            "ELSE modified END, paused_at = COALESCE(paused_at, excluded.paused_at)"
+        )
+    return _upsert_each(table, queues, sql, (now, _stamp(now)))
 
 
 def resume(table: Table, queues: Sequence[str], now: float) -> dict[str, QueueFlow]:
@@ -110,6 +133,41 @@ def resume(table: Table, queues: Sequence[str], now: float) -> dict[str, QueueFl
         )
     found = flows(table, queues)
     return {queue: found.get(queue, RUNNING) for queue in queues}
+
+
+def limit(
+    table: Table, queues: Sequence[str], rate: tuple[int, float] | None, now: float
+) -> dict[str, QueueFlow]:
+    """Limit `queues` to `rate` (starts, seconds), or lift their limits with None. Returns
+    every one's settings as they now stand."""
+    if table.mysql:
+        sql = (
+            f"INSERT INTO {_name(table)} (queue, rate_count, rate_period, version, modified) "
+            "VALUES (%s, %s, %s, 1, %s) ON DUPLICATE KEY UPDATE version = version + 1, "
+            "rate_count = VALUES(rate_count), rate_period = VALUES(rate_period), "
+            "modified = VALUES(modified)"
+        )
+    else:
+        sql = (
+            f'INSERT INTO "{SETTINGS_TABLE}" (queue, rate_count, rate_period, version, modified) '
+            "VALUES (?, ?, ?, 1, ?) ON CONFLICT (queue) DO UPDATE SET version = version + 1, "
+            "rate_count = excluded.rate_count, rate_period = excluded.rate_period, "
+            "modified = excluded.modified"
+        )
+    count, period = rate if rate is not None else (None, None)
+    return _upsert_each(table, queues, sql, (count, period, _stamp(now)))
+
+
+def _upsert_each(
+    table: Table, queues: Sequence[str], sql: str, values: tuple[object, ...]
+) -> dict[str, QueueFlow]:
+    """Run the insert-or-update `sql` for each queue (its first parameter, then `values`), in
+    one transaction; every one's settings as they then stand."""
+    install(table)
+    with table.db.atomic():
+        for queue in queues:
+            table.db.execute_sql(sql, (queue, *values))
+    return flows(table, queues)
 
 
 def _exists(table: Table) -> bool:
@@ -130,11 +188,15 @@ def holds_jobs(table: Table, queue: str) -> bool:
     return rows.limit(1).exists()
 
 
-def _flow(paused: object, resumed: object, version: object) -> QueueFlow:
+def _flow(
+    paused: object, resumed: object, version: object, count: object, period: object
+) -> QueueFlow:
     return QueueFlow(
         None if paused is None else float(str(paused)),
         None if resumed is None else float(str(resumed)),
         int(str(version)),
+        None if count is None else int(str(count)),
+        None if period is None else float(str(period)),
     )
 
 

@@ -20,10 +20,16 @@ from redis.commands.core import Script
 
 from . import horizons
 from .clusters import SlotWaits, is_cluster
-from .flow import FlowUnknown
-from .keys import flow_key, horizon_key, queue_key, schedule_key, text
+from .flow import START_SLACK, FlowUnknown
+from .keys import flow_key, horizon_key, queue_key, schedule_key, starts_key, text
 
 ADD_CHUNK = 10000
+
+
+class Claimed(list[tuple[str, float]]):
+    """What a claim took, (member, due) each; `rate_limited` if its queue has a rate limit."""
+
+    rate_limited = False
 
 
 def load_script(client: redis.Redis, name: str) -> Script:
@@ -92,15 +98,27 @@ class Schedule:
         """Drop members (ids or junk another producer wrote) from a queue's schedule."""
         return int(self.client.zrem(schedule_key(queue), *members)) if members else 0
 
-    def claim_due(self, queue: str, now: float, limit: int) -> list[tuple[str, float]]:
+    def claim_due(
+        self, queue: str, now: float, limit: int, startable: int | None = None
+    ) -> Claimed:
         """Atomically take up to `limit` due members out of the schedule, oldest first, as
         text: a member written by another producer may not be an id; none while the queue
-        is paused. FlowUnknown if Redis lost the queue's flow settings (flow.restore)."""
+        is paused. A rate-limited queue gives at most what its window allows, and at most
+        `startable` (what the run can start at once; None: `limit`). FlowUnknown if Redis
+        lost the queue's flow settings (flow.restore)."""
         keys = [schedule_key(queue), queue_key(queue, "claimed"), flow_key(queue)]
-        flat = self._claim_due(keys=keys, args=[repr(now), limit])
+        keys.append(starts_key(queue))
+        start_cap = limit if startable is None else startable
+        args: list[str | int] = [repr(now), limit, repr(START_SLACK), start_cap]
+        flat = self._claim_due(keys=keys, args=args)
         if not isinstance(flat, list):
             raise FlowUnknown(queue)
-        return [(text(flat[i]), float(flat[i + 1])) for i in range(0, len(flat), 2)]
+        limited = len(flat) == 2 and isinstance(flat[0], list)
+        if limited:
+            flat = flat[0]
+        claimed = Claimed((text(flat[i]), float(flat[i + 1])) for i in range(0, len(flat), 2))
+        claimed.rate_limited = limited
+        return claimed
 
     def drop_claims(self, pipe: Pipeline, queue: str, members: Sequence[str]) -> None:
         """Add to `pipe` the forgetting of claims whose rows are now leased (or dropped)."""

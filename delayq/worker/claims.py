@@ -17,6 +17,7 @@ from ..store.flow import FlowUnknown, restore, settings_of
 from ..store.index import Index
 from ..store.keys import job_id_of
 from ..store.outcomes import mark_missed_and_rearm
+from ..store.schedule import Claimed
 from ..store.table import ClaimedJob, Table
 from ..store.tallies import Tally, handler_label
 from .handlers import handler_of
@@ -36,6 +37,8 @@ class Batch:
     missed: int = 0
     dropped: int = 0
     noted: bool = False  # whether its order (after the batch before it) was noted
+    rate_limited: bool = False  # its queue has a rate limit: start its jobs by START_SLACK
+    claimed_at: float = 0.0  # the claim's time, when its queue's window counts the grants
 
 
 class Claimer:
@@ -56,15 +59,22 @@ class Claimer:
         self.php_classes = php_classes  # to count a PHP producer's missed job by its handler
 
     def claim(
-        self, queue: str, before: list[int], now: float, size: int, notes_starts: bool = False
+        self,
+        queue: str,
+        before: list[int],
+        now: float,
+        size: int,
+        notes_starts: bool = False,
+        startable: int | None = None,
     ) -> Batch | None:
-        """Claim up to `size` due members, lease their rows and note their order after `before`
+        """Claim up to `size` due members (of a rate-limited queue, up to `startable`: what
+        the run can start at once), lease their rows and note their order after `before`
         (the batch still running, so that recovery can tell which job was running) or, for a
         run noting each start, that it does; None if none is due. The caller counts it."""
-        claimed = self._claim_due(queue, now, size)
+        claimed = self._claim_due(queue, now, size, startable)
         if not claimed:
             return None
-        batch = Batch(size, claimed, {}, [])
+        batch = Batch(size, claimed, {}, [], rate_limited=claimed.rate_limited, claimed_at=now)
         for member, score in claimed:
             job_id = job_id_of(member)
             if job_id is None:
@@ -91,12 +101,12 @@ class Claimer:
         batch.noted = notes_starts or len(order) > 1
         return batch
 
-    def _claim_due(self, queue: str, now: float, size: int) -> list[tuple[str, float]]:
+    def _claim_due(self, queue: str, now: float, size: int, startable: int | None) -> Claimed:
         """The claim, after putting the queue's flow settings back from the table if Redis
-        lost them: a paused queue must not read as running because Redis forgot it."""
+        lost them: a paused or limited queue must not read as free because Redis forgot it."""
         while True:
             try:
-                return self.index.schedule.claim_due(queue, now, size)
+                return self.index.schedule.claim_due(queue, now, size, startable)
             except FlowUnknown:
                 restore(self.table, self.index.flow, [queue])
 

@@ -106,8 +106,14 @@ class ConcurrentDrain(Drain):
             return
         self._took(self.claim(size))
 
+    def startable(self) -> int:
+        return max(0, self.slots.free - len(self.waiting))
+
     def _took(self, batch: Batch | None) -> None:
-        self.backlog = batch is not None and len(batch.claimed) == batch.size
+        # A rate-limited queue's batches are never leased ahead: their grants would lapse.
+        self.backlog = (
+            batch is not None and not batch.rate_limited and len(batch.claimed) == batch.size
+        )
         self.drained = batch is None
         if batch is None:
             # Nothing due now; while calls are in flight, look again soon for jobs that fall

@@ -19,7 +19,7 @@ from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from ..store.flow import settings_of
+from ..store.flow import START_SLACK, settings_of
 from ..store.outcomes import Outcome, Written
 from ..store.table import ClaimedJob
 from .calls import Caller
@@ -105,6 +105,8 @@ class Drain:
         self.noted = False  # whether the journal holds this run's order or start mark
         self.paused = False  # the queue was paused: what waits goes back, nothing starts
         self.pause_looked_at = float("-inf")  # monotonic
+        # Of a rate-limited queue's jobs waiting: when their claim took their start grants.
+        self.granted_at: dict[int, float] = {}
 
     def drain(self) -> Turn:
         """Drain the queue for its turn; the turn, with what the drain did."""
@@ -164,14 +166,27 @@ class Drain:
         """Claim and take up to `size` due jobs on this thread; None if none is due."""
         if size <= 0:
             return None
+        claimer, now = self.run.claimer, self.run.clock()
         return self.take(
-            self.run.claimer.claim(self.queue, [], self.run.clock(), size, self.notes_starts)
+            claimer.claim(self.queue, [], now, size, self.notes_starts, self.startable())
         )
 
+    def startable(self) -> int:
+        """How many jobs this drain can start at once: a rate-limited queue's claim takes no
+        more, since a start grant is good for START_SLACK only."""
+        return 1
+
     def lease_ahead(self, size: int, before: list[int]) -> None:
-        """Claim the next batch on the bookkeeping thread, while the jobs in hand run."""
+        """Claim the next batch on the bookkeeping thread, while the jobs in hand run (none
+        of a rate-limited queue: its grants would lapse while they wait)."""
         self.upcoming = self.run.bookkeeper().submit(
-            self.run.claimer.claim, self.queue, before, self.run.clock(), size, self.notes_starts
+            self.run.claimer.claim,
+            self.queue,
+            before,
+            self.run.clock(),
+            size,
+            self.notes_starts,
+            0,
         )
 
     def take(self, batch: Batch | None) -> Batch | None:
@@ -184,6 +199,8 @@ class Drain:
         batch.jobs = without_jobs_in_hand(batch.jobs, self.due_by_id.keys())
         self.waiting.extend(batch.jobs)
         self.due_by_id.update((job.id, batch.due_by_id[job.id]) for job in batch.jobs)
+        if batch.rate_limited:
+            self.granted_at.update((job.id, batch.claimed_at) for job in batch.jobs)
         return batch
 
     def take_upcoming(self) -> Batch | None:
@@ -196,6 +213,7 @@ class Drain:
         """Journal or write finished calls, then announce them: a hook sees a recorded one."""
         for outcome in outcomes:
             self.due_by_id.pop(outcome.job.id, None)
+            self.granted_at.pop(outcome.job.id, None)
         more = bool(self.waiting) or self.busy()
         self.turn.count(self.buffer.add_many(outcomes, more_coming=more))
         for outcome in outcomes:
@@ -206,13 +224,35 @@ class Drain:
 
     def hold_leases(self) -> None:
         """Before starting more jobs: if the heartbeat fell behind, drop the waiting jobs
-        another run has taken over meanwhile."""
+        another run has taken over meanwhile; hand back those whose start grant lapsed."""
+        if self.granted_at and self.waiting:
+            self._hand_back_lapsed_grants()
         if self.waiting and self.run.deadline.may_lapse():
             held = self.run.reassert_leases(list(self.waiting))
             for job in self.waiting:
                 if job.id not in held:  # not ours to run, nor to hand back
                     del self.due_by_id[job.id]
             self.waiting = deque(job for job in self.waiting if job.id in held)
+
+    def _hand_back_lapsed_grants(self) -> None:
+        """A rate-limited queue's waiting jobs claimed longer than half the start slack ago
+        go back to the schedule, at their places in due order: their grants cover a start
+        until START_SLACK after the claim, and the other half is the thread's to begin the
+        call. Their grants stay spent: handing them back never lets the window hold more."""
+        cutoff = self.run.clock() - START_SLACK / 2
+        lapsed = [job for job in self.waiting if self.granted_at.get(job.id, cutoff) < cutoff]
+        if not lapsed:
+            return
+        ids = {job.id for job in lapsed}
+        self.waiting = deque(job for job in self.waiting if job.id not in ids)
+        self.run.claimer.hand_back(self.queue, lapsed, self.due_by_id, self.run.clock())
+        for job_id in ids:
+            del self.due_by_id[job_id], self.granted_at[job_id]
+        logger.info(
+            "queue %s: %d jobs not started in time for their rate grants; handed back",
+            self.queue,
+            len(lapsed),
+        )
 
     def _hand_back_the_rest(self) -> int:
         """Jobs not started, the batch leased ahead and calls still running go back to

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from ..store import leases
 from ..store.backend_errors import is_lock_conflict, is_outage, one_line
 from ..store.index import Index
+from ..store.queue_settings import QueueFlow
 from ..store.table import Table
 from .interrupts import GracefulStop
 from .liveness import Liveness
@@ -118,13 +119,31 @@ class Outage:
         self.pause, self.failed = OUTAGE_PAUSE_FIRST, 0
 
 
+def _next_start(index: Index, names: list[str]) -> float | None:
+    """When the soonest job of `names` may start: its due time, or for a rate-limited queue
+    whose window is full, when a grant leaves it; None if none is scheduled. A paused
+    queue's due jobs wait for its resume, not for this loop."""
+    flows = index.flow.read(names)
+    heads = index.schedule.heads([name for name in names if not _paused(flows[name])])
+    limits = {name: rate for name in heads if (rate := _rate(flows[name])) is not None}
+    if limits:
+        free_at = index.flow.rate_free_at(limits, index.clock.now())
+        heads.update((name, max(heads[name], free_at[name])) for name in limits)
+    return min(heads.values()) if heads else None
+
+
+def _paused(flow: QueueFlow | None) -> bool:
+    return flow is not None and flow.paused
+
+
+def _rate(flow: QueueFlow | None) -> tuple[int, float] | None:
+    return None if flow is None else flow.rate
+
+
 def sleep_until_due(index: Index, queues: Sequence[str] | None, remaining: float) -> None:
     try:
         names = list(queues) if queues else index.registry.known_queues()
-        # A paused queue's due jobs wait for its resume, not for this loop.
-        paused = index.flow.paused(names)
-        heads = index.schedule.heads([name for name in names if name not in paused])
-        head = min(heads.values()) if heads else None
+        head = _next_start(index, names)
         due_in = head - index.clock.now() if head is not None else MAX_WAIT
         wait = min(due_in, remaining, MAX_WAIT)
         if wait <= 0:

@@ -38,6 +38,7 @@ QUEUE_KEYS = {
     "paused",
     "paused_at",
     "resumed_at",
+    "rate",
 }
 
 

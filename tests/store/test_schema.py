@@ -367,8 +367,36 @@ def test_schema_sql_and_init_make_the_same_queue_settings_table(
         "resumed_at",
         "version",
         "modified",
+        "rate_count",
+        "rate_period",
     ]
     assert made == server.execute(SETTINGS_COLUMNS, (from_init,))
+
+
+def test_init_adds_the_rate_columns_to_a_settings_table_from_before_rate_limits(
+    server, fresh_databases, init_queue
+):
+    """An install from before rate limits: its settings table lacks their columns, and keeps
+    its rows as init adds them in place."""
+    from_file, from_init = fresh_databases
+    apply_schema_sql(server, from_file)
+    apply_schema_sql(server, from_init)
+    server.execute(
+        f"ALTER TABLE `{from_init}`.delay_queue_settings DROP COLUMN rate_count, "
+        "DROP COLUMN rate_period"
+    )
+    server.execute(
+        f"INSERT INTO `{from_init}`.delay_queue_settings (queue, paused_at, version) "
+        "VALUES ('mail', 5, 1)"
+    )
+
+    queue = init_queue(server.url_of(from_init))
+
+    assert server.execute(SETTINGS_COLUMNS, (from_init,)) == server.execute(
+        SETTINGS_COLUMNS, (from_file,)
+    )
+    assert queue.paused()["mail"].paused_at == 5.0
+    assert queue.init() == []
 
 
 def test_init_adds_the_queue_settings_table_to_an_existing_install(

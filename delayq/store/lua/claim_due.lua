@@ -2,31 +2,59 @@
 --
 -- KEYS[1]  the queue's schedule (sorted set: member = job id, score = due epoch seconds)
 -- KEYS[2]  the queue's in-flight claims (sorted set: member = job id, score = claim time)
--- KEYS[3]  the queue's flow hash (flow.py): its `paused_at` is '' while the queue runs
+-- KEYS[3]  the queue's flow hash (flow.py): its `paused_at` is '' while the queue runs; its
+--          `rate_count` and `rate_period` are '' (or absent) while it has no rate limit
+-- KEYS[4]  the queue's start grants (sorted set: score = claim time), kept only while it
+--          has a rate limit
 -- ARGV[1]  now, epoch seconds; members with score <= now are due
 -- ARGV[2]  the most members to take
+-- ARGV[3]  start slack, seconds: how long after its claim a rate-limited job may still start
+-- ARGV[4]  the most members to take if the queue has a rate limit: those the run can start
+--          at once
 --
 -- Returns a flat array {id1, score1, id2, score2, ...}, oldest first: empty while the queue
 -- is paused; 0 if Redis lost the flow hash, which the run puts back from the table first.
+-- A rate-limited queue's answer is {that array, 1}, so that the run knows to start what it
+-- took at once.
 --
 -- Atomic because several runs claim from the same schedule at once: reading the due members
 -- and removing them in one script means no two runs ever receive the same member. The
 -- claims are noted until the run has leased the rows in the table, so that the orphan sweep
 -- can tell a job in flight from one the index lost. A pause is read here, in the same step,
--- so that no run claims from a queue once `delayq pause` has returned.
-local paused = redis.call('HGET', KEYS[3], 'paused_at')
-if not paused then
+-- so that no run claims from a queue once `delayq pause` has returned; and a rate limit is
+-- counted here, so that runs on every host share one sliding window: a grant counts for its
+-- period plus the start slack (a run hands back a job it could not start within the slack),
+-- so no period-long window of start times ever holds more than rate_count starts.
+local flow = redis.call('HMGET', KEYS[3], 'paused_at', 'rate_count', 'rate_period')
+if not flow[1] then
     return 0
-elseif paused ~= '' then
+elseif flow[1] ~= '' then
     return {}
 end
-local taken = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'WITHSCORES', 'LIMIT', 0, ARGV[2])
+local limit = tonumber(ARGV[2])
+local rate_count = tonumber(flow[2])
+local now = tonumber(ARGV[1])
+if rate_count then
+    local span = tonumber(flow[3]) + tonumber(ARGV[3])
+    redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', string.format('%.6f', now - span))
+    limit = math.min(limit, tonumber(ARGV[4]), rate_count - redis.call('ZCARD', KEYS[4]))
+    if limit <= 0 then
+        return {{}, 1}
+    end
+end
+local taken = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'WITHSCORES', 'LIMIT', 0, limit)
 local members = {}
 local claims = {}
+local grants = {}
 for i = 1, #taken, 2 do
     members[#members + 1] = taken[i]
     claims[#claims + 1] = ARGV[1]
     claims[#claims + 1] = taken[i]
+    if rate_count then
+        -- the claim time in the member too: a job handed back and claimed again is a new start
+        grants[#grants + 1] = ARGV[1]
+        grants[#grants + 1] = taken[i] .. '@' .. ARGV[1]
+    end
     if #members == 500 then
         redis.call('ZREM', KEYS[1], unpack(members))
         redis.call('ZADD', KEYS[2], unpack(claims))
@@ -37,5 +65,11 @@ end
 if #members > 0 then
     redis.call('ZREM', KEYS[1], unpack(members))
     redis.call('ZADD', KEYS[2], unpack(claims))
+end
+if rate_count then
+    for i = 1, #grants, 1000 do
+        redis.call('ZADD', KEYS[4], unpack(grants, i, math.min(i + 999, #grants)))
+    end
+    return {taken, 1}
 end
 return taken

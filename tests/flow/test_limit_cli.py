@@ -1,0 +1,117 @@
+"""`delayq limit` from the command line: what it prints, what it refuses (one line on stderr,
+exit 2, nothing written), and how `status` shows a rate-limited queue to someone who never
+read the docs."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+import delayq
+from tests.invoke import invoke
+
+H = "tests.sample_handlers.jobs"
+
+
+def add(queue: delayq.Queue, log: str) -> int:
+    return queue.add(H, "record", {"log": log}, queue="sms", at=time.time() - 1)
+
+
+def test_limit_says_what_it_means_and_clear_lifts_it(
+    queue: delayq.Queue, cli_env: dict[str, str], log: str
+) -> None:
+    add(queue, log)
+    limited = invoke(cli_env, "limit", "sms", "--rate", "600/m")
+    assert limited.exit_code == 0 and limited.stderr == ""
+    assert limited.stdout == (
+        "sms: at most 600 job starts a minute (600/m) across all runners; due jobs beyond "
+        "that wait in order (`delayq limit sms --clear` lifts it)\n"
+    )
+    assert queue.limited()["sms"].rate == (600, 60.0)
+
+    status = invoke(cli_env, "status")
+    assert "sms (600/m)" in status.stdout
+    assert "sms: at most 600 job starts a minute (600/m) across all runners" in status.stdout
+    assert json.loads(invoke(cli_env, "status", "--json").stdout)["queues"]["sms"]["rate"] == (
+        "600/m"
+    )
+
+    cleared = invoke(cli_env, "limit", "sms", "--clear")
+    assert cleared.stdout == "sms: no rate limit; runners start its due jobs as fast as they can\n"
+    assert queue.limited() == {}
+    assert json.loads(invoke(cli_env, "status", "--json").stdout)["queues"]["sms"]["rate"] is None
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        (("sms", "--rate", "0/s"), "invalid rate '0/s': the count must be between 1 and 100,000"),
+        (("sms", "--rate", "10/x"), "invalid rate '10/x': expected starts per s, m or h"),
+        (("sms", "--rate", "-5/s"), "invalid rate '-5/s'"),
+        (("sms", "--rate", "100001/h"), "the count must be between 1 and 100,000"),
+        (("sms", "--rate", "9" * 5000 + "/s"), "the count must be between 1 and 100,000"),
+        (("sms", "--rate", "junk"), "invalid rate 'junk'"),
+        (("sms",), "give either --rate N/UNIT (like --rate 10/s) or --clear"),
+        (("sms", "--rate", "5/s", "--clear"), "give either --rate N/UNIT"),
+        (("smss", "--rate", "5/s"), "cannot limit 'smss': no job has used that queue"),
+        (("bad name", "--rate", "5/s"), "queue name 'bad name' must be 1-64 characters"),
+        (("smss", "--clear"), "cannot limit 'smss': no job has used that queue"),
+        (("--rate", "5/s"), "Missing argument 'NAME...'"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_limits_nothing(
+    queue: delayq.Queue, cli_env: dict[str, str], log: str, case: tuple[tuple[str, ...], str]
+) -> None:
+    args, message = case
+    add(queue, log)
+    result = invoke(cli_env, "limit", *args)
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert queue.limited() == {}
+
+
+def test_metrics_give_each_limited_queues_rate_as_starts_a_second(
+    queue: delayq.Queue, cli_env: dict[str, str], log: str
+) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    add(queue, log)
+    queue.add(H, "record", {"log": log}, queue="email")
+    queue.limit("sms", rate="30/m")
+
+    result = invoke(cli_env, "metrics")
+
+    assert result.exit_code == 0, result.output
+    rates = {
+        sample.labels["queue"]: sample.value
+        for family in text_string_to_metric_families(result.stdout)
+        for sample in family.samples
+        if sample.name == "delayq_queue_rate_limit"
+    }
+    assert rates == {"sms": 0.5}
+
+
+def test_the_web_overview_marks_a_limited_queue_with_its_rate(
+    queue: delayq.Queue, log: str
+) -> None:
+    pytest.importorskip("starlette")
+    from tests.flow.test_pause_web import row_of
+    from tests.web.test_web import client_of
+
+    add(queue, log)
+    client = client_of(queue)
+    assert "limited to" not in row_of(client.get("/").text, "sms")
+    queue.limit("sms", rate="10/s")
+    assert ">limited to 10/s</span>" in row_of(client.get("/").text, "sms")
+
+
+def test_peek_says_a_jobs_queue_is_rate_limited(
+    queue: delayq.Queue, cli_env: dict[str, str], log: str
+) -> None:
+    add(queue, log)
+    queue.limit("sms", rate="10/s")
+    assert "(queue limited to 10/s)" in invoke(cli_env, "peek").stdout
+    assert json.loads(invoke(cli_env, "peek", "--json").stdout)["jobs"][0]["rate"] == "10/s"
