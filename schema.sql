@@ -51,7 +51,8 @@ CREATE TABLE IF NOT EXISTS `delay_queue_counts` (
 
 -- Per-queue settings, a row per queue once it was first paused or limited (`delayq pause`,
 -- `delayq limit`): paused since paused_at (NULL: runs), last resumed at resumed_at, both epoch
--- seconds; at most rate_count job starts in any rate_period seconds (NULL: no limit). Runs
+-- seconds; at most rate_count job starts in any rate_period seconds, and at most concurrency
+-- of its jobs running at once (NULL: no limit). Runs
 -- read a copy in Redis, put back from here when Redis loses it; version orders the changes.
 CREATE TABLE IF NOT EXISTS `delay_queue_settings` (
   `queue` varchar(64) NOT NULL,
@@ -61,6 +62,7 @@ CREATE TABLE IF NOT EXISTS `delay_queue_settings` (
   `modified` datetime NOT NULL DEFAULT current_timestamp(),
   `rate_count` int DEFAULT NULL,
   `rate_period` double DEFAULT NULL,
+  `concurrency` int DEFAULT NULL,
   PRIMARY KEY (`queue`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
 

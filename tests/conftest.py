@@ -74,6 +74,7 @@ SERIAL_FILES = {
     "faults/test_processes.py",
     "faults/test_soak.py",
     "faults/test_takeover.py",
+    "flow/test_concurrency_runners.py",
     "ops/test_requeue.py",
     "store/test_cluster.py",
     "store/test_embedded.py",

@@ -44,13 +44,30 @@ class Index:
         token: str,
         order: Sequence[int],
         notes_starts: bool = False,
+        unslotted: Sequence[str] = (),
     ) -> None:
         """The claimed members are now leased (or dropped) in the table: forget the claims,
-        and note the order run `token` will call the batch in, or that it notes each job it
-        starts; one round trip."""
+        free the running slots of those `unslotted` (not leased), and note the order run
+        `token` will call the batch in, or that it notes each job it starts; one round trip."""
         pipe = self.client.pipeline(transaction=False)
         self.schedule.drop_claims(pipe, queue, members)
+        self.flow.free_slots(pipe, queue, unslotted)
         self.journal.note_order(pipe, queue, token, order, notes_starts)
+        pipe.execute()
+
+    def free_slots(self, queue: str, job_ids: Sequence[int]) -> None:
+        """Free the running slots of a concurrency-limited queue's jobs that ended or went
+        back; one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        self.flow.free_slots(pipe, queue, [str(job_id) for job_id in job_ids])
+        pipe.execute()
+
+    def hold_slots(self, held: dict[str, list[int]], until: float) -> None:
+        """Renew the running slots of the jobs `held` ({queue: ids}) to `until`; one round
+        trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for queue, job_ids in held.items():
+            self.flow.renew_slots(pipe, queue, [str(job_id) for job_id in job_ids], until)
         pipe.execute()
 
     def committed(

@@ -21,15 +21,23 @@ from redis.commands.core import Script
 from . import horizons
 from .clusters import SlotWaits, is_cluster
 from .flow import START_SLACK, FlowUnknown
-from .keys import flow_key, horizon_key, queue_key, schedule_key, starts_key, text
+from .keys import flow_key, horizon_key, queue_key, schedule_key, slots_key, starts_key, text
 
 ADD_CHUNK = 10000
 
 
 class Claimed(list[tuple[str, float]]):
-    """What a claim took, (member, due) each; `rate_limited` if its queue has a rate limit."""
+    """What a claim took, (member, due) each; `rate_limited` if its queue has a rate limit,
+    `slotted` if it has a concurrency limit (each member took a running slot)."""
 
     rate_limited = False
+    slotted = False
+
+    @property
+    def start_at_once(self) -> bool:
+        """Whether its queue has a limit: what the claim took is started at once, never
+        leased ahead (a grant would lapse, a slot would wait)."""
+        return self.rate_limited or self.slotted
 
 
 def load_script(client: redis.Redis, name: str) -> Script:
@@ -99,25 +107,34 @@ class Schedule:
         return int(self.client.zrem(schedule_key(queue), *members)) if members else 0
 
     def claim_due(
-        self, queue: str, now: float, limit: int, startable: int | None = None
+        self,
+        queue: str,
+        now: float,
+        limit: int,
+        startable: int | None = None,
+        lease_until: float | None = None,
     ) -> Claimed:
         """Atomically take up to `limit` due members out of the schedule, oldest first, as
         text: a member written by another producer may not be an id; none while the queue
-        is paused. A rate-limited queue gives at most what its window allows, and at most
-        `startable` (what the run can start at once; None: `limit`). FlowUnknown if Redis
-        lost the queue's flow settings (flow.restore)."""
+        is paused. A limited queue gives at most what its rate window and running slots
+        allow, and at most `startable` (what the run can start at once; None: `limit`); a
+        slot taken is held until `lease_until` (None: `now`, so only a run that frees it at
+        once may leave it out). FlowUnknown if Redis lost the queue's flow settings
+        (flow.restore)."""
         keys = [schedule_key(queue), queue_key(queue, "claimed"), flow_key(queue)]
-        keys.append(starts_key(queue))
+        keys += [starts_key(queue), slots_key(queue)]
         start_cap = limit if startable is None else startable
-        args: list[str | int] = [repr(now), limit, repr(START_SLACK), start_cap]
+        held_until = now if lease_until is None else lease_until
+        args: list[str | int] = [repr(now), limit, repr(START_SLACK), start_cap, repr(held_until)]
         flat = self._claim_due(keys=keys, args=args)
         if not isinstance(flat, list):
             raise FlowUnknown(queue)
-        limited = len(flat) == 2 and isinstance(flat[0], list)
-        if limited:
-            flat = flat[0]
+        flags = 0
+        if len(flat) == 2 and isinstance(flat[0], list):
+            flat, flags = flat[0], int(flat[1])
         claimed = Claimed((text(flat[i]), float(flat[i + 1])) for i in range(0, len(flat), 2))
-        claimed.rate_limited = limited
+        claimed.rate_limited = bool(flags & 1)
+        claimed.slotted = bool(flags & 2)
         return claimed
 
     def drop_claims(self, pipe: Pipeline, queue: str, members: Sequence[str]) -> None:

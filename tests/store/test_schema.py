@@ -369,22 +369,23 @@ def test_schema_sql_and_init_make_the_same_queue_settings_table(
         "modified",
         "rate_count",
         "rate_period",
+        "concurrency",
     ]
     assert made == server.execute(SETTINGS_COLUMNS, (from_init,))
 
 
-def test_init_adds_the_rate_columns_to_a_settings_table_from_before_rate_limits(
-    server, fresh_databases, init_queue
+@pytest.mark.parametrize(
+    "dropped", ["rate_count, DROP COLUMN rate_period, DROP COLUMN concurrency", "concurrency"]
+)
+def test_init_adds_the_limit_columns_to_a_settings_table_from_before_limits(
+    server, fresh_databases, init_queue, dropped
 ):
-    """An install from before rate limits: its settings table lacks their columns, and keeps
-    its rows as init adds them in place."""
+    """An install from before rate or concurrency limits: its settings table lacks their
+    columns, and keeps its rows as init adds them in place."""
     from_file, from_init = fresh_databases
     apply_schema_sql(server, from_file)
     apply_schema_sql(server, from_init)
-    server.execute(
-        f"ALTER TABLE `{from_init}`.delay_queue_settings DROP COLUMN rate_count, "
-        "DROP COLUMN rate_period"
-    )
+    server.execute(f"ALTER TABLE `{from_init}`.delay_queue_settings DROP COLUMN {dropped}")
     server.execute(
         f"INSERT INTO `{from_init}`.delay_queue_settings (queue, paused_at, version) "
         "VALUES ('mail', 5, 1)"
