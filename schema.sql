@@ -66,6 +66,18 @@ CREATE TABLE IF NOT EXISTS `delay_queue_settings` (
   PRIMARY KEY (`queue`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
 
+-- Per-key locks (`delayq add --lock KEY`), a row per lock key while a job holds it: job_id
+-- holds it while it runs under a live lease, or while reserved_until (epoch seconds) has not
+-- passed when the lock was handed to it and it waits to be claimed. A row whose job holds
+-- nothing any more is taken over by the next job that asks.
+CREATE TABLE IF NOT EXISTS `delay_queue_locks` (
+  `lock_key` varchar(191) NOT NULL,
+  `job_id` bigint NOT NULL,
+  `reserved_until` double DEFAULT NULL,
+  `modified` datetime NOT NULL DEFAULT current_timestamp(),
+  PRIMARY KEY (`lock_key`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
+
 DROP TRIGGER IF EXISTS `delay_queue_pending_insert`;
 CREATE TRIGGER `delay_queue_pending_insert` AFTER INSERT ON `delay_queue` FOR EACH ROW
   INSERT INTO `delay_queue_counts` (queue, slot, pending)

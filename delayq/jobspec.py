@@ -24,6 +24,7 @@ from .durations import (
 )
 from .errors import BadInput
 from .store import table
+from .store.locks import LOCK_MAX
 from .store.params import may_nest_deeper, nests_deeper, payload_or_empty, too_deep
 from .store.policies import check_policy, policy_text
 from .store.recurrence import parse_schedule
@@ -51,6 +52,7 @@ class JobSpec:
     tz: str | None = None  # ...read in this IANA time zone (default UTC)
     retries: int | None = None  # retries after failures; None: the handler's or the ladder's
     retry_delays: Sequence[Duration] | None = None  # the wait before each retry, in order
+    lock: str | None = None  # jobs that share it never run at once, and run in due order
 
 
 def to_row(
@@ -72,7 +74,7 @@ def to_row(
         located.add((spec.class_path, spec.method))
     validate_queue_name(spec.queue)
     return {
-        "params": encode_params(spec.class_path, spec.method, spec.data),
+        "params": encode_params(spec.class_path, spec.method, spec.data, check_lock(spec.lock)),
         "ext_string": check_ext(spec.ext),
         "queue": spec.queue,
         "timeout": check_timeout(spec.timeout),
@@ -107,6 +109,7 @@ def job_view(job: Job) -> dict[str, Any]:
         # How it recurs: its cron expression and zone, or `every 1h` as `--every` takes it.
         "schedule": job.schedule or (f"every {format_duration(job.every)}" if job.every else None),
         "every": job.every,
+        "lock": payload.get("lock"),  # its lock key, or None
     }
 
 
@@ -128,9 +131,12 @@ def row_view(job: Job) -> dict[str, Any]:
 _PARAMS_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
 
 
-def encode_params(class_path: str, method: str, data: Any) -> str:
+def encode_params(class_path: str, method: str, data: Any, lock: str | None = None) -> str:
+    payload = {"class": class_path, "method": method, "data": data}
+    if lock is not None:
+        payload["lock"] = lock
     try:
-        text = _PARAMS_ENCODER.encode({"class": class_path, "method": method, "data": data})
+        text = _PARAMS_ENCODER.encode(payload)
     except RecursionError:
         raise BadInput(f"{too_deep()}; flatten it") from None
     except (TypeError, ValueError) as exc:
@@ -156,6 +162,23 @@ def check_ext(ext: str) -> str:
     if len(ext) > table.EXT_MAX:
         raise BadInput(f"ext is {len(ext)} characters; the limit is {table.EXT_MAX}")
     return ext
+
+
+def check_lock(lock: str | None) -> str | None:
+    """A job's lock key: text of 1 to LOCK_MAX characters that UTF-8 can hold, or None."""
+    if lock is None:
+        return None
+    if not isinstance(lock, str):
+        raise BadInput("lock must be text")
+    if lock == "":
+        raise BadInput("lock is empty; name the key the jobs share, like order:42")
+    try:
+        lock.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadInput("lock is not valid UTF-8") from None
+    if len(lock) > LOCK_MAX:
+        raise BadInput(f"lock is {len(lock)} characters; the limit is {LOCK_MAX}")
+    return lock
 
 
 def check_key(ext: str) -> str:

@@ -18,7 +18,7 @@ from .durations import Duration, Instant, parse_duration
 from .errors import BadInput
 from .jobspec import JobSpec, check_key, run_at_of, to_row
 from .pausing import QueuePausing
-from .store import chains, counts, inserts, queries, queue_settings, transactions
+from .store import chains, counts, inserts, locks, queries, queue_settings, transactions
 from .store.backend_errors import backend_errors, one_line
 from .store.database import bound_replies
 from .store.index import Index
@@ -80,9 +80,11 @@ class Queue(QueuePausing):
         if not create_tables(self.table):
             changes = upgrade_table(self.table, self.index, self._now(now), schedule_lost)
             changes += counts.install(self.table) + queue_settings.install(self.table)
+            changes += locks.install(self.table)
         else:  # the counts come with the table; only a failure to keep them is news
             changes += [line for line in counts.install(self.table) if not counts.added(line)]
             queue_settings.install(self.table)
+            locks.install(self.table)
         complete = self.index.registry.is_complete()
         # Also raises the horizons that are near, and gives one to a queue that has none.
         count = Rebuild(self.table, self.index).rebuild_all(lambda: None)
@@ -107,6 +109,7 @@ class Queue(QueuePausing):
         retries: int | None = None,
         retry_delays: Sequence[Duration] | None = None,
         replace: bool = False,
+        lock: str | None = None,
         check: bool = True,
         now: float | None = None,
         using: Any = None,
@@ -115,12 +118,14 @@ class Queue(QueuePausing):
         at `at` (epoch seconds, an aware datetime or ISO 8601 text). `every`: re-arm that long
         after each due time; `cron`: due at each match, read in zone `tz` (default UTC);
         `retries`, `retry_delays`: its retry policy; `replace`: move the pending job with this
-        `ext` instead of adding a second one; `using`: insert on this connection, inside its
-        open transaction (see `add_many`). The handler is imported now, so a mistyped name
-        fails here; `check=False` skips that, for a producer without the handlers' code."""
+        `ext` instead of adding a second one; `lock`: a key ("order:42") that jobs which must
+        never run at once share, on any host (they run in due order); `using`: insert on this
+        connection, inside its open transaction (see `add_many`). The handler is imported
+        now, so a mistyped name fails here; `check=False` skips that, for a producer without
+        the handlers' code."""
         spec = JobSpec(
             class_path, method, data, delay, at, ext, queue, timeout, every, cron, tz, retries,
-            retry_delays,
+            retry_delays, lock,
         )  # fmt: skip
         if replace:
             if using is not None:

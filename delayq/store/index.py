@@ -1,7 +1,8 @@
 """Index: delayq's Redis side, its parts on one client — the schedule and its claims
 (schedule.py) and how far ahead it holds jobs (horizons.py), the journal (journal.py), the
 tallies (tallies.py), the registry of queues, last run and completeness (registry.py), the
-clock (clock.py) and the queues' flow settings (flow.py, mirrored from the table).
+clock (clock.py), the queues' flow settings (flow.py, mirrored from the table) and the jobs
+waiting on per-key locks (lock_waits.py).
 
 The parts only say *when* and *what was done*; the table says *whether*. Everything here can
 be rebuilt from the table (worker/rebuilds.py) or is best-effort, so losing Redis costs a
@@ -19,6 +20,7 @@ from .clock import Clock
 from .flow import Flow
 from .horizons import Horizons
 from .journal import Journal
+from .lock_waits import LockWaits
 from .registry import Registry
 from .schedule import Schedule
 from .tallies import Tallies, Tally
@@ -36,6 +38,7 @@ class Index:
         self.clock = Clock(client)
         self.horizons = Horizons(client, horizon)
         self.flow = Flow(client)
+        self.lock_waits = LockWaits(client)
 
     def leased(
         self,

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import NamedTuple
-from weakref import WeakSet
 
-from .table import Status, Table, utc_stamp
+from .table import Status, Table, quoted, stamp_text, table_exists
 
 SETTINGS_TABLE = "delay_queue_settings"
 ADDED = f"added table {SETTINGS_TABLE}"
@@ -94,7 +93,7 @@ def _add_limit_columns(table: Table) -> list[str]:
     for column, kind in (("rate_count", integer), ("rate_period", real), ("concurrency", integer)):
         if column not in have:
             table.db.execute_sql(
-                f"ALTER TABLE {_name(table)} ADD COLUMN {column} {kind} DEFAULT NULL"
+                f"ALTER TABLE {_settings(table)} ADD COLUMN {column} {kind} DEFAULT NULL"
             )
             added.append(column)
     return [f"added columns {', '.join(added)} to {SETTINGS_TABLE}"] if added else []
@@ -107,13 +106,13 @@ def flows(table: Table, queues: Sequence[str] | None = None) -> dict[str, QueueF
         return {}
     sql = (
         "SELECT queue, paused_at, resumed_at, version, rate_count, rate_period, concurrency "
-        f"FROM {_name(table)}"
+        f"FROM {_settings(table)}"
     )
     params: list[str] = []
     if queues is not None:
         if not queues:
             return {}
-        sql += f" WHERE queue IN ({', '.join([_mark(table)] * len(queues))})"
+        sql += f" WHERE queue IN ({', '.join([table.db.param] * len(queues))})"
         params = list(queues)
     rows = table.db.execute_sql(sql, params).fetchall()
     return {str(row[0]): _flow(*row[1:]) for row in rows}
@@ -124,7 +123,7 @@ def pause(table: Table, queues: Sequence[str], now: float) -> dict[str, QueueFlo
     one's settings as they now stand."""
     if table.mysql:
         sql = (
-            f"INSERT INTO {_name(table)} (queue, paused_at, version, modified) "
+            f"INSERT INTO {_settings(table)} (queue, paused_at, version, modified) "
             "VALUES (%s, %s, 1, %s) ON DUPLICATE KEY UPDATE "
             "version = version + (paused_at IS NULL), "
             "modified = IF(paused_at IS NULL, VALUES(modified), modified), "
@@ -138,19 +137,19 @@ def pause(table: Table, queues: Sequence[str], now: float) -> dict[str, QueueFlo
             "modified = CASE WHEN paused_at IS NULL THEN excluded.modified "
             "ELSE modified END, paused_at = COALESCE(paused_at, excluded.paused_at)"
         )
-    return _upsert_each(table, queues, sql, (now, _stamp(now)))
+    return _upsert_each(table, queues, sql, (now, stamp_text(now)))
 
 
 def resume(table: Table, queues: Sequence[str], now: float) -> dict[str, QueueFlow]:
     """Resume those of `queues` that are paused, as of `now`; one that runs is left as it is
     (its overdue window does not move). Returns every one's settings as they now stand."""
     if queues and _exists(table):
-        marks = ", ".join([_mark(table)] * len(queues))
+        marks = ", ".join([table.db.param] * len(queues))
         table.db.execute_sql(
-            f"UPDATE {_name(table)} SET paused_at = NULL, resumed_at = {_mark(table)}, "
-            f"version = version + 1, modified = {_mark(table)} "
+            f"UPDATE {_settings(table)} SET paused_at = NULL, "
+            f"resumed_at = {table.db.param}, version = version + 1, modified = {table.db.param} "
             f"WHERE paused_at IS NOT NULL AND queue IN ({marks})",
-            [now, _stamp(now), *queues],
+            [now, stamp_text(now), *queues],
         )
     found = flows(table, queues)
     return {queue: found.get(queue, RUNNING) for queue in queues}
@@ -172,11 +171,11 @@ def limit(
     if not isinstance(concurrency, Unchanged):
         values["concurrency"] = concurrency
     columns = ", ".join(values)
-    marks = ", ".join([_mark(table)] * len(values))
+    marks = ", ".join([table.db.param] * len(values))
     if table.mysql:
         updates = ", ".join(f"{column} = VALUES({column})" for column in values)
         sql = (
-            f"INSERT INTO {_name(table)} (queue, {columns}, version, modified) "
+            f"INSERT INTO {_settings(table)} (queue, {columns}, version, modified) "
             f"VALUES (%s, {marks}, 1, %s) ON DUPLICATE KEY UPDATE version = version + 1, "
             f"{updates}, modified = VALUES(modified)"
         )
@@ -187,7 +186,7 @@ def limit(
             f"VALUES (?, {marks}, 1, ?) ON CONFLICT (queue) DO UPDATE SET "
             f"version = version + 1, {updates}, modified = excluded.modified"
         )
-    return _upsert_each(table, queues, sql, (*values.values(), _stamp(now)))
+    return _upsert_each(table, queues, sql, (*values.values(), stamp_text(now)))
 
 
 def _upsert_each(
@@ -203,14 +202,11 @@ def _upsert_each(
 
 
 def _exists(table: Table) -> bool:
-    """Whether the settings table is there; once it is, not asked again for this Table (it
-    is never dropped), so a run's sweep costs one query."""
-    if table not in _EXISTING and table.db.table_exists(SETTINGS_TABLE):
-        _EXISTING.add(table)
-    return table in _EXISTING
+    return table_exists(table, SETTINGS_TABLE)
 
 
-_EXISTING: WeakSet[Table] = WeakSet()
+def _settings(table: Table) -> str:
+    return quoted(table, SETTINGS_TABLE)
 
 
 def holds_jobs(table: Table, queue: str) -> bool:
@@ -236,15 +232,3 @@ def _flow(
         None if period is None else float(str(period)),
         None if concurrency is None else int(str(concurrency)),
     )
-
-
-def _stamp(now: float) -> str:
-    return utc_stamp(now).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def _name(table: Table) -> str:
-    return f"`{SETTINGS_TABLE}`" if table.mysql else f'"{SETTINGS_TABLE}"'
-
-
-def _mark(table: Table) -> str:
-    return "%s" if table.mysql else "?"

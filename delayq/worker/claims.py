@@ -21,6 +21,7 @@ from ..store.schedule import Claimed
 from ..store.table import ClaimedJob, Table
 from ..store.tallies import Tally, handler_label
 from .handlers import handler_of
+from .locking import Locking
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +64,7 @@ class Claimer:
         self.lease = lease
         self.since = since  # a job due longer ago than this is missed, not run
         self.php_classes = php_classes  # to count a PHP producer's missed job by its handler
+        self.locking = Locking(table, index, token)
 
     def claim(
         self,
@@ -107,6 +109,8 @@ class Claimer:
         if len(jobs) < len(runnable):
             self._put_back_not_due(queue, [job.id for job in jobs], runnable, now)
         batch.dropped += len(runnable) - len(jobs)
+        # A job whose lock another job holds goes back to pending, to wait for it.
+        jobs = self.locking.take(queue, jobs, batch.due_by_id, now)
         batch.jobs = without_jobs_in_hand(jobs, set(before))
         batch.jobs.sort(key=lambda job: (batch.due_by_id[job.id], job.id))
         order = before + [job.id for job in batch.jobs]

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from ..store.flow import START_SLACK, settings_of
 from ..store.outcomes import Outcome, Written
 from ..store.table import ClaimedJob
+from . import locking
 from .calls import Caller
 from .claims import Batch, without_jobs_in_hand
 from .group_commits import OutcomeBuffer
@@ -216,7 +217,7 @@ class Drain:
         for outcome in outcomes:
             self.due_by_id.pop(outcome.job.id, None)
             self.granted_at.pop(outcome.job.id, None)
-        self._free_slots([outcome.job for outcome in outcomes])
+        self._let_go([outcome.job for outcome in outcomes])
         more = bool(self.waiting) or self.busy()
         self.turn.count(self.buffer.add_many(outcomes, more_coming=more))
         for outcome in outcomes:
@@ -251,7 +252,7 @@ class Drain:
         ids = {job.id for job in lapsed}
         self.waiting = deque(job for job in self.waiting if job.id not in ids)
         self.run.claimer.hand_back(self.queue, lapsed, self.due_by_id, self.run.clock())
-        self._free_slots(lapsed)
+        self._let_go(lapsed)
         for job_id in ids:
             del self.due_by_id[job_id], self.granted_at[job_id]
         logger.info(
@@ -260,10 +261,11 @@ class Drain:
             len(lapsed),
         )
 
-    def _free_slots(self, jobs: list[ClaimedJob]) -> None:
-        """Free the running slots of jobs that ended or went back, so that another job of a
-        concurrency-limited queue may start at once; if Redis does not answer, each slot
-        lapses with the lease it was last renewed to."""
+    def _let_go(self, jobs: list[ClaimedJob]) -> None:
+        """Free the running slots and hand on the locks of jobs that ended or went back, so
+        that the next job may start at once; if Redis does not answer, each slot lapses with
+        the lease it was last renewed to (locking.py says what comes of a lock)."""
+        locking.let_go(self.run.table, self.run.index, jobs, self.run.clock())
         released = self.run.slots.release(self.queue, [job.id for job in jobs])
         if not released:
             return
@@ -292,7 +294,7 @@ class Drain:
         unfinished = list(self.waiting) + running
         self.waiting.clear()
         self.run.claimer.hand_back(self.queue, unfinished, self.due_by_id, self.run.clock())
-        self._free_slots(unfinished)
+        self._let_go(unfinished)
         if running:
             started = (self.run.token, [job.id for job in running])
             self.run.index.journal.forget(self.queue, [], started)

@@ -400,6 +400,25 @@ def test_init_adds_the_limit_columns_to_a_settings_table_from_before_limits(
     assert queue.init() == []
 
 
+LOCKS_COLUMNS = SETTINGS_COLUMNS.replace("delay_queue_settings", "delay_queue_locks")
+
+
+def test_schema_sql_and_init_make_the_same_locks_table_and_init_adds_it_to_an_install(
+    server, fresh_databases, init_queue
+):
+    from_file, from_init = fresh_databases
+    apply_schema_sql(server, from_file)
+    init_queue(server.url_of(from_init))
+    made = server.execute(LOCKS_COLUMNS, (from_file,))
+    assert [column[0] for column in made] == ["lock_key", "job_id", "reserved_until", "modified"]
+    assert made == server.execute(LOCKS_COLUMNS, (from_init,))
+
+    server.execute(f"DROP TABLE `{from_file}`.delay_queue_locks")  # an install from before locks
+    queue = init_queue(server.url_of(from_file))
+    assert server.execute(LOCKS_COLUMNS, (from_file,)) == made
+    assert queue.init() == []
+
+
 def test_init_adds_the_queue_settings_table_to_an_existing_install(
     server, fresh_databases, init_queue
 ):
