@@ -75,6 +75,7 @@ SERIAL_FILES = {
     "faults/test_soak.py",
     "faults/test_takeover.py",
     "flow/test_concurrency_runners.py",
+    "flow/test_flow_soak.py",
     "flow/test_locks_runners.py",
     "ops/test_requeue.py",
     "store/test_cluster.py",
