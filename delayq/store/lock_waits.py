@@ -35,8 +35,15 @@ class LockWaits:
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
 
+    def join_each(self, waiting: list[tuple[str, Waiter]]) -> None:
+        """Put each waiter on the list of its key, (key, waiter) each; one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for key, waiter in waiting:
+            pipe.zadd(wait_key(key), {_member(waiter): waiter.due})
+        pipe.execute()
+
     def join(self, key: str, waiter: Waiter) -> None:
-        self.client.zadd(wait_key(key), {_member(waiter): waiter.due})
+        self.join_each([(key, waiter)])
 
     def leave(self, key: str, waiter: Waiter) -> None:
         self.client.zrem(wait_key(key), _member(waiter))
@@ -48,6 +55,13 @@ class LockWaits:
             return None
         member, due = found[0]
         return _waiter(member, due)
+
+    def pop_each(self, keys: list[str]) -> list[Waiter | None]:
+        """`pop` of each of `keys`, in one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.zpopmin(wait_key(key))
+        return [_waiter(*found[0]) if found else None for found in pipe.execute()]
 
     def waiting(self, key: str) -> list[Waiter]:
         """The jobs waiting on `key`, earliest first."""

@@ -11,7 +11,7 @@ The Redis side, which jobs wait on a lock and in what order, is lock_waits.py.
 from __future__ import annotations
 
 from .database import run_reconnecting
-from .table import Status, Table, quoted, stamp_text, table_exists
+from .table import Status, Table, quoted, stamp_text, table_exists, tuples
 
 LOCKS_TABLE = "delay_queue_locks"
 ADDED = f"added table {LOCKS_TABLE}"
@@ -66,6 +66,43 @@ def take(table: Table, key: str, job_id: int, now: float) -> bool:
     return bool(run_reconnecting(table.db, attempt))
 
 
+def take_many(table: Table, wanted: dict[str, int], now: float) -> set[str]:
+    """`take` for many locks at once, {key: job id}, each key once: one INSERT and one SELECT
+    when the locks are free, more only for those held; the keys taken."""
+    install(table)
+
+    def attempt() -> set[str]:
+        _insert_many_ignoring(table, wanted, now)
+        found = _holders(table, list(wanted))
+        taken = {key for key, (holder, _) in found.items() if holder == wanted[key]}
+        for key in taken:
+            if found[key][1] is not None:  # it was reserved for this job: now it holds it
+                _set(table, key, wanted[key], wanted[key], None, now)
+        held = {key: found[key] for key in found if key not in taken}
+        alive = _live_holders(table, {holder: reserved for holder, reserved in held.values()}, now)
+        for key, (holder, _) in held.items():
+            if holder not in alive and _set(table, key, holder, wanted[key], None, now):
+                taken.add(key)  # taken over: its holder held nothing any more
+        return taken
+
+    taken = set(run_reconnecting(table.db, attempt))
+    # Let go of between the INSERT and the SELECT: asked once more, one at a time.
+    return taken | {
+        key for key in wanted if key not in taken and take(table, key, wanted[key], now)
+    }
+
+
+def let_go_many(table: Table, held: list[tuple[str, int]]) -> None:
+    """Free the locks `held` ((key, job id) each) that those jobs still hold; one DELETE."""
+    if not held:
+        return
+    mark = table.db.param
+    matches = " OR ".join([f"(lock_key = {mark} AND job_id = {mark})"] * len(held))
+    params = [value for pair in held for value in pair]
+    sql = f"DELETE FROM {_locks(table)} WHERE {matches}"
+    run_reconnecting(table.db, lambda: table.db.execute_sql(sql, params))
+
+
 def hand_over(table: Table, key: str, job_id: int, successor: int | None, now: float) -> bool:
     """Job `job_id` lets go of lock `key`: to `successor`, reserved for it for RESERVED_FOR,
     or to no one (None). False if `job_id` did not hold it (another job took it over)."""
@@ -105,6 +142,51 @@ def _insert_ignoring(table: Table, key: str, job_id: int, now: float) -> bool:
     return bool(cursor.rowcount)
 
 
+def _insert_many_ignoring(table: Table, wanted: dict[str, int], now: float) -> None:
+    verb = "INSERT IGNORE" if table.mysql else "INSERT OR IGNORE"
+    mark = table.db.param
+    rows = ", ".join([f"({mark}, {mark}, {mark})"] * len(wanted))
+    params = [value for key, job_id in wanted.items() for value in (key, job_id, stamp_text(now))]
+    table.db.execute_sql(
+        f"{verb} INTO {_locks(table)} (lock_key, job_id, modified) VALUES {rows}", params
+    )
+
+
+def _holders(table: Table, keys: list[str]) -> dict[str, tuple[int, float | None]]:
+    marks = ", ".join([table.db.param] * len(keys))
+    rows = table.db.execute_sql(
+        f"SELECT lock_key, job_id, reserved_until FROM {_locks(table)} WHERE lock_key IN ({marks})",
+        keys,
+    ).fetchall()
+    return {
+        str(key): (int(job_id), None if until is None else float(until))
+        for key, job_id, until in rows
+    }
+
+
+def _live_holders(table: Table, holders: dict[int, float | None], now: float) -> set[int]:
+    """Those of the jobs `holders` ({id: reserved until}) that still hold their locks."""
+    if not holders:
+        return set()
+    Job = table.model
+    rows = Job.select(Job.id, Job.status, Job.lease_until).where(Job.id.in_(list(holders)))
+    return {
+        int(job_id)
+        for job_id, status, lease_until in tuples(rows)
+        if _held_by(int(status), lease_until, holders[int(job_id)], now)
+    }
+
+
+def _held_by(
+    status: int, lease_until: float | None, reserved_until: float | None, now: float
+) -> bool:
+    """Whether a job in `status` still holds a lock: running under a live lease, or pending
+    with the lock reserved for it."""
+    if status == Status.RUNNING:
+        return lease_until is not None and float(lease_until) >= now
+    return status == Status.PENDING and reserved_until is not None and reserved_until >= now
+
+
 def _holder(table: Table, key: str) -> tuple[int, float | None] | None:
     row = table.db.execute_sql(
         f"SELECT job_id, reserved_until FROM {_locks(table)} WHERE lock_key = {table.db.param}",
@@ -114,16 +196,8 @@ def _holder(table: Table, key: str) -> tuple[int, float | None] | None:
 
 
 def _holds(table: Table, job_id: int, reserved_until: float | None, now: float) -> bool:
-    """Whether the job a lock row names still holds it: running under a live lease, or
-    pending with the lock reserved for it."""
-    Job = table.model
-    found = Job.select(Job.status, Job.lease_until).where(Job.id == job_id).tuples().first()
-    if found is None:
-        return False
-    status, lease_until = found
-    if status == Status.RUNNING:
-        return lease_until is not None and float(lease_until) >= now
-    return status == Status.PENDING and reserved_until is not None and reserved_until >= now
+    """Whether the job a lock row names still holds it."""
+    return job_id in _live_holders(table, {job_id: reserved_until}, now)
 
 
 def _set(

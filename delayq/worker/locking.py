@@ -49,66 +49,80 @@ class Locking:
         keyed = {job.id: key for job in jobs if (key := lock_of(job)) is not None}
         if not keyed:
             return jobs
-        taken: set[str] = set()
-        waiting: set[int] = set()
+        first: dict[str, int] = {}  # of each key, the earliest due job: it asks for the lock
         for job in sorted(jobs, key=lambda job: (due_by_id[job.id], job.id)):
-            key = keyed.get(job.id)
-            if key is None:
-                continue
-            if key not in taken and locks.take(self.table, key, job.id, now):
-                taken.add(key)
-            else:
-                self._wait(key, Waiter(job.id, queue, due_by_id[job.id]), now)
-                waiting.add(job.id)
+            if job.id in keyed:
+                first.setdefault(keyed[job.id], job.id)
+        taken = locks.take_many(self.table, first, now)
+        waiting = {
+            job_id for job_id, key in keyed.items() if first[key] != job_id or key not in taken
+        }
         if waiting:
+            self._wait({job_id: keyed[job_id] for job_id in waiting}, queue, due_by_id, now)
             logger.info("queue %s: %d jobs wait for their locks", queue, len(waiting))
         return [job for job in jobs if job.id not in waiting]
 
-    def _wait(self, key: str, waiter: Waiter, now: float) -> None:
-        """Put a leased job whose lock is held back to pending, on the lock's wait list, and
-        park it; if the lock came free meanwhile, it is the job's, and the job goes back on
-        the schedule at its due time instead."""
-        leases.release(self.table, [waiter.job_id], self.token, now)
+    def _wait(
+        self, keyed: dict[int, str], queue: str, due_by_id: Mapping[int, float], now: float
+    ) -> None:
+        """Put leased jobs whose locks are held ({id: key}) back to pending, on their locks'
+        wait lists, and park them; a job whose lock came free meanwhile is handed it and
+        goes back on the schedule at its due time instead. A few round trips for them all."""
+        leases.release(self.table, list(keyed), self.token, now)
         waits = self.index.lock_waits
-        waits.join(key, waiter)
+        waiters = {job_id: Waiter(job_id, queue, due_by_id[job_id]) for job_id in keyed}
+        waits.join_each([(keyed[job_id], waiter) for job_id, waiter in waiters.items()])
         # After joining: a holder letting go between our try and the join hands the lock to
-        # us, or, finding no one waiting, frees it for this second try.
-        if locks.take(self.table, key, waiter.job_id, now):
+        # the earliest of us, or, finding no one waiting, frees it for this second try.
+        earliest: dict[str, int] = {}
+        for job_id in sorted(keyed, key=lambda job_id: (due_by_id[job_id], job_id)):
+            earliest.setdefault(keyed[job_id], job_id)
+        freed = locks.take_many(self.table, earliest, now)
+        for key in freed:
+            waiter = waiters.pop(earliest[key])
             locks.hand_over(self.table, key, waiter.job_id, waiter.job_id, now)  # reserved
             waits.leave(key, waiter)
-            self.index.schedule.add(waiter.queue, waiter.job_id, waiter.due)
-            return
-        parked = packed([(waiter.job_id, now + PARKED_FOR)])
-        # NX: a holder that woke it meanwhile put it back at its due time, which stays.
-        self.index.schedule.add_packed(waiter.queue, [parked], keep_existing=True)
+            self.index.schedule.add(queue, waiter.job_id, waiter.due)
+        parked = packed([(job_id, now + PARKED_FOR) for job_id in waiters])
+        # NX: a holder that woke one meanwhile put it back at its due time, which stays.
+        self.index.schedule.add_packed(queue, [parked], keep_existing=True)
 
 
 def let_go(table: Table, index: Index, jobs: list[ClaimedJob], now: float) -> None:
     """The jobs ended or went back: hand each one's lock to the earliest job waiting on
     it, or free it. If the database or Redis fails, the lock is taken over once this
     job's row has left RUNNING, and the waiting jobs come back when their parking ends."""
-    for job in jobs:
-        key = lock_of(job)
-        if key is None:
-            continue
-        try:
-            _hand_on(table, index, key, job.id, now)
-        except Exception as exc:  # noqa: BLE001 - see the docstring
-            logger.warning("could not hand on lock %r of job %d: %s", key, job.id, exc)
-
-
-def _hand_on(table: Table, index: Index, key: str, job_id: int, now: float) -> None:
-    waits = index.lock_waits
-    while (waiter := waits.pop(key)) is not None:
-        if not queries.still_pending(table, [waiter.job_id]):
-            continue  # cancelled, or run meanwhile: the next one
-        if locks.hand_over(table, key, job_id, waiter.job_id, now):
-            index.schedule.add(waiter.queue, waiter.job_id, waiter.due)
-        else:  # another run took the lock over from this job: it waits on
-            waits.join(key, waiter)
+    held = [(key, job.id) for job in jobs if (key := lock_of(job)) is not None]
+    if not held:
         return
-    locks.hand_over(table, key, job_id, None, now)
-    # One that joined after the list was found empty tried the lock before it was freed:
+    try:
+        _hand_on(table, index, held, now)
+    except Exception as exc:  # noqa: BLE001 - see the docstring
+        logger.warning("could not hand on the locks %s: %s", [key for key, _ in held], exc)
+
+
+def _hand_on(table: Table, index: Index, held: list[tuple[str, int]], now: float) -> None:
+    """Hand on locks `held`, (key, job id) each: to the earliest waiter still pending, or to
+    no one; a few round trips for them all while the waiters are pending."""
+    waits = index.lock_waits
+    first = waits.pop_each([key for key, _ in held])
+    pending = set(queries.still_pending(table, [w.job_id for w in first if w is not None]))
+    free: list[tuple[str, int]] = []
+    woken: list[tuple[str, int, float]] = []
+    for (key, job_id), waiter in zip(held, first, strict=True):
+        while waiter is not None and waiter.job_id not in pending:
+            waiter = waits.pop(key)  # cancelled, or run meanwhile: the next one
+            if waiter is not None and queries.still_pending(table, [waiter.job_id]):
+                pending.add(waiter.job_id)
+        if waiter is None:
+            free.append((key, job_id))
+        elif locks.hand_over(table, key, job_id, waiter.job_id, now):
+            woken.append((waiter.queue, waiter.job_id, waiter.due))
+        else:  # another run took the lock over from this job: the waiter waits on
+            waits.join(key, waiter)
+    locks.let_go_many(table, free)
+    # One that joined after its list was found empty tried the lock before it was freed:
     # wake it, to take it now.
-    if (late := waits.pop(key)) is not None:
-        index.schedule.add(late.queue, late.job_id, late.due)
+    late = waits.pop_each([key for key, _ in free]) if free else []
+    woken += [(waiter.queue, waiter.job_id, waiter.due) for waiter in late if waiter is not None]
+    index.schedule.add_by_queue(woken)
