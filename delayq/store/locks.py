@@ -66,30 +66,34 @@ def take(table: Table, key: str, job_id: int, now: float) -> bool:
     return bool(run_reconnecting(table.db, attempt))
 
 
-def take_many(table: Table, wanted: dict[str, int], now: float) -> set[str]:
-    """`take` for many locks at once, {key: job id}, each key once: one INSERT and one SELECT
-    when the locks are free, more only for those held; the keys taken."""
+def take_many(table: Table, wanted: dict[str, list[int]], now: float) -> dict[str, int]:
+    """`take` for many locks at once: for each key of `wanted`, its jobs earliest first, the
+    first asks; a job of them the lock is reserved for has it instead. One INSERT and one
+    SELECT while the locks are free, more only for those held. Returns {key: the job that
+    took it}."""
     install(table)
+    asking = {key: jobs[0] for key, jobs in wanted.items()}
 
-    def attempt() -> set[str]:
-        _insert_many_ignoring(table, wanted, now)
-        found = _holders(table, list(wanted))
-        taken = {key for key, (holder, _) in found.items() if holder == wanted[key]}
-        for key in taken:
+    def attempt() -> dict[str, int]:
+        _insert_many_ignoring(table, asking, now)
+        found = _holders(table, list(asking))
+        taken = {key: holder for key, (holder, _) in found.items() if holder in wanted[key]}
+        for key, holder in taken.items():
             if found[key][1] is not None:  # it was reserved for this job: now it holds it
-                _set(table, key, wanted[key], wanted[key], None, now)
+                _set(table, key, holder, holder, None, now)
         held = {key: found[key] for key in found if key not in taken}
         alive = _live_holders(table, {holder: reserved for holder, reserved in held.values()}, now)
         for key, (holder, _) in held.items():
-            if holder not in alive and _set(table, key, holder, wanted[key], None, now):
-                taken.add(key)  # taken over: its holder held nothing any more
+            if holder not in alive and _set(table, key, holder, asking[key], None, now):
+                taken[key] = asking[key]  # taken over: its holder held nothing any more
         return taken
 
-    taken = set(run_reconnecting(table.db, attempt))
+    taken = dict(run_reconnecting(table.db, attempt))
     # Let go of between the INSERT and the SELECT: asked once more, one at a time.
-    return taken | {
-        key for key in wanted if key not in taken and take(table, key, wanted[key], now)
-    }
+    for key, job_id in asking.items():
+        if key not in taken and take(table, key, job_id, now):
+            taken[key] = job_id
+    return taken
 
 
 def let_go_many(table: Table, held: list[tuple[str, int]]) -> None:

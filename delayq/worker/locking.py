@@ -49,14 +49,8 @@ class Locking:
         keyed = {job.id: key for job in jobs if (key := lock_of(job)) is not None}
         if not keyed:
             return jobs
-        first: dict[str, int] = {}  # of each key, the earliest due job: it asks for the lock
-        for job in sorted(jobs, key=lambda job: (due_by_id[job.id], job.id)):
-            if job.id in keyed:
-                first.setdefault(keyed[job.id], job.id)
-        taken = locks.take_many(self.table, first, now)
-        waiting = {
-            job_id for job_id, key in keyed.items() if first[key] != job_id or key not in taken
-        }
+        taken = locks.take_many(self.table, _by_key(keyed, due_by_id), now)
+        waiting = {job_id for job_id, key in keyed.items() if taken.get(key) != job_id}
         if waiting:
             self._wait({job_id: keyed[job_id] for job_id in waiting}, queue, due_by_id, now)
             logger.info("queue %s: %d jobs wait for their locks", queue, len(waiting))
@@ -74,18 +68,23 @@ class Locking:
         waits.join_each([(keyed[job_id], waiter) for job_id, waiter in waiters.items()])
         # After joining: a holder letting go between our try and the join hands the lock to
         # the earliest of us, or, finding no one waiting, frees it for this second try.
-        earliest: dict[str, int] = {}
-        for job_id in sorted(keyed, key=lambda job_id: (due_by_id[job_id], job_id)):
-            earliest.setdefault(keyed[job_id], job_id)
-        freed = locks.take_many(self.table, earliest, now)
-        for key in freed:
-            waiter = waiters.pop(earliest[key])
+        freed = locks.take_many(self.table, _by_key(keyed, due_by_id), now)
+        for key, job_id in freed.items():
+            waiter = waiters.pop(job_id)
             locks.hand_over(self.table, key, waiter.job_id, waiter.job_id, now)  # reserved
             waits.leave(key, waiter)
             self.index.schedule.add(queue, waiter.job_id, waiter.due)
         parked = packed([(job_id, now + PARKED_FOR) for job_id in waiters])
         # NX: a holder that woke one meanwhile put it back at its due time, which stays.
         self.index.schedule.add_packed(queue, [parked], keep_existing=True)
+
+
+def _by_key(keyed: dict[int, str], due_by_id: Mapping[int, float]) -> dict[str, list[int]]:
+    """{key: its jobs of `keyed` ({id: key}), earliest due first}."""
+    by_key: dict[str, list[int]] = {}
+    for job_id in sorted(keyed, key=lambda job_id: (due_by_id[job_id], job_id)):
+        by_key.setdefault(keyed[job_id], []).append(job_id)
+    return by_key
 
 
 def let_go(table: Table, index: Index, jobs: list[ClaimedJob], now: float) -> None:

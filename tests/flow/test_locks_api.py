@@ -119,3 +119,20 @@ def test_a_bad_lock_is_refused_and_writes_nothing(
         queue.add(H, "record", {"log": log}, lock=lock)  # type: ignore[arg-type]
     assert Job.select().count() == 0
     assert queue.add(H, "record", {"log": log}, lock="k" * 191) > 0  # the longest there is
+
+
+def test_a_lock_handed_to_a_waiting_job_stays_its_own_when_an_earlier_one_comes(
+    queue: delayq.Queue, log: str
+) -> None:
+    holder = add(queue, log, "holder", NOW - 30)
+    add(queue, log, "handed", NOW - 10)
+    hold_elsewhere(queue, holder)
+    queue.run(now=NOW)
+    job = queue.table.model.get_by_id(holder)
+    leases.finish(queue.table, holder, "elsewhere", Status.SUCCESS, "done", NOW + 1)
+    let_go(queue.table, queue.index, [claimed(queue, job)], NOW + 1)  # reserved for `handed`
+    add(queue, log, "earlier", NOW - 20)  # due before it, and claimed with it
+
+    queue.run(now=NOW + 2)
+    assert read_log(log) == ["handed", "earlier"]  # the reservation holds; nothing is stuck
+    assert locks.held(queue.table) == []
