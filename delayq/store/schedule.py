@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
-from typing import cast
+from typing import Any, cast
 
 import redis
 from redis.client import Pipeline
@@ -80,6 +80,16 @@ class Schedule:
             for chunk in texts:
                 self._add_jobs(keys=keys, args=[flag, chunk], client=pipe)
             pipe.execute()
+
+    def add_packed_by_queue(self, texts: Iterable[Mapping[str, str]]) -> None:
+        """Put jobs of any queues on their schedules, given as `packed_by_queue` texts: one
+        add_packed a queue."""
+        by_queue: dict[str, list[str]] = {}
+        for part in texts:
+            for queue, entries in part.items():
+                by_queue.setdefault(queue, []).append(entries)
+        for queue, grouped in by_queue.items():
+            self.add_packed(queue, grouped)
 
     def add_by_queue(self, entries: Iterable[tuple[str, int, float]]) -> None:
         """Put jobs of any queues on their schedules, (queue, id, due) each: one add_many a
@@ -224,6 +234,21 @@ class Schedule:
 
     def size(self, queue: str) -> int:
         return int(self.client.zcard(schedule_key(queue)))
+
+
+def packed_by_queue(rows: Sequence[Mapping[str, Any]], ids: Sequence[int]) -> dict[str, str]:
+    """New rows (each with its `queue` and `run_at`) and their ids as add_jobs.lua takes
+    them, one `packed` text a queue; at most ADD_CHUNK rows, so each text is one call."""
+    if len(rows) > ADD_CHUNK:
+        raise ValueError(f"{len(rows)} rows: pack at most {ADD_CHUNK} at once")
+    by_queue: dict[str, list[str]] = {}
+    for row, job_id in zip(rows, ids, strict=True):
+        entry = f"{float(row['run_at'])!r} {job_id}"
+        if (entries := by_queue.get(row["queue"])) is None:
+            by_queue[row["queue"]] = [entry]
+        else:
+            entries.append(entry)
+    return {queue: " ".join(entries) for queue, entries in by_queue.items()}
 
 
 def packed(entries: Sequence[tuple[int, float]]) -> str:
