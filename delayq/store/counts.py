@@ -53,11 +53,10 @@ def _mysql_trigger(name: str, event: str, row: str, delta: int, when: str) -> st
     # One statement a trigger, with no `;` inside, so that schema.sql runs both through the
     # mysql client and through a driver; INSERT ... SELECT ... WHERE adds nothing when the
     # row did not enter or leave PENDING.
-    return (
-        f"CREATE TRIGGER `{name}` AFTER {event} ON `{TABLE_NAME}` FOR EACH ROW "
+    return _mysql_head(name, event) + (
         f"INSERT INTO `{COUNTS_TABLE}` (queue, slot, pending) "
         f"SELECT {row}.queue, MOD(CONNECTION_ID(), {SLOTS}), {delta} FROM DUAL WHERE {when} "
-        f"ON DUPLICATE KEY UPDATE pending = pending + ({delta})"
+        f"{_mysql_upsert(delta)}"
     )
 
 
@@ -66,12 +65,19 @@ def _mysql_insert_trigger(name: str, event: str, row: str, delta: int, when: str
     # alone, where an INSERT ... SELECT that adds nothing still costs about 4 us a row, a
     # quarter of what the server spends on each row of add_many. The `;` inside means
     # schema.sql needs the mysql client's DELIMITER for this one.
-    return (
-        f"CREATE TRIGGER `{name}` AFTER {event} ON `{TABLE_NAME}` FOR EACH ROW "
-        f"IF {when} THEN INSERT INTO `{COUNTS_TABLE}` (queue, slot, pending) "
-        f"VALUES ({row}.queue, MOD(CONNECTION_ID(), {SLOTS}), {delta}) "
-        f"ON DUPLICATE KEY UPDATE pending = pending + ({delta}); END IF"
+    values = f"VALUES ({row}.queue, MOD(CONNECTION_ID(), {SLOTS}), {delta})"
+    return _mysql_head(name, event) + (
+        f"IF {when} THEN INSERT INTO `{COUNTS_TABLE}` (queue, slot, pending) {values} "
+        f"{_mysql_upsert(delta)}; END IF"
     )
+
+
+def _mysql_head(name: str, event: str) -> str:
+    return f"CREATE TRIGGER `{name}` AFTER {event} ON `{TABLE_NAME}` FOR EACH ROW "
+
+
+def _mysql_upsert(delta: int) -> str:
+    return f"ON DUPLICATE KEY UPDATE pending = pending + ({delta})"
 
 
 def _sqlite_trigger(name: str, event: str, row: str, delta: int, when: str) -> str:
