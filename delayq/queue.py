@@ -23,7 +23,7 @@ from .store.backend_errors import backend_errors, one_line
 from .store.database import bound_replies
 from .store.index import Index
 from .store.params import read_call
-from .store.schedule import packed_by_queue
+from .store.schedule import Packed, packed_by_queue
 from .store.table import TABLE_NAME, Status, Table, create_tables, utc_stamp
 from .store.upgrade import upgrade_table
 from .worker.allowlist import check_allowlist
@@ -176,9 +176,9 @@ class Queue(QueuePausing):
         self._index_new(texts, ids)
         return ids
 
-    def _index_new(self, texts: Sequence[Mapping[str, str]], ids: Sequence[int]) -> None:
+    def _index_new(self, texts: Sequence[Mapping[str, Packed]], ids: Sequence[int]) -> None:
         try:
-            self.index.schedule.add_packed_by_queue(texts)
+            self.index.schedule.add_new(texts)
         except redis.RedisError as exc:
             # The rows are saved and the table is the truth: a run re-indexes them.
             logger.warning(

@@ -12,7 +12,7 @@ import itertools
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import redis
 from redis.client import Pipeline
@@ -81,15 +81,36 @@ class Schedule:
                 self._add_jobs(keys=keys, args=[flag, chunk], client=pipe)
             pipe.execute()
 
-    def add_packed_by_queue(self, texts: Iterable[Mapping[str, str]]) -> None:
-        """Put jobs of any queues on their schedules, given as `packed_by_queue` texts: one
-        add_packed a queue."""
-        by_queue: dict[str, list[str]] = {}
-        for part in texts:
+    def add_new(self, parts: Iterable[Mapping[str, Packed]]) -> None:
+        """Put new jobs of any queues on their schedules, given as `packed_by_queue` texts
+        of rows already committed: one add_packed a queue, leaving out the texts whose
+        earliest job is due after its queue's limit. add_jobs.lua would keep each of their
+        jobs off the schedule; reading the limits first costs one round trip for them all,
+        where the script reads every job's entry (jobs due in days, most of a large add).
+        The limit is read after the rows were written, as the script reads it: a walk that
+        raises it writes it before it reads the table, so it finds rows read past here."""
+        by_queue: dict[str, list[Packed]] = {}
+        for part in parts:
             for queue, entries in part.items():
                 by_queue.setdefault(queue, []).append(entries)
-        for queue, grouped in by_queue.items():
-            self.add_packed(queue, grouped)
+        for queue in by_queue.keys() - self._registered:  # first, as in add_packed
+            horizons.register(self.client, queue, time.time() + self.horizon)
+            self._registered.add(queue)
+        limits = self._limits(list(by_queue))
+        for queue, packs in by_queue.items():
+            limit = limits[queue]
+            self.add_packed(queue, [p.text for p in packs if limit is None or p.earliest <= limit])
+
+    def _limits(self, queues: Sequence[str]) -> dict[str, float | None]:
+        """Each queue's horizon limit (None: it has none yet), in one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for queue in queues:
+            pipe.hget(horizon_key(queue), "limit")
+        found = pipe.execute()
+        return {
+            queue: None if limit is None else float(limit)
+            for queue, limit in zip(queues, found, strict=True)
+        }
 
     def add_by_queue(self, entries: Iterable[tuple[str, int, float]]) -> None:
         """Put jobs of any queues on their schedules, (queue, id, due) each: one add_many a
@@ -236,19 +257,31 @@ class Schedule:
         return int(self.client.zcard(schedule_key(queue)))
 
 
-def packed_by_queue(rows: Sequence[Mapping[str, Any]], ids: Sequence[int]) -> dict[str, str]:
+class Packed(NamedTuple):
+    """Entries as add_jobs.lua takes them, and the earliest due time among them."""
+
+    text: str
+    earliest: float
+
+
+def packed_by_queue(rows: Sequence[Mapping[str, Any]], ids: Sequence[int]) -> dict[str, Packed]:
     """New rows (each with its `queue` and `run_at`) and their ids as add_jobs.lua takes
-    them, one `packed` text a queue; at most ADD_CHUNK rows, so each text is one call."""
+    them, one text a queue; at most ADD_CHUNK rows, so each text is one call."""
     if len(rows) > ADD_CHUNK:
         raise ValueError(f"{len(rows)} rows: pack at most {ADD_CHUNK} at once")
     by_queue: dict[str, list[str]] = {}
+    earliest: dict[str, float] = {}
     for row, job_id in zip(rows, ids, strict=True):
-        entry = f"{float(row['run_at'])!r} {job_id}"
-        if (entries := by_queue.get(row["queue"])) is None:
-            by_queue[row["queue"]] = [entry]
+        queue, run_at = row["queue"], float(row["run_at"])
+        entry = f"{run_at!r} {job_id}"
+        if (entries := by_queue.get(queue)) is None:
+            by_queue[queue], earliest[queue] = [entry], run_at
         else:
             entries.append(entry)
-    return {queue: " ".join(entries) for queue, entries in by_queue.items()}
+            earliest[queue] = min(earliest[queue], run_at)
+    return {
+        queue: Packed(" ".join(entries), earliest[queue]) for queue, entries in by_queue.items()
+    }
 
 
 def packed(entries: Sequence[tuple[int, float]]) -> str:
