@@ -178,7 +178,7 @@ class Queue(QueuePausing):
 
     def _index_new(self, texts: Sequence[Mapping[str, Packed]], ids: Sequence[int]) -> None:
         try:
-            self.index.schedule.add_new(texts)
+            self.index.added(texts)
         except redis.RedisError as exc:
             # The rows are saved and the table is the truth: a run re-indexes them.
             logger.warning(

@@ -81,37 +81,6 @@ class Schedule:
                 self._add_jobs(keys=keys, args=[flag, chunk], client=pipe)
             pipe.execute()
 
-    def add_new(self, parts: Iterable[Mapping[str, Packed]]) -> None:
-        """Put new jobs of any queues on their schedules, given as `packed_by_queue` texts
-        of rows already committed: one add_packed a queue, leaving out the texts whose
-        earliest job is due after its queue's limit. add_jobs.lua would keep each of their
-        jobs off the schedule; reading the limits first costs one round trip for them all,
-        where the script reads every job's entry (jobs due in days, most of a large add).
-        The limit is read after the rows were written, as the script reads it: a walk that
-        raises it writes it before it reads the table, so it finds rows read past here."""
-        by_queue: dict[str, list[Packed]] = {}
-        for part in parts:
-            for queue, entries in part.items():
-                by_queue.setdefault(queue, []).append(entries)
-        for queue in by_queue.keys() - self._registered:  # first, as in add_packed
-            horizons.register(self.client, queue, time.time() + self.horizon)
-            self._registered.add(queue)
-        limits = self._limits(list(by_queue))
-        for queue, packs in by_queue.items():
-            limit = limits[queue]
-            self.add_packed(queue, [p.text for p in packs if limit is None or p.earliest <= limit])
-
-    def _limits(self, queues: Sequence[str]) -> dict[str, float | None]:
-        """Each queue's horizon limit (None: it has none yet), in one round trip."""
-        pipe = self.client.pipeline(transaction=False)
-        for queue in queues:
-            pipe.hget(horizon_key(queue), "limit")
-        found = pipe.execute()
-        return {
-            queue: None if limit is None else float(limit)
-            for queue, limit in zip(queues, found, strict=True)
-        }
-
     def add_by_queue(self, entries: Iterable[tuple[str, int, float]]) -> None:
         """Put jobs of any queues on their schedules, (queue, id, due) each: one add_many a
         queue."""
