@@ -73,14 +73,16 @@ def to_row(
         locate(spec.class_path, spec.method, settings.handlers)
         located.add((spec.class_path, spec.method))
     validate_queue_name(spec.queue)
+    run_at, schedule = _timing(spec, now, settings.since)
     return {
         "params": encode_params(spec.class_path, spec.method, spec.data, check_lock(spec.lock)),
         "ext_string": check_ext(spec.ext),
         "queue": spec.queue,
         "timeout": check_timeout(spec.timeout),
         "every": check_every(spec.every),
-        **_timing(spec, now, settings.since),
-        "retry_policy": policy_text(check_policy(spec.retries, spec.retry_delays)),
+        "run_at": run_at,
+        "schedule": schedule,
+        "retry_policy": _policy_column(spec),
         "status": Status.PENDING,
         "retry_times": 0,
         "created": stamp or table.utc_stamp(now),
@@ -144,7 +146,8 @@ def encode_params(class_path: str, method: str, data: Any, lock: str | None = No
     if may_nest_deeper(text) and nests_deeper(data):
         raise BadInput(f"{too_deep()}; flatten it")
     try:
-        size = len(text.encode("utf-8"))
+        # ASCII text (most params) is as many bytes as characters, and holds no lone surrogate.
+        size = len(text) if text.isascii() else len(text.encode("utf-8"))
     except UnicodeEncodeError:
         raise BadInput("data contains text that is not valid UTF-8") from None
     if size > PARAMS_MAX_BYTES:
@@ -200,13 +203,19 @@ def check_every(every: Duration | None) -> float | None:
     return every
 
 
-def _timing(spec: JobSpec, now: float, since: float | None) -> dict[str, Any]:
+def _policy_column(spec: JobSpec) -> str | None:
+    if spec.retries is None and spec.retry_delays is None:
+        return None  # no policy of its own, the column's NULL: most jobs, skipping the checks
+    return policy_text(check_policy(spec.retries, spec.retry_delays))
+
+
+def _timing(spec: JobSpec, now: float, since: float | None) -> tuple[float, str | None]:
     """The row's `run_at` and `schedule`. With a cron schedule the job is due at its first
     match after now, or, given a delay or an `at`, at its first match from then on."""
     if spec.cron is None:
         if spec.tz is not None:
             raise BadInput("--tz needs --cron: the zone a cron expression is read in")
-        return {"run_at": run_at_of(spec.delay, spec.at, now, since), "schedule": None}
+        return run_at_of(spec.delay, spec.at, now, since), None
     if spec.every is not None:
         raise BadInput("give --every or --cron, not both")
     schedule = parse_schedule(spec.cron, spec.tz)
@@ -214,7 +223,7 @@ def _timing(spec: JobSpec, now: float, since: float | None) -> dict[str, Any]:
         run_at = schedule.first_after(now)
     else:
         run_at = schedule.first_from(run_at_of(spec.delay, spec.at, now, since))
-    return {"run_at": check_due(run_at, now, "--cron"), "schedule": schedule.column}
+    return check_due(run_at, now, "--cron"), schedule.column
 
 
 def check_timeout(timeout: Duration | None, name: str = "timeout") -> float | None:

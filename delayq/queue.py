@@ -23,6 +23,7 @@ from .store.backend_errors import backend_errors, one_line
 from .store.database import bound_replies
 from .store.index import Index
 from .store.params import read_call
+from .store.schedule import Packed, packed_by_queue
 from .store.table import TABLE_NAME, Status, Table, create_tables, utc_stamp
 from .store.upgrade import upgrade_table
 from .worker.allowlist import check_allowlist
@@ -173,17 +174,16 @@ class Queue(QueuePausing):
             if not rows:
                 return []
             ids = [inserts.insert_one(self.table, rows[0])]
+            texts = [packed_by_queue(rows, ids)]
         else:
-            ids, rows = inserts.insert_many(self.table, specs, to_rows)
-        self._index_new(rows, ids)
+            # The schedule's entries are packed part by part while the next part is written.
+            ids, texts = inserts.insert_many(self.table, specs, to_rows, packed_by_queue)
+        self._index_new(texts, ids)
         return ids
 
-    def _index_new(self, rows: Sequence[Mapping[str, Any]], ids: Sequence[int]) -> None:
-        added = [
-            (row["queue"], job_id, row["run_at"]) for row, job_id in zip(rows, ids, strict=True)
-        ]
+    def _index_new(self, texts: Sequence[Mapping[str, Packed]], ids: Sequence[int]) -> None:
         try:
-            self.index.schedule.add_by_queue(added)
+            self.index.added(texts)
         except redis.RedisError as exc:
             # The rows are saved and the table is the truth: a run re-indexes them.
             logger.warning(

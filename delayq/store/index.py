@@ -11,7 +11,7 @@ rebuild, never a job. What touches two parts at once lives here, in one pipeline
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import redis
 
@@ -22,7 +22,7 @@ from .horizons import Horizons
 from .journal import Journal
 from .lock_waits import LockWaits
 from .registry import Registry
-from .schedule import Schedule
+from .schedule import Packed, Schedule
 from .tallies import Tallies, Tally
 
 
@@ -86,3 +86,21 @@ class Index:
         their tally in that same write on the journal's connection (no round trip)."""
         self.schedule.add_many(queue, retries)
         self.journal.forget(queue, journaled_ids, started, self.tallies.commands(tally))
+
+    def added(self, parts: Iterable[Mapping[str, Packed]]) -> None:
+        """New rows are committed: put their jobs on their queues' schedules, given as
+        `packed_by_queue` texts, leaving out each text whose earliest job is due after its
+        queue's limit. add_jobs.lua would keep each of its jobs off the schedule; reading
+        the limits first costs one round trip for them all, where the script reads every
+        job's entry (jobs due in days: most of a large add). The limits are read after the
+        rows were written, as the script reads its limit: a walk that raises a limit writes
+        it before it reads the table, so it finds the rows of a text left out here."""
+        by_queue: dict[str, list[Packed]] = {}
+        for part in parts:
+            for queue, entries in part.items():
+                by_queue.setdefault(queue, []).append(entries)
+        horizons = self.horizons.read(list(by_queue))
+        for queue, packs in by_queue.items():
+            limit = horizons[queue].limit if queue in horizons else None
+            texts = [pack.text for pack in packs if limit is None or pack.earliest <= limit]
+            self.schedule.add_packed(queue, texts)

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
-from typing import cast
+from typing import Any, NamedTuple, cast
 
 import redis
 from redis.client import Pipeline
@@ -241,6 +241,33 @@ class Schedule:
 
     def size(self, queue: str) -> int:
         return int(self.client.zcard(schedule_key(queue)))
+
+
+class Packed(NamedTuple):
+    """Entries as add_jobs.lua takes them, and the earliest due time among them."""
+
+    text: str
+    earliest: float
+
+
+def packed_by_queue(rows: Sequence[Mapping[str, Any]], ids: Sequence[int]) -> dict[str, Packed]:
+    """New rows (each with its `queue` and `run_at`) and their ids as add_jobs.lua takes
+    them, one text a queue; at most ADD_CHUNK rows, so each text is one call."""
+    if len(rows) > ADD_CHUNK:
+        raise ValueError(f"{len(rows)} rows: pack at most {ADD_CHUNK} at once")
+    by_queue: dict[str, list[str]] = {}
+    earliest: dict[str, float] = {}
+    for row, job_id in zip(rows, ids, strict=True):
+        queue, run_at = row["queue"], float(row["run_at"])
+        entry = f"{run_at!r} {job_id}"
+        if (entries := by_queue.get(queue)) is None:
+            by_queue[queue], earliest[queue] = [entry], run_at
+        else:
+            entries.append(entry)
+            earliest[queue] = min(earliest[queue], run_at)
+    return {
+        queue: Packed(" ".join(entries), earliest[queue]) for queue, entries in by_queue.items()
+    }
 
 
 def packed(entries: Sequence[tuple[int, float]]) -> str:

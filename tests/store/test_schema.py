@@ -5,6 +5,8 @@ changes nothing, and init can be run again on SQLite too."""
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -162,7 +164,43 @@ def init_queue(server_redis_url: str, tmp_path: Path) -> Iterator[Callable[[str]
 
 def apply_schema_sql(server: Server, name: str) -> None:
     server.execute(f"USE `{name}`")
-    server.execute((ROOT / "schema.sql").read_text())
+    for statements in client_batches((ROOT / "schema.sql").read_text()):
+        server.execute(statements)
+
+
+def client_batches(text: str) -> list[str]:
+    """The file's statements in batches a driver runs, as the mysql client reads them: the
+    text between DELIMITER lines is one batch where the delimiter is `;` (the server splits
+    it), else a batch a statement, split at the delimiter."""
+    batches, lines, delimiter = [], [], ";"
+    for line in [*text.splitlines(), "DELIMITER ;"]:
+        if not line.upper().startswith("DELIMITER "):
+            lines.append(line)
+            continue
+        batch = "\n".join(lines)
+        if delimiter == ";":
+            batches.append(batch)
+        else:
+            batches += [part for part in batch.split(delimiter) if part.strip()]
+        lines, delimiter = [], line.split()[1]
+    return [batch for batch in batches if batch.strip()]
+
+
+def test_schema_sql_runs_through_the_mysql_client_as_through_a_driver(server, fresh_databases):
+    from_client, from_driver = fresh_databases
+    client = shutil.which("mariadb") or shutil.which("mysql")
+    if client is None:
+        pytest.skip("no mysql client on PATH")
+    address = urlsplit(server.url_of(from_client))
+    login = ["-h", address.hostname or "", "-P", str(address.port or 3306)]
+    login += ["-u", address.username or "root"]
+    login += [f"-p{address.password}"] if address.password else []
+    schema = (ROOT / "schema.sql").read_bytes()
+    subprocess.run([client, *login, from_client], input=schema, check=True)
+    apply_schema_sql(server, from_driver)
+
+    assert triggers(server, from_client) == triggers(server, from_driver)
+    assert len(triggers(server, from_client)) == 4
 
 
 def test_schema_sql_and_init_make_the_same_columns_and_indexes(server, fresh_databases, init_queue):
