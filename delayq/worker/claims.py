@@ -117,8 +117,7 @@ class Claimer:
         members = [member for member, _ in claimed]
         # The slots of members not leased come free now; one held by a job this run calls
         # already (its lease lapsed in a stall, and it came back) stays with that call.
-        kept = {str(job_id) for job_id in order}
-        unslotted = [member for member in members if member not in kept] if batch.slotted else []
+        unslotted = _not_in(members, order) if batch.slotted else []
         self.index.leased(
             queue, members, self.token, [] if notes_starts else order, notes_starts, unslotted
         )
@@ -209,6 +208,11 @@ def without_jobs_in_hand(jobs: list[ClaimedJob], in_hand: Collection[int]) -> li
             _preview(again),
         )
     return [job for job in jobs if job.id not in in_hand]
+
+
+def _not_in(members: list[str], job_ids: list[int]) -> list[str]:
+    kept = {str(job_id) for job_id in job_ids}
+    return [member for member in members if member not in kept]
 
 
 def _preview(ids: list[int]) -> str:
