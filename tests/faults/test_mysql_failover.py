@@ -3,14 +3,24 @@ primary and its replica of their own, three `delayq run --loop -c 8` runners and
 producers through one address that moves, the primary killed (or switched over) mid-soak.
 Semi-synchronous: nothing lost, nothing run twice, nothing early, every id a producer got
 run once. Asynchronous: what the failover took is lost (measured, not asserted), but nothing
-runs early, no outcome lands on another job, and every row the new primary holds runs."""
+runs early, no outcome lands on another job, and every row the new primary holds runs.
+And a loop pointed at a read-only server (a replica) refuses to start."""
 
 from __future__ import annotations
 
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import peewee
 import pytest
 
+from delayq.store.backend_errors import is_outage, is_read_only
+from delayq.store.database import open_database
+from tests.conftest import DELAYQ
 from tests.faults.test_soak import counts, run_summary
-from tests.topologies import need_servers
+from tests.mysql_servers import DATABASE, PASSWORD, USER, ReplicatedMariaDB
+from tests.topologies import need_servers, open_queue, process_env
 
 pytestmark = pytest.mark.slow
 
@@ -42,3 +52,38 @@ def test_an_asynchronous_failover_loses_what_it_took_but_runs_nothing_early_or_m
     assert int(found["lost_adds"]) > 0 and int(found["run_twice"]) > 0, found
     assert (found["early"], found["misplaced"], found["held_not_run"]) == ("0", "0", "0")
     assert (found["producer_ids_not_run"], found["runner_crashes"]) == ("0", "0")
+
+
+@pytest.fixture
+def servers(tmp_path: Path) -> Iterator[ReplicatedMariaDB]:
+    need_servers("mariadbd", "mariadb-install-db")
+    group = ReplicatedMariaDB(tmp_path / "mariadb", semi_sync=False)
+    try:
+        group.start()
+        yield group
+    finally:
+        group.stop()
+
+
+def test_a_loop_pointed_at_a_replica_exits_1_saying_it_is_read_only(
+    servers, server_redis_url, tmp_path
+):
+    queue = open_queue(server_redis_url, servers.url, tmp_path)  # delayq init on the primary
+    queue.close()
+    servers.wait_in_sync()
+    replica_url = f"mysql://{USER}:{PASSWORD}@127.0.0.1:{servers.replica.port}/{DATABASE}"
+    # What a loop meets mid-run when its primary turns read-only: an outage to wait out.
+    db = open_database(replica_url)
+    with pytest.raises(peewee.PeeweeException) as refused:
+        db.execute_sql("DELETE FROM delay_queue")
+    db.close()
+    assert is_read_only(refused.value) and is_outage(refused.value)
+
+    env = process_env(server_redis_url, replica_url, tmp_path)
+    done = subprocess.run([*DELAYQ, "run", "--loop"], env=env, capture_output=True, timeout=60)
+
+    assert done.returncode == 1
+    assert done.stderr.decode().splitlines() == [
+        "delayq: error: the database is read-only (a replica?); point the database URL at "
+        "the primary, or at an address that follows it"
+    ]
