@@ -9,16 +9,18 @@ And a loop pointed at a read-only server (a replica) refuses to start."""
 from __future__ import annotations
 
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import peewee
 import pytest
+import redis
 
 from delayq.store.backend_errors import is_outage, is_read_only
 from delayq.store.database import open_database
-from tests.conftest import DELAYQ
-from tests.faults.test_soak import counts, run_summary
+from tests.conftest import DELAYQ, ROOT
+from tests.faults.test_soak import counts
 from tests.mysql_servers import DATABASE, PASSWORD, USER, ReplicatedMariaDB
 from tests.topologies import need_servers, open_queue, process_env
 
@@ -26,11 +28,19 @@ pytestmark = pytest.mark.slow
 
 
 def soak(replication: str, fault: str) -> dict[str, str]:
+    """The short soak's counts, once it said OK (with async replication, OK allows losses)."""
     need_servers("mariadbd", "mariadb-install-db", "redis-server")
-    summary = run_summary(
-        *("tests.mysql_failover_soak", "--replication", replication, "--fault", fault),
-        *("--jobs", "600", "--window", "14", "--fault-at", "5", "--max-seconds", "90"),
+    command = [sys.executable, "-m", "tests.mysql_failover_soak", "--replication", replication]
+    command += ["--fault", fault, "--jobs", "600", "--window", "14", "--fault-at", "5"]
+    result = subprocess.run(
+        command,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
+    summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
+    assert result.returncode == 0 and summary.endswith(" OK"), summary + result.stderr[-3000:]
     return counts(summary)
 
 
@@ -68,10 +78,17 @@ def servers(tmp_path: Path) -> Iterator[ReplicatedMariaDB]:
         group.stop()
 
 
-def test_a_loop_pointed_at_a_replica_exits_1_saying_it_is_read_only(
-    servers, server_redis_url, tmp_path
-):
-    queue = open_queue(server_redis_url, servers.url, tmp_path)  # delayq init on the primary
+@pytest.fixture
+def redis_url(server_redis_url: str) -> Iterator[str]:
+    """The suite's Redis database, emptied after the test (`delayq init` writes there)."""
+    yield server_redis_url
+    client = redis.Redis.from_url(server_redis_url)
+    client.flushdb()
+    client.close()
+
+
+def test_a_loop_pointed_at_a_replica_exits_1_saying_it_is_read_only(servers, redis_url, tmp_path):
+    queue = open_queue(redis_url, servers.url, tmp_path)  # delayq init on the primary
     queue.close()
     servers.wait_in_sync()
     replica_url = f"mysql://{USER}:{PASSWORD}@127.0.0.1:{servers.replica.port}/{DATABASE}"
@@ -82,7 +99,7 @@ def test_a_loop_pointed_at_a_replica_exits_1_saying_it_is_read_only(
     db.close()
     assert is_read_only(refused.value) and is_outage(refused.value)
 
-    env = process_env(server_redis_url, replica_url, tmp_path)
+    env = process_env(redis_url, replica_url, tmp_path)
     done = subprocess.run([*DELAYQ, "run", "--loop"], env=env, capture_output=True, timeout=60)
 
     assert done.returncode == 1
