@@ -29,7 +29,9 @@ and every row the new primary holds ran); prints one summary line either way.
 from __future__ import annotations
 
 import argparse
+import json
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -39,6 +41,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import delayq
 from delayq.config import Settings
@@ -249,7 +252,7 @@ class Calls:
 
 def check(
     servers: ReplicatedMariaDB, log: Path, due: dict[int, float], producers: list[Producer]
-) -> dict[str, int]:
+) -> dict[str, Any]:
     calls = Calls.read(log)
     rows = query(servers, "SELECT id, ext_string, status FROM delay_queue")
     held = {(int(str(ext).split(":")[1]), int(str(job_id))): status for job_id, ext, status in rows}
@@ -257,7 +260,9 @@ def check(
     got = {n: job_id for producer in producers for n, job_id in producer.got.items()}
     retried = set().union(*(producer.retried for producer in producers))
     ran = Counter(n for n, _ in calls.at)
+    given = Counter(job_id for producer in producers for job_id in producer.got.values())
     return {
+        "reused_ids": sum(1 for count in given.values() if count > 1),
         "lost": sum(1 for n in due if not any(key[0] == n for key in succeeded & set(calls.at))),
         "lost_adds": sum(1 for n, job_id in got.items() if (n, job_id) not in held),
         "run_twice": sum(len(times) - 1 for times in calls.at.values()),
@@ -285,6 +290,7 @@ def report(
     started: float,
 ) -> int:
     found = check(servers, workdir / "handlers.log", due, producers)
+    found.update(detection(args, workdir))
     recovery = recovery_times([failover], workdir / "handlers.log")
     crashes = sum(
         soak.runner_crashes(workdir / f"runner-{k}" / "runners.log") for k in range(RUNNERS)
@@ -295,8 +301,12 @@ def report(
         print(f"mysql failover soak: a producer saw {count}x: {message}", file=sys.stderr)
     safe = found["early"] == 0 and found["misplaced"] == 0 and found["held_not_run"] == 0
     whole = found["lost"] == found["lost_adds"] == found["run_twice"] == 0
+    # One run says what the failover took, and doctor says it as well: a warning where the
+    # old primary took jobs (always, with async replication), an ok line where it took none.
+    said = found["failover_lines"] == 1 and found["doctor_failover"] != "none"
     ok = (
         drained
+        and said
         and crashes == 0
         and recovery.unmeasured == 0
         and safe
@@ -315,6 +325,39 @@ def report(
         f"{'OK' if ok else 'FAILED'}"
     )
     return 0 if ok else 1
+
+
+FAILOVER_LINE = re.compile(
+    r"the database is not the server the table was last seen on .*?(?:; (\d+) jobs the "
+    r"schedule or the journal knows have no row there|; every job)"
+)
+
+
+def detection(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    """What the runners and `delayq doctor` said of the failover: how many log lines, the
+    ids they said the table lacks, and the level of doctor's failover line."""
+    lines = [
+        match
+        for k in range(RUNNERS)
+        for match in FAILOVER_LINE.finditer(
+            (workdir / f"runner-{k}" / "runners.log").read_text(errors="replace")
+        )
+    ]
+    env = soak.runner_env(args, workdir)
+    doctor = subprocess.run(
+        [sys.executable, "-m", "delayq", "doctor", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    checks = json.loads(doctor.stdout or "{}").get("checks", [])
+    levels = [check["level"] for check in checks if check["name"] == "failover"]
+    return {
+        "failover_lines": len(lines),
+        "said_missing": sum(int(line.group(1) or 0) for line in lines),
+        "doctor_failover": levels[0] if levels else "none",
+    }
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import peewee
 import redis
 
 from ..config import Settings, redact_url
-from ..durations import format_delta
+from ..durations import format_delta, format_instant
 from ..errors import BadInput, ConfigError
 from ..store.backend_errors import one_line
 from ..store.index import Index
@@ -275,7 +275,19 @@ def consistency_checks(
             f"{stale} journal fields belong to no running job; recovery of the runs that left "
             "them clears them, or they expire with the journal",
         ),
+        *_failover_check(index),
     ]
+
+
+def _failover_check(index: Index) -> list[Check]:
+    """A line, for a week after it, on what the last failover of the database took, as the
+    run that met the new server found it (worker/database_failovers.py); none before."""
+    found = index.registry.database_failover()
+    if not found:
+        return []
+    level = WARN if found.get("missing", "0") != "0" else OK
+    at = format_instant(float(found.get("at") or 0))
+    return [Check(level, "failover", f"at {at}: {found.get('said', '')}")]
 
 
 def _orphans_check(unscheduled: int, capped: bool) -> Check:

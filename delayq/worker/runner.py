@@ -22,7 +22,7 @@ from ..store import flow
 from ..store.database import is_read_only, ping
 from ..store.index import Index
 from ..store.table import Table
-from . import interrupts, recovery
+from . import database_failovers, interrupts, recovery
 from .bookkeeper import Bookkeeper
 from .calls import Caller
 from .concurrent import ConcurrentDrain
@@ -232,6 +232,7 @@ class Runner:
         names = list(each.options.queues) or index.registry.known_queues()
         php_classes = dict(each.settings.php_classes)
         if sweep:  # a failover to a replica behind may have left a queue's older settings
+            database_failovers.check_database_server(table, index, each.clock())
             flow.restore(table, index.flow, names)
         for queue in names if sweep else ():  # recover leases, re-index orphans
             now = each.clock()

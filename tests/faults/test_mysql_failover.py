@@ -55,6 +55,9 @@ def test_a_semi_synchronous_failover_loses_nothing_and_runs_nothing_twice_or_ear
     # A claim whose lease the failing database refused goes back on the schedule at once,
     # not after the orphan sweep's 30 s.
     assert found["late"] == "0", found
+    # One runner says the table is on another server, and that nothing is missing there.
+    assert (found["failover_lines"], found["said_missing"]) == ("1", "0"), found
+    assert found["doctor_failover"] == "ok", found
 
 
 def test_an_asynchronous_failover_loses_what_it_took_but_runs_nothing_early_or_misplaced():
@@ -65,6 +68,9 @@ def test_an_asynchronous_failover_loses_what_it_took_but_runs_nothing_early_or_m
     assert int(found["lost_adds"]) > 0 and int(found["run_twice"]) > 0, found
     assert (found["early"], found["misplaced"], found["held_not_run"]) == ("0", "0", "0")
     assert (found["producer_ids_not_run"], found["runner_crashes"]) == ("0", "0")
+    # One runner says what the failover took, in one line, and doctor warns of it.
+    assert found["failover_lines"] == "1" and int(found["said_missing"]) > 0, found
+    assert found["doctor_failover"] == "warn", found
 
 
 @pytest.fixture
