@@ -17,13 +17,16 @@ first had committed). Checks from the handlers' own log and the promoted server'
 `lost` acknowledged jobs that never succeeded (an add the failover took included),
 `lost_adds` acknowledged adds with no row, `run_twice` jobs whose handler ran more than once
 under one id, `retried_doubles` jobs run under two ids because a retried add had committed,
-`early` calls before the job's due time, `late` first calls over 5 s after it, `misplaced`
-rows marked done that their own job never ran for (an outcome of an older job with the same
-id), `held_not_run` rows the new primary holds that did not run or did not succeed,
-`producer_ids_not_run`, runner crashes, and the seconds from the promotion to each runner's
-next job. Exits 0 when nothing is lost,
-run twice, early or misplaced (with async replication: when nothing is early or misplaced
-and every row the new primary holds ran); prints one summary line either way.
+`early` calls before the job's due time, `late` first calls over 5 s after it (of the jobs
+added first and the ids the producers got: the row of an add that raised after its commit
+waits for the orphan sweep, 30 s), `misplaced` rows marked done that their own job never ran
+for (an outcome of an older job with the same id), `held_not_run` rows the new primary holds
+that did not run or did not succeed, `producer_ids_not_run`, `reused_ids` ids the producers
+got twice, what the runners and doctor said of the failover, runner crashes, and the seconds
+from the promotion to each runner's next job. Exits 0 when nothing is lost, run twice, early
+or misplaced, and one run said what the failover took (with async replication: when nothing
+is early or misplaced, every row the new primary holds ran, and one run said so); prints
+one summary line either way.
 """
 
 from __future__ import annotations
@@ -268,7 +271,11 @@ def check(
         "run_twice": sum(len(times) - 1 for times in calls.at.values()),
         "retried_doubles": sum(1 for n in retried if ran[n] > 1),
         "early": sum(1 for (n, _), times in calls.at.items() if min(times) + EARLY_SLACK < due[n]),
-        "late": sum(1 for (n, _), times in calls.at.items() if min(times) > due[n] + LATE),
+        "late": sum(
+            1
+            for (n, job_id), times in calls.at.items()
+            if got.get(n, job_id) == job_id and min(times) > due[n] + LATE
+        ),
         "misplaced": len(succeeded - set(calls.at)),
         "held_not_run": sum(1 for key in held if key not in succeeded or key not in calls.at),
         "producer_ids_not_run": sum(
