@@ -335,8 +335,8 @@ def report(
 
 
 FAILOVER_LINE = re.compile(
-    r"the database is not the server the table was last seen on .*?(?:; (\d+) jobs the "
-    r"schedule or the journal knows have no row there|; every job)"
+    r"the database is not the server the table was last seen on .*?(?:; (\d+) jobs? the "
+    r"schedule or the journal knows ha(?:s|ve) no row there|; every job)"
 )
 
 

@@ -90,10 +90,15 @@ def describe(taken: Taken) -> str:
     window = ""
     if taken.due_from is not None:
         window = f", due {format_instant(taken.due_from)} to {format_instant(taken.due_to)}"
+    jobs = (
+        "1 job the schedule or the journal knows has"
+        if len(taken.ids) == 1
+        else f"{len(taken.ids)} jobs the schedule or the journal knows have"
+    )
     return (
-        f"{moved}; {len(taken.ids)} jobs the schedule or the journal knows have no row there "
-        f"(ids {preview(taken.ids)}{window}): the old primary took them with it, and jobs "
-        "whose outcomes it took run again; new jobs get ids above them"
+        f"{moved}; {jobs} no row there (ids {preview(taken.ids)}{window}): the old primary "
+        "took them with it, and jobs whose outcomes it took run again; new jobs get ids above "
+        "them"
     )
 
 
