@@ -84,12 +84,16 @@ def database_checks(db: peewee.Database, url: str | None) -> list[Check]:
     """Reachability and version, then the table's columns and indexes against the model."""
     where = redact_url(url)
     try:
+        read_only = False
         if is_mysql(db):
-            version = str(db.execute_sql("SELECT VERSION()").fetchone()[0])
-            version = version if "mariadb" in version.lower() else f"MySQL {version}"
+            found, read_only = db.execute_sql("SELECT VERSION(), @@global.read_only").fetchone()
+            version = str(found) if "mariadb" in str(found).lower() else f"MySQL {found}"
         else:
             version = f"SQLite {db.execute_sql('SELECT sqlite_version()').fetchone()[0]}"
         reached = Check(OK, "database", f"{version} at {where}")
+        if read_only:  # a replica's URL: every run would fail to write
+            detail = f"{version} at {where} is read-only (a replica?); point the URL at the primary"
+            reached = Check(FAIL, "database", detail)
         if not db.table_exists(Job._meta.table_name):
             missing = Check(FAIL, "table", "delay_queue does not exist; run `delayq init`")
             return [reached, missing, *skipped(DATABASE_CHECKS[1:], "delay_queue does not exist")]

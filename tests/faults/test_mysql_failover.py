@@ -102,7 +102,9 @@ def redis_url(server_redis_url: str) -> Iterator[str]:
     client.close()
 
 
-def test_a_loop_pointed_at_a_replica_exits_1_saying_it_is_read_only(servers, redis_url, tmp_path):
+def test_a_loop_pointed_at_a_replica_exits_1_and_doctor_fails_saying_it_is_read_only(
+    servers, redis_url, tmp_path
+):
     queue = open_queue(redis_url, servers.url, tmp_path)  # delayq init on the primary
     queue.close()
     servers.wait_in_sync()
@@ -117,6 +119,14 @@ def test_a_loop_pointed_at_a_replica_exits_1_saying_it_is_read_only(servers, red
     env = process_env(redis_url, replica_url, tmp_path)
     done = subprocess.run([*DELAYQ, "run", "--loop"], env=env, capture_output=True, timeout=60)
 
+    doctor = subprocess.run([*DELAYQ, "doctor"], env=env, capture_output=True, timeout=60)
+
+    assert doctor.returncode == 1
+    lines = doctor.stdout.decode().splitlines()
+    (database,) = [line for line in lines if line.split()[1:2] == ["database"]]
+    assert database.startswith("FAIL") and database.endswith(
+        "is read-only (a replica?); point the URL at the primary"
+    )
     assert done.returncode == 1
     assert done.stderr.decode().splitlines() == [
         "delayq: error: the database is read-only (a replica?); point the database URL at "
