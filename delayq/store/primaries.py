@@ -20,17 +20,19 @@ ALTER_LOCK_WAIT = 2
 
 
 def server_identity(table: Table) -> str | None:
-    """The MySQL server the table's connection reached, as `hostname:port/server_id` (a
-    replica must have a server_id of its own); GALERA on a Galera node; None on SQLite."""
+    """The MySQL server the table's connection reached: `server_id N` (a replica must have
+    one of its own), with MySQL's `server_uuid` where there is one; not its host name, which
+    a container's restart changes. GALERA on a Galera node; None on SQLite."""
     if not table.mysql:
         return None
     cursor = table.db.execute_sql(
-        "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('hostname', 'port', 'server_id', 'wsrep_on')"
+        "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('server_id', 'server_uuid', 'wsrep_on')"
     )
     found = {str(name).lower(): str(value) for name, value in cursor.fetchall()}
     if found.get("wsrep_on", "OFF").upper() == "ON":
         return GALERA
-    return f"{found.get('hostname', '?')}:{found.get('port', '?')}/{found.get('server_id', '?')}"
+    uuid = found.get("server_uuid")
+    return f"server_id {found.get('server_id', '?')}" + (f" ({uuid})" if uuid else "")
 
 
 def ids_without_rows(table: Table, ids: Iterable[int]) -> list[int]:
