@@ -126,7 +126,8 @@ class ReplicatedMariaDB:
     """A primary and a replica (semi-synchronous, AFTER_SYNC: a commit is acknowledged once
     the replica has it; or asynchronous), the replica reading the binary log through a relay
     the test can hold (a replica falling behind), and `address`, the relay delayq reaches
-    the primary through, moved by `promote`. `stop` ends every server and relay."""
+    the primary through, moved by `promote`. `stop` ends every server and relay, and
+    removes their data directories."""
 
     def __init__(self, workdir: Path, semi_sync: bool) -> None:
         self.semi_sync = semi_sync
@@ -241,3 +242,5 @@ class ReplicatedMariaDB:
                 relay.close()
         for server in (self.primary, self.replica):
             server.stop()
+            # Over 100 MB each (InnoDB's redo log); the error logs beside them stay.
+            shutil.rmtree(server.datadir, ignore_errors=True)
