@@ -51,7 +51,8 @@ CREATE TABLE IF NOT EXISTS `delay_queue_counts` (
 
 -- Per-queue settings, a row per queue once it was first paused or limited (`delayq pause`,
 -- `delayq limit`): paused since paused_at (NULL: runs), last resumed at resumed_at, both epoch
--- seconds; at most rate_count job starts in any rate_period seconds (NULL: no limit). Runs
+-- seconds; at most rate_count job starts in any rate_period seconds, and at most concurrency
+-- of its jobs running at once (NULL: no limit). Runs
 -- read a copy in Redis, put back from here when Redis loses it; version orders the changes.
 CREATE TABLE IF NOT EXISTS `delay_queue_settings` (
   `queue` varchar(64) NOT NULL,
@@ -61,14 +62,34 @@ CREATE TABLE IF NOT EXISTS `delay_queue_settings` (
   `modified` datetime NOT NULL DEFAULT current_timestamp(),
   `rate_count` int DEFAULT NULL,
   `rate_period` double DEFAULT NULL,
+  `concurrency` int DEFAULT NULL,
   PRIMARY KEY (`queue`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
 
+-- Per-key locks (`delayq add --lock KEY`), a row per lock key while a job holds it: job_id
+-- holds it while it runs under a live lease, or while reserved_until (epoch seconds) has not
+-- passed when the lock was handed to it and it waits to be claimed. A row whose job holds
+-- nothing any more is taken over by the next job that asks.
+CREATE TABLE IF NOT EXISTS `delay_queue_locks` (
+  `lock_key` varchar(191) NOT NULL,
+  `job_id` bigint NOT NULL,
+  `reserved_until` double DEFAULT NULL,
+  `modified` datetime NOT NULL DEFAULT current_timestamp(),
+  PRIMARY KEY (`lock_key`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
+
 DROP TRIGGER IF EXISTS `delay_queue_pending_insert`;
+-- The INSERT inside an IF, so that a row whose writer counts it itself (delayq's add_many)
+-- costs the server the test alone; the `;` inside needs the mysql client's DELIMITER (a
+-- driver that runs this file takes the DELIMITER lines as the client does).
+DELIMITER //
 CREATE TRIGGER `delay_queue_pending_insert` AFTER INSERT ON `delay_queue` FOR EACH ROW
-  INSERT INTO `delay_queue_counts` (queue, slot, pending)
-  SELECT NEW.queue, MOD(CONNECTION_ID(), 64), 1 FROM DUAL WHERE NEW.status = 1 AND @delayq_counted IS NULL
-  ON DUPLICATE KEY UPDATE pending = pending + (1);
+  IF NEW.status = 1 AND @delayq_counted IS NULL THEN
+    INSERT INTO `delay_queue_counts` (queue, slot, pending)
+    VALUES (NEW.queue, MOD(CONNECTION_ID(), 64), 1)
+    ON DUPLICATE KEY UPDATE pending = pending + (1);
+  END IF//
+DELIMITER ;
 DROP TRIGGER IF EXISTS `delay_queue_pending_delete`;
 CREATE TRIGGER `delay_queue_pending_delete` AFTER DELETE ON `delay_queue` FOR EACH ROW
   INSERT INTO `delay_queue_counts` (queue, slot, pending)

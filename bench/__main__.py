@@ -29,7 +29,7 @@ import redis
 
 import delayq
 
-from . import aio, dispatch, enqueue, env, idle, io, lateness, load, memory, scale, topologies
+from . import aio, dispatch, enqueue, env, flow, idle, io, lateness, load, memory, scale, topologies
 from .report import Result
 from .sizes import FULL, QUICK, Sizes
 
@@ -44,10 +44,12 @@ WORKLOADS: dict[str, Callable[[Sizes], Result]] = {
     "load": load.run,
     "topologies": topologies.run,
     "scale": scale.run,  # given its Options by _workload
+    "flow": flow.run,
 }
-# Run when no --only names them; `topologies` starts ten servers of its own and `scale` loads
-# millions of rows into two of its own, so only on request.
-DEFAULT = [name for name in WORKLOADS if name not in ("topologies", "scale")]
+# Run when no --only names them; `topologies` starts ten servers of its own, `scale` loads
+# millions of rows into two of its own, and `flow` measures only flow control's own cost, so
+# only on request.
+DEFAULT = [name for name in WORKLOADS if name not in ("topologies", "scale", "flow")]
 # Workloads that use no shared server at all: alone, nothing on 3306 or 6379 is touched.
 OWN_SERVERS = {"scale"}
 

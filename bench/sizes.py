@@ -21,6 +21,7 @@ class Sizes:
     io: int  # due jobs that each wait 50 ms, drained with 16 in flight
     aio: int  # due jobs that each await 50 ms, drained with 200 in flight
     load_jobs: int  # jobs of 50 ms due at 80 % of 16 slots, while a --loop run is up
+    flow: int  # due jobs drained under each kind of flow control
     dispatch_peers: tuple[str, ...] = ("huey", "rq")
     repeat: int = 3
 
@@ -40,6 +41,7 @@ FULL = Sizes(
     io=1_000,
     aio=5_000,
     load_jobs=3_840,
+    flow=5_000,
 )
 
 QUICK = Sizes(
@@ -57,6 +59,7 @@ QUICK = Sizes(
     io=200,
     aio=1_000,
     load_jobs=512,
+    flow=500,
     dispatch_peers=("huey",),
     repeat=1,
 )

@@ -181,6 +181,22 @@ def parse_rate(text: str) -> tuple[int, float]:
     return count, _RATE_PERIODS[unit]
 
 
+MAX_CONCURRENCY = 10_000
+
+
+def parse_concurrency(value: object) -> int:
+    """A concurrency limit, 4 or "4", → 4: how many of a queue's jobs may run at once."""
+    text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+    if not (isinstance(text, str) and text.isascii() and text.isdigit()):
+        raise BadInput(f"invalid concurrency {shown(value)}: expected a whole number, like 4")
+    count = int(text) if len(text) <= 9 else MAX_CONCURRENCY + 1
+    if not 1 <= count <= MAX_CONCURRENCY:
+        raise BadInput(
+            f"invalid concurrency {shown(value)}: it must be between 1 and {MAX_CONCURRENCY:,}"
+        )
+    return count
+
+
 def format_rate(rate: tuple[int, float]) -> str:
     """(10, 1.0) → "10/s"; a period no unit names, in seconds: "10/90s"."""
     count, period = rate

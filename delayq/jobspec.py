@@ -24,6 +24,7 @@ from .durations import (
 )
 from .errors import BadInput
 from .store import table
+from .store.locks import LOCK_MAX
 from .store.params import may_nest_deeper, nests_deeper, payload_or_empty, too_deep
 from .store.policies import check_policy, policy_text
 from .store.recurrence import parse_schedule
@@ -51,6 +52,7 @@ class JobSpec:
     tz: str | None = None  # ...read in this IANA time zone (default UTC)
     retries: int | None = None  # retries after failures; None: the handler's or the ladder's
     retry_delays: Sequence[Duration] | None = None  # the wait before each retry, in order
+    lock: str | None = None  # jobs that share it never run at once, and run in due order
 
 
 def to_row(
@@ -71,14 +73,16 @@ def to_row(
         locate(spec.class_path, spec.method, settings.handlers)
         located.add((spec.class_path, spec.method))
     validate_queue_name(spec.queue)
+    run_at, schedule = _timing(spec, now, settings.since)
     return {
-        "params": encode_params(spec.class_path, spec.method, spec.data),
+        "params": encode_params(spec.class_path, spec.method, spec.data, check_lock(spec.lock)),
         "ext_string": check_ext(spec.ext),
         "queue": spec.queue,
         "timeout": check_timeout(spec.timeout),
         "every": check_every(spec.every),
-        **_timing(spec, now, settings.since),
-        "retry_policy": policy_text(check_policy(spec.retries, spec.retry_delays)),
+        "run_at": run_at,
+        "schedule": schedule,
+        "retry_policy": _policy_column(spec),
         "status": Status.PENDING,
         "retry_times": 0,
         "created": stamp or table.utc_stamp(now),
@@ -107,6 +111,7 @@ def job_view(job: Job) -> dict[str, Any]:
         # How it recurs: its cron expression and zone, or `every 1h` as `--every` takes it.
         "schedule": job.schedule or (f"every {format_duration(job.every)}" if job.every else None),
         "every": job.every,
+        "lock": payload.get("lock"),  # its lock key, or None
     }
 
 
@@ -128,9 +133,12 @@ def row_view(job: Job) -> dict[str, Any]:
 _PARAMS_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False)
 
 
-def encode_params(class_path: str, method: str, data: Any) -> str:
+def encode_params(class_path: str, method: str, data: Any, lock: str | None = None) -> str:
+    payload = {"class": class_path, "method": method, "data": data}
+    if lock is not None:
+        payload["lock"] = lock
     try:
-        text = _PARAMS_ENCODER.encode({"class": class_path, "method": method, "data": data})
+        text = _PARAMS_ENCODER.encode(payload)
     except RecursionError:
         raise BadInput(f"{too_deep()}; flatten it") from None
     except (TypeError, ValueError) as exc:
@@ -138,7 +146,8 @@ def encode_params(class_path: str, method: str, data: Any) -> str:
     if may_nest_deeper(text) and nests_deeper(data):
         raise BadInput(f"{too_deep()}; flatten it")
     try:
-        size = len(text.encode("utf-8"))
+        # ASCII text (most params) is as many bytes as characters, and holds no lone surrogate.
+        size = len(text) if text.isascii() else len(text.encode("utf-8"))
     except UnicodeEncodeError:
         raise BadInput("data contains text that is not valid UTF-8") from None
     if size > PARAMS_MAX_BYTES:
@@ -156,6 +165,23 @@ def check_ext(ext: str) -> str:
     if len(ext) > table.EXT_MAX:
         raise BadInput(f"ext is {len(ext)} characters; the limit is {table.EXT_MAX}")
     return ext
+
+
+def check_lock(lock: str | None) -> str | None:
+    """A job's lock key: text of 1 to LOCK_MAX characters that UTF-8 can hold, or None."""
+    if lock is None:
+        return None
+    if not isinstance(lock, str):
+        raise BadInput("lock must be text")
+    if lock == "":
+        raise BadInput("lock is empty; name the key the jobs share, like order:42")
+    try:
+        lock.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadInput("lock is not valid UTF-8") from None
+    if len(lock) > LOCK_MAX:
+        raise BadInput(f"lock is {len(lock)} characters; the limit is {LOCK_MAX}")
+    return lock
 
 
 def check_key(ext: str) -> str:
@@ -177,13 +203,19 @@ def check_every(every: Duration | None) -> float | None:
     return every
 
 
-def _timing(spec: JobSpec, now: float, since: float | None) -> dict[str, Any]:
+def _policy_column(spec: JobSpec) -> str | None:
+    if spec.retries is None and spec.retry_delays is None:
+        return None  # no policy of its own, the column's NULL: most jobs, skipping the checks
+    return policy_text(check_policy(spec.retries, spec.retry_delays))
+
+
+def _timing(spec: JobSpec, now: float, since: float | None) -> tuple[float, str | None]:
     """The row's `run_at` and `schedule`. With a cron schedule the job is due at its first
     match after now, or, given a delay or an `at`, at its first match from then on."""
     if spec.cron is None:
         if spec.tz is not None:
             raise BadInput("--tz needs --cron: the zone a cron expression is read in")
-        return {"run_at": run_at_of(spec.delay, spec.at, now, since), "schedule": None}
+        return run_at_of(spec.delay, spec.at, now, since), None
     if spec.every is not None:
         raise BadInput("give --every or --cron, not both")
     schedule = parse_schedule(spec.cron, spec.tz)
@@ -191,7 +223,7 @@ def _timing(spec: JobSpec, now: float, since: float | None) -> dict[str, Any]:
         run_at = schedule.first_after(now)
     else:
         run_at = schedule.first_from(run_at_of(spec.delay, spec.at, now, since))
-    return {"run_at": check_due(run_at, now, "--cron"), "schedule": schedule.column}
+    return check_due(run_at, now, "--cron"), schedule.column
 
 
 def check_timeout(timeout: Duration | None, name: str = "timeout") -> float | None:

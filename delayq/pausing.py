@@ -1,6 +1,7 @@
-"""Pausing, resuming and rate-limiting queues, the part of Queue that changes a queue's flow
-settings: in the table first (queue_settings.py), then in their Redis mirror (flow.py), where
-every run's claim reads them. queue.py adds and runs jobs; reading.py answers questions.
+"""Pausing, resuming and limiting queues (their rate and concurrency), the part of Queue that
+changes a queue's flow settings: in the table first (queue_settings.py), then in their Redis
+mirror (flow.py), where every run's claim reads them. queue.py adds and runs jobs;
+reading.py answers questions.
 """
 
 from __future__ import annotations
@@ -8,12 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from .config import validate_queue_name
-from .durations import parse_rate
+from .durations import parse_concurrency, parse_rate
 from .errors import BadInput
 from .reading import QueueReads
-from .store import queue_settings
+from .store import leases, queue_settings
 from .store.backend_errors import backend_errors
-from .store.queue_settings import QueueFlow
+from .store.queue_settings import UNCHANGED, QueueFlow, Unchanged
 from .store.table import Table
 
 # A write of queue_settings (pause, resume): (table, queues, now) -> their settings now.
@@ -53,26 +54,41 @@ class QueuePausing(QueueReads):
 
     @backend_errors
     def limit(
-        self, *names: str, rate: str | None, now: float | None = None
+        self,
+        *names: str,
+        rate: str | None | Unchanged = UNCHANGED,
+        concurrency: int | None | Unchanged = UNCHANGED,
+        now: float | None = None,
     ) -> dict[str, QueueFlow]:
-        """Let every run, on every host together, start at most `rate` jobs of queues `names`
-        ("10/s", "600/m", "36000/h") in any window of its period; None
-        lifts the limit. A job the limit holds back stays pending in its place and starts as
+        """Limit queues `names` across every run on every host together: to at most `rate`
+        job starts in any window of its period ("10/s", "600/m", "36000/h"), and to at most
+        `concurrency` of their jobs running at once (4). None lifts that limit; one not given
+        stays as it is. A job a limit holds back stays pending in its place and starts as
         soon as the limit allows. Returns each queue's settings."""
-        parsed = None if rate is None else parse_rate(rate)
+        if isinstance(rate, Unchanged) and isinstance(concurrency, Unchanged):
+            raise BadInput("give rate= or concurrency= (None lifts that limit)")
+        parsed_rate = rate if rate is None or isinstance(rate, Unchanged) else parse_rate(rate)
+        slots = concurrency
+        if slots is not None and not isinstance(slots, Unchanged):
+            slots = parse_concurrency(slots)
 
         def write(table: Table, queues: Sequence[str], at: float) -> dict[str, QueueFlow]:
-            return queue_settings.limit(table, queues, parsed, at)
+            settings = queue_settings.limit(table, queues, at, parsed_rate, slots)
+            if not isinstance(slots, Unchanged):
+                # Before the claims can count them: the jobs running already hold slots.
+                for queue in queues:
+                    running = [] if slots is None else leases.running_leases(table, queue)
+                    self.index.flow.reset_slots(queue, running)
+            return settings
 
         return self._change(write, names, now)
 
     @backend_errors
     def limited(self) -> dict[str, QueueFlow]:
-        """{queue: its settings} of every rate-limited queue, as the table holds them."""
+        """{queue: its settings} of every queue with a rate or concurrency limit, as the
+        table holds them."""
         return {
-            queue: flow
-            for queue, flow in queue_settings.flows(self.table).items()
-            if flow.rate is not None
+            queue: flow for queue, flow in queue_settings.flows(self.table).items() if flow.limited
         }
 
     @backend_errors

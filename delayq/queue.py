@@ -18,11 +18,12 @@ from .durations import Duration, Instant, parse_duration
 from .errors import BadInput
 from .jobspec import JobSpec, check_key, run_at_of, to_row
 from .pausing import QueuePausing
-from .store import chains, counts, inserts, queries, queue_settings, transactions
+from .store import chains, counts, inserts, locks, queries, queue_settings, transactions
 from .store.backend_errors import backend_errors, one_line
 from .store.database import bound_replies
 from .store.index import Index
 from .store.params import read_call
+from .store.schedule import Packed, packed_by_queue
 from .store.table import TABLE_NAME, Status, Table, create_tables, utc_stamp
 from .store.upgrade import upgrade_table
 from .worker.allowlist import check_allowlist
@@ -80,9 +81,11 @@ class Queue(QueuePausing):
         if not create_tables(self.table):
             changes = upgrade_table(self.table, self.index, self._now(now), schedule_lost)
             changes += counts.install(self.table) + queue_settings.install(self.table)
+            changes += locks.install(self.table)
         else:  # the counts come with the table; only a failure to keep them is news
             changes += [line for line in counts.install(self.table) if not counts.added(line)]
             queue_settings.install(self.table)
+            locks.install(self.table)
         complete = self.index.registry.is_complete()
         # Also raises the horizons that are near, and gives one to a queue that has none.
         count = Rebuild(self.table, self.index).rebuild_all(lambda: None)
@@ -107,6 +110,7 @@ class Queue(QueuePausing):
         retries: int | None = None,
         retry_delays: Sequence[Duration] | None = None,
         replace: bool = False,
+        lock: str | None = None,
         check: bool = True,
         now: float | None = None,
         using: Any = None,
@@ -115,12 +119,14 @@ class Queue(QueuePausing):
         at `at` (epoch seconds, an aware datetime or ISO 8601 text). `every`: re-arm that long
         after each due time; `cron`: due at each match, read in zone `tz` (default UTC);
         `retries`, `retry_delays`: its retry policy; `replace`: move the pending job with this
-        `ext` instead of adding a second one; `using`: insert on this connection, inside its
-        open transaction (see `add_many`). The handler is imported now, so a mistyped name
-        fails here; `check=False` skips that, for a producer without the handlers' code."""
+        `ext` instead of adding a second one; `lock`: a key ("order:42") that jobs which must
+        never run at once share, on any host (they run in due order); `using`: insert on this
+        connection, inside its open transaction (see `add_many`). The handler is imported
+        now, so a mistyped name fails here; `check=False` skips that, for a producer without
+        the handlers' code."""
         spec = JobSpec(
             class_path, method, data, delay, at, ext, queue, timeout, every, cron, tz, retries,
-            retry_delays,
+            retry_delays, lock,
         )  # fmt: skip
         if replace:
             if using is not None:
@@ -168,17 +174,16 @@ class Queue(QueuePausing):
             if not rows:
                 return []
             ids = [inserts.insert_one(self.table, rows[0])]
+            texts = [packed_by_queue(rows, ids)]
         else:
-            ids, rows = inserts.insert_many(self.table, specs, to_rows)
-        self._index_new(rows, ids)
+            # The schedule's entries are packed part by part while the next part is written.
+            ids, texts = inserts.insert_many(self.table, specs, to_rows, packed_by_queue)
+        self._index_new(texts, ids)
         return ids
 
-    def _index_new(self, rows: Sequence[Mapping[str, Any]], ids: Sequence[int]) -> None:
-        added = [
-            (row["queue"], job_id, row["run_at"]) for row, job_id in zip(rows, ids, strict=True)
-        ]
+    def _index_new(self, texts: Sequence[Mapping[str, Packed]], ids: Sequence[int]) -> None:
         try:
-            self.index.schedule.add_by_queue(added)
+            self.index.added(texts)
         except redis.RedisError as exc:
             # The rows are saved and the table is the truth: a run re-indexes them.
             logger.warning(

@@ -75,6 +75,9 @@ SERIAL_FILES = {
     "faults/test_processes.py",
     "faults/test_soak.py",
     "faults/test_takeover.py",
+    "flow/test_concurrency_runners.py",
+    "flow/test_flow_soak.py",
+    "flow/test_locks_runners.py",
     "ops/test_requeue.py",
     "store/test_cluster.py",
     "store/test_embedded.py",
@@ -226,6 +229,7 @@ def _drop_table(url: str) -> None:
     with conn.cursor() as cursor:
         cursor.execute("DROP TABLE IF EXISTS delay_queue")
         cursor.execute("DROP TABLE IF EXISTS delay_queue_settings")  # paused queues too
+        cursor.execute("DROP TABLE IF EXISTS delay_queue_locks")  # and locks held
     conn.close()
 
 

@@ -1,5 +1,5 @@
 """Flow control: `delayq pause`, `delayq resume` and `delayq limit`, and how a paused or
-rate-limited queue reads in the operator's looks (status, peek), so that someone who never
+limited queue reads in the operator's looks (status, peek), so that someone who never
 read the docs sees what holds it."""
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ from typing import Annotated
 
 import typer
 
-from ..durations import format_delta, format_instant, format_rate, parse_rate
+from ..durations import format_delta, format_instant, format_rate, parse_concurrency, parse_rate
 from ..errors import BadInput
+from ..store.queue_settings import QueueFlow
 from .app import Command, app, open_queue, printable
 
 NamesArgument = Annotated[list[str], typer.Argument(metavar="NAME...", help="Queue names.")]
@@ -60,35 +61,58 @@ def limit(
             "--rate", metavar="N/UNIT", help="At most N job starts per s, m or h: 10/s, 600/m."
         ),
     ] = None,
-    clear: Annotated[bool, typer.Option("--clear", help="Lift the queues' rate limits.")] = False,
+    concurrency: Annotated[
+        str | None,
+        typer.Option("--concurrency", metavar="N", help="At most N of their jobs running at once."),
+    ] = None,
+    clear: Annotated[bool, typer.Option("--clear", help="Lift the queues' limits.")] = False,
     new: Annotated[
         bool, typer.Option("--new", help="Limit a queue that has no jobs yet (not a typo).")
     ] = False,
 ) -> None:
     """Let every runner, on every host together, start at most N jobs of these queues in any
-    window of the period; a job held back stays pending, in its place, and starts as soon as
-    the limit allows (it is not a failure and uses no retry)."""
-    if (rate is None) == (not clear):
-        raise BadInput("give either --rate N/UNIT (like --rate 10/s) or --clear")
+    window of the period (--rate), or run at most N of them at once (--concurrency); a job
+    held back stays pending, in its place, and starts as soon as the limits allow (it is not
+    a failure and uses no retry). A limit not given stays as it is."""
+    if clear == (rate is not None or concurrency is not None):
+        raise BadInput(
+            "give --rate N/UNIT (like --rate 10/s), --concurrency N (like --concurrency 4), "
+            "or --clear"
+        )
     if rate is not None:
         parse_rate(rate)  # refused before any server is asked
+    slots = None if concurrency is None else parse_concurrency(concurrency)
     queue = open_queue()
     if not new:
         _refuse_unknown(queue.unknown(names), "limit", _NEW_HINT.replace("pause", "limit"))
-    for name, flow in queue.limit(*names, rate=rate).items():
-        typer.echo(f"{printable(name)}: {describe_rate(name, flow.rate)}")
+    if clear:
+        settings = queue.limit(*names, rate=None, concurrency=None)
+    elif rate is None:
+        settings = queue.limit(*names, concurrency=slots)
+    elif slots is None:
+        settings = queue.limit(*names, rate=rate)
+    else:
+        settings = queue.limit(*names, rate=rate, concurrency=slots)
+    for name, flow in settings.items():
+        typer.echo(f"{printable(name)}: {describe_limits(name, flow)}")
 
 
-def describe_rate(name: str, rate: tuple[int, float] | None) -> str:
-    """A queue's rate limit in words, with the way to lift it."""
-    if rate is None:
-        return "no rate limit; runners start its due jobs as fast as they can"
-    count, period = rate
-    per = {1.0: "second", 60.0: "minute", 3600.0: "hour"}.get(period, f"{period:g}s")
-    starts = "1 job start" if count == 1 else f"{count} job starts"
+def describe_limits(name: str, flow: QueueFlow) -> str:
+    """A queue's limits in words, with the way to lift them."""
+    if not flow.limited:
+        return "no limits; runners start its due jobs as fast as they can"
+    parts = []
+    if flow.rate is not None:
+        count, period = flow.rate
+        per = {1.0: "second", 60.0: "minute", 3600.0: "hour"}.get(period, f"{period:g}s")
+        starts = "1 job start" if count == 1 else f"{count} job starts"
+        parts.append(f"at most {starts} a {per} ({format_rate(flow.rate)})")
+    if flow.concurrency is not None:
+        running = "1 job" if flow.concurrency == 1 else f"{flow.concurrency} jobs"
+        parts.append(f"at most {running} running at once")
     return (
-        f"at most {starts} a {per} ({format_rate(rate)}) across all runners; due jobs beyond "
-        f"that wait in order (`delayq limit {printable(name)} --clear` lifts it)"
+        f"{' and '.join(parts)} across all runners; due jobs beyond that wait in order "
+        f"(`delayq limit {printable(name)} --clear` lifts {'them' if len(parts) > 1 else 'it'})"
     )
 
 

@@ -66,6 +66,10 @@ def add(
     retry_delays: Annotated[
         str | None, typer.Option("--retry-delays", help="Waits before each retry, e.g. 10s,1m,5m.")
     ] = None,
+    lock: Annotated[
+        str | None,
+        typer.Option("--lock", metavar="KEY", help="Never run at once with jobs of this lock."),
+    ] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the job as one JSON object, not just its id.")
     ] = False,
@@ -92,6 +96,7 @@ def add(
         retries=whole_or_none(retries, "--retries"),
         retry_delays=None if retry_delays is None else retry_delays.split(","),
         replace=replace,
+        lock=lock,
     )
     if as_json:
         print_json({**queue.show(job_id), "queue": queue_name})

@@ -13,6 +13,7 @@ import typer
 
 from ..durations import format_delta, format_instant, format_rate, parse_duration, parse_rate, shown
 from ..errors import BadInput
+from ..store.queue_settings import QueueFlow
 from ..store.table import Status
 from .app import (
     Command,
@@ -23,7 +24,7 @@ from .app import (
     print_json,
     printable,
 )
-from .flow import describe_pause, describe_rate
+from .flow import describe_limits, describe_pause
 
 if TYPE_CHECKING:  # the modules behind the commands load when a command runs, keeping
     # `delayq run`, the command cron starts every minute, free of them
@@ -132,6 +133,7 @@ def _print_status(report: StatusReport) -> None:
     for name, stats in report.queues.items():
         shown_name = printable(name) + (" (paused)" if stats.paused else "")
         shown_name += f" ({stats.rate})" if stats.rate else ""
+        shown_name += f" ({stats.concurrency} at once)" if stats.concurrency else ""
         jobs.add_row(shown_name, *(_count_cell(stats, field) for field in COUNTED))
         timing.add_row(shown_name, *_timing_cells(stats, report.now))
     console.print(jobs, "", timing)  # a blank line between the two
@@ -139,8 +141,10 @@ def _print_status(report: StatusReport) -> None:
         if stats.paused:
             due = _count_cell(stats, "pending_due")
             console.print(f"{printable(name)}: {describe_pause(name, stats.paused_at, due)}")
-        if stats.rate:
-            console.print(f"{printable(name)}: {describe_rate(name, parse_rate(stats.rate))}")
+        if stats.rate or stats.concurrency:
+            count, period = parse_rate(stats.rate) if stats.rate else (None, None)
+            limits = QueueFlow(rate_count=count, rate_period=period, concurrency=stats.concurrency)
+            console.print(f"{printable(name)}: {describe_limits(name, limits)}")
 
 
 def _timing_cells(stats: QueueStats, now: float) -> list[str]:
@@ -257,7 +261,12 @@ def peek(
     now, paused, limited = time.time(), queue.paused(), queue.limited()
     rates = {name: format_rate(flow.rate) for name, flow in limited.items() if flow.rate}
     views = [
-        dict(_upcoming_view(entry, now), paused=entry.queue in paused, rate=rates.get(entry.queue))
+        dict(
+            _upcoming_view(entry, now),
+            paused=entry.queue in paused,
+            rate=rates.get(entry.queue),
+            concurrency=getattr(limited.get(entry.queue), "concurrency", None),
+        )
         for entry in upcoming
     ]
     if as_json:
@@ -274,6 +283,8 @@ def peek(
             state += " (queue paused)"
         if view["rate"]:
             state += f" (queue limited to {view['rate']})"
+        if view["concurrency"]:
+            state += f" (queue limited to {view['concurrency']} at once)"
         table.add_row(*cells, printable(view["ext"]), state)
     _console().print(table if views else "nothing scheduled")
 

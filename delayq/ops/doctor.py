@@ -13,8 +13,9 @@ import peewee
 import redis
 
 from ..config import Settings, redact_url
-from ..durations import format_delta, format_instant
+from ..durations import format_delta, format_instant, format_rate
 from ..errors import BadInput, ConfigError
+from ..store import locks, queue_settings
 from ..store.backend_errors import one_line
 from ..store.index import Index
 from ..store.keys import INDEXED_KEY
@@ -29,7 +30,7 @@ from .sampling import SAMPLE, Members, Scope, stray_members, unscheduled_rows
 OK, WARN, FAIL, SKIP = "ok", "warn", "FAIL", "skip"  # skip: not made, the line says why
 DATABASE_CHECKS = ("database", "columns", "index")
 REDIS_CHECKS = ("redis", "topology", "eviction", "disk", "schedule", "members")
-CONSISTENCY_CHECKS = ("orphans", "journal")
+CONSISTENCY_CHECKS = ("orphans", "journal", "flow")
 MIN_REDIS = (6, 2)  # ZMSCORE, which the runner's orphan sweep uses
 
 
@@ -279,8 +280,37 @@ def consistency_checks(
             f"{stale} journal fields belong to no running job; recovery of the runs that left "
             "them clears them, or they expire with the journal",
         ),
+        flow_check(table),
         *_failover_check(index),
     ]
+
+
+def flow_check(table: Table) -> Check:
+    """What holds jobs back on purpose: a warn line naming the paused queues (a pause left
+    behind after an incident is a classic cause of jobs that never start), the limits and
+    how many per-key locks are held, from the table."""
+    flows = queue_settings.flows(table)
+    paused = [
+        f"{name} (since {format_instant(flow.paused_at)})"
+        for name, flow in flows.items()
+        if flow.paused_at is not None
+    ]
+    limited = [
+        f"{name} " + " and ".join(_limits(flow)) for name, flow in flows.items() if flow.limited
+    ]
+    held = len(locks.held(table))
+    parts = [f"paused: {', '.join(paused)}"] if paused else []
+    parts += [f"limited: {', '.join(limited)}"] if limited else []
+    parts += [f"{held} per-key lock{'s' * (held != 1)} held"] if held else []
+    if paused:
+        resume = "`delayq resume NAME` lets a paused queue's jobs start again"
+        return Check(WARN, "flow", f"{'; '.join(parts)}; {resume}")
+    return Check(OK, "flow", "; ".join(parts) or "no queue is paused or limited")
+
+
+def _limits(flow: queue_settings.QueueFlow) -> list[str]:
+    found = [] if flow.rate is None else [format_rate(flow.rate)]
+    return found + ([] if flow.concurrency is None else [f"{flow.concurrency} at once"])
 
 
 def _failover_check(index: Index) -> list[Check]:

@@ -112,7 +112,8 @@ def _queues(table: Table, index: Index, names: list[str], now: float) -> list[Ga
 def _flow(table: Table, names: list[str]) -> list[GaugeMetricFamily]:
     """Which queues `delayq pause` holds, and since when: a paused queue's backlog grows on
     purpose, which an alert on it may leave out (`unless on(queue) delayq_queue_paused == 1`);
-    and the rate limits `delayq limit` set, as starts a second, to set beside the starts."""
+    and the rate limits `delayq limit` set, as starts a second, to set beside the starts, and
+    its concurrency limits, to set beside the jobs running."""
     flows = queue_settings.flows(table)
     paused = GaugeMetricFamily(
         "delayq_queue_paused", "1 while `delayq pause` holds the queue, else 0.", labels=["queue"]
@@ -128,6 +129,12 @@ def _flow(table: Table, names: list[str]) -> list[GaugeMetricFamily]:
         "0.1667); absent without a limit.",
         labels=["queue"],
     )
+    concurrency = GaugeMetricFamily(
+        "delayq_queue_concurrency_limit",
+        "The most of the queue's jobs `delayq limit` lets all runners together run at once; "
+        "absent without a limit.",
+        labels=["queue"],
+    )
     for queue in sorted(set(names) | set(flows)):
         flow = flows.get(queue, queue_settings.RUNNING)
         paused.add_metric([queue], 1.0 if flow.paused else 0.0)
@@ -135,7 +142,9 @@ def _flow(table: Table, names: list[str]) -> list[GaugeMetricFamily]:
             since.add_metric([queue], flow.paused_at)
         if flow.rate is not None:
             rate.add_metric([queue], flow.rate[0] / flow.rate[1])
-    return [paused, since, rate]
+        if flow.concurrency is not None:
+            concurrency.add_metric([queue], float(flow.concurrency))
+    return [paused, since, rate, concurrency]
 
 
 def _last_run(report: RunReport, now: float) -> list[GaugeMetricFamily]:

@@ -56,8 +56,10 @@ class QueueStats:
     paused_at: float | None = None
     resumed_at: float | None = None
     # `delayq limit`: at most this many starts in any window of its period ("10/s"), for all
-    # runs together; None: no rate limit.
+    # runs together; None: no rate limit. `concurrency`: at most this many of its jobs
+    # running at once, for all runs together; None: no such limit.
     rate: str | None = None
+    concurrency: int | None = None
     # The fields above that are the database's estimate, not a count (see status_report).
     estimated: list[str] = field(default_factory=list)
 
@@ -202,6 +204,7 @@ def _flow_figures(stats: dict[str, QueueStats], flows: dict[str, QueueFlow]) -> 
         stats[name].paused, stats[name].paused_at = flow.paused, flow.paused_at
         stats[name].resumed_at = flow.resumed_at
         stats[name].rate = None if flow.rate is None else format_rate(flow.rate)
+        stats[name].concurrency = flow.concurrency
 
 
 def _count_into(table: Table, entry: QueueStats, field: str, *parts: ModelSelect[Job]) -> None:

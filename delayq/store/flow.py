@@ -11,9 +11,11 @@ from collections.abc import Mapping, Sequence
 from importlib import resources
 
 import redis
+from redis.client import Pipeline
 
+from . import leases
 from .clusters import is_cluster
-from .keys import flow_key, starts_key, text
+from .keys import flow_key, queue_key, slots_key, starts_key, text
 from .queue_settings import RUNNING, QueueFlow, flows
 from .table import Table
 
@@ -43,6 +45,7 @@ class Flow:
         for queue, flow in settings.items():
             args = [str(flow.version), _field(flow.paused_at), _field(flow.resumed_at)]
             args += ["", ""] if flow.rate is None else [str(flow.rate[0]), repr(flow.rate[1])]
+            args.append("" if flow.concurrency is None else str(flow.concurrency))
             self._mirror(keys=[flow_key(queue)], args=args, client=pipe)
         if pipe is not None:
             pipe.execute()
@@ -74,6 +77,46 @@ class Flow:
             free_at[queue] = found[0][1] + period + START_SLACK if found else now
         return free_at
 
+    def free_slots(self, pipe: Pipeline, queue: str, members: Sequence[str]) -> None:
+        """Add to `pipe` the freeing of a concurrency-limited queue's slots held by `members`
+        (their jobs ended, went back, or were never leased), and the waking of a looping run
+        that sleeps until a slot is free."""
+        if members:
+            pipe.zrem(slots_key(queue), *members)
+            pipe.lpush(queue_key(queue, "wake"), "1")
+            pipe.ltrim(queue_key(queue, "wake"), 0, 0)
+
+    def renew_slots(self, pipe: Pipeline, queue: str, members: Sequence[str], until: float) -> None:
+        """Add to `pipe` the renewal of the slots `members` still hold, to `until`; a slot
+        already freed is not taken again."""
+        if members:
+            pipe.zadd(slots_key(queue), dict.fromkeys(members, until), xx=True, gt=True)
+
+    def slots_free_at(self, limits: Mapping[str, int], now: float) -> dict[str, float]:
+        """{queue: when a running slot is next free} of the concurrency-limited queues
+        `limits` ({queue: concurrency}): now, or when the lease that fills its last slot
+        lapses (a slot its job frees before then wakes a looping run); one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for queue, concurrency in limits.items():
+            pipe.zrevrangebyscore(slots_key(queue), "+inf", f"({now!r}", concurrency - 1, 1, True)
+        return {
+            queue: found[0][1] if found else now
+            for queue, found in zip(limits, pipe.execute(), strict=True)
+        }
+
+    def hold_slots(self, queue: str, held: Sequence[tuple[int, float]]) -> None:
+        """Take running slots for jobs (id, when its lease lapses) of a concurrency-limited
+        queue, keeping a later lease a slot holds already."""
+        if held:
+            slots = {str(job_id): until for job_id, until in held}
+            self.client.zadd(slots_key(queue), slots, gt=True)
+
+    def reset_slots(self, queue: str, held: Sequence[tuple[int, float]]) -> None:
+        """Make the queue's running slots those of `held` (id, when its lease lapses): a
+        concurrency limit being set counts the jobs running already, one lifted keeps none."""
+        self.client.delete(slots_key(queue))
+        self.hold_slots(queue, held)
+
     def paused(self, queues: Sequence[str]) -> set[str]:
         """Those of `queues` Redis says are paused (one it lost the settings of is not here)."""
         return {queue for queue, flow in self.read(queues).items() if flow and flow.paused}
@@ -88,8 +131,14 @@ def settings_of(table: Table, flow: Flow, queue: str) -> QueueFlow:
 
 def restore(table: Table, flow: Flow, queues: Sequence[str]) -> dict[str, QueueFlow]:
     """Put the queues' settings back into Redis from the table (a queue without a row: its
-    defaults), then return what Redis holds: a change mirrored meanwhile wins."""
+    defaults), then return what Redis holds: a change mirrored meanwhile wins. A
+    concurrency-limited queue whose settings Redis lost lost its running slots with them:
+    they come back from its running rows first, before any claim can count them."""
     kept = flows(table, queues)
+    lost = [queue for queue, found in flow.read(queues).items() if found is None]
+    for queue in lost:
+        if kept.get(queue, RUNNING).concurrency is not None:
+            flow.hold_slots(queue, leases.running_leases(table, queue))
     flow.mirror({queue: kept.get(queue, RUNNING) for queue in queues})
     found = flow.read(queues)
     return {queue: found[queue] or kept.get(queue, RUNNING) for queue in queues}
@@ -99,19 +148,32 @@ def _field(value: float | None) -> str:
     return "" if value is None else repr(value)
 
 
-FIELDS = ["version", "paused_at", "resumed_at", "rate_count", "rate_period"]
+FIELDS = ["version", "paused_at", "resumed_at", "rate_count", "rate_period", "concurrency"]
 Field = bytes | str | None
 
 
 def _parsed(
-    version: Field, paused_at: Field, resumed_at: Field, count: Field, period: Field
+    version: Field,
+    paused_at: Field,
+    resumed_at: Field,
+    count: Field,
+    period: Field,
+    concurrency: Field,
 ) -> QueueFlow | None:
     if version is None or paused_at is None:
         return None
-    rate_count = int(text(count)) if count else None
     return QueueFlow(
-        _time(paused_at), _time(resumed_at), int(text(version)), rate_count, _time(period)
+        _time(paused_at),
+        _time(resumed_at),
+        int(text(version)),
+        _integer(count),
+        _time(period),
+        _integer(concurrency),
     )
+
+
+def _integer(value: Field) -> int | None:
+    return int(text(value)) if value else None
 
 
 def _time(value: bytes | str | None) -> float | None:

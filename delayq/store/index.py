@@ -1,7 +1,8 @@
 """Index: delayq's Redis side, its parts on one client — the schedule and its claims
 (schedule.py) and how far ahead it holds jobs (horizons.py), the journal (journal.py), the
 tallies (tallies.py), the registry of queues, last run and completeness (registry.py), the
-clock (clock.py) and the queues' flow settings (flow.py, mirrored from the table).
+clock (clock.py), the queues' flow settings (flow.py, mirrored from the table) and the jobs
+waiting on per-key locks (lock_waits.py).
 
 The parts only say *when* and *what was done*; the table says *whether*. Everything here can
 be rebuilt from the table (worker/rebuilds.py) or is best-effort, so losing Redis costs a
@@ -10,7 +11,7 @@ rebuild, never a job. What touches two parts at once lives here, in one pipeline
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import redis
 
@@ -19,8 +20,9 @@ from .clock import Clock
 from .flow import Flow
 from .horizons import Horizons
 from .journal import Journal
+from .lock_waits import LockWaits
 from .registry import Registry
-from .schedule import Schedule
+from .schedule import Packed, Schedule
 from .tallies import Tallies, Tally
 
 
@@ -36,6 +38,7 @@ class Index:
         self.clock = Clock(client)
         self.horizons = Horizons(client, horizon)
         self.flow = Flow(client)
+        self.lock_waits = LockWaits(client)
 
     def leased(
         self,
@@ -44,13 +47,30 @@ class Index:
         token: str,
         order: Sequence[int],
         notes_starts: bool = False,
+        unslotted: Sequence[str] = (),
     ) -> None:
         """The claimed members are now leased (or dropped) in the table: forget the claims,
-        and note the order run `token` will call the batch in, or that it notes each job it
-        starts; one round trip."""
+        free the running slots of those `unslotted` (not leased), and note the order run
+        `token` will call the batch in, or that it notes each job it starts; one round trip."""
         pipe = self.client.pipeline(transaction=False)
         self.schedule.drop_claims(pipe, queue, members)
+        self.flow.free_slots(pipe, queue, unslotted)
         self.journal.note_order(pipe, queue, token, order, notes_starts)
+        pipe.execute()
+
+    def free_slots(self, queue: str, job_ids: Sequence[int]) -> None:
+        """Free the running slots of a concurrency-limited queue's jobs that ended or went
+        back; one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        self.flow.free_slots(pipe, queue, [str(job_id) for job_id in job_ids])
+        pipe.execute()
+
+    def hold_slots(self, held: dict[str, list[int]], until: float) -> None:
+        """Renew the running slots of the jobs `held` ({queue: ids}) to `until`; one round
+        trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for queue, job_ids in held.items():
+            self.flow.renew_slots(pipe, queue, [str(job_id) for job_id in job_ids], until)
         pipe.execute()
 
     def committed(
@@ -66,3 +86,21 @@ class Index:
         their tally in that same write on the journal's connection (no round trip)."""
         self.schedule.add_many(queue, retries)
         self.journal.forget(queue, journaled_ids, started, self.tallies.commands(tally))
+
+    def added(self, parts: Iterable[Mapping[str, Packed]]) -> None:
+        """New rows are committed: put their jobs on their queues' schedules, given as
+        `packed_by_queue` texts, leaving out each text whose earliest job is due after its
+        queue's limit. add_jobs.lua would keep each of its jobs off the schedule; reading
+        the limits first costs one round trip for them all, where the script reads every
+        job's entry (jobs due in days: most of a large add). The limits are read after the
+        rows were written, as the script reads its limit: a walk that raises a limit writes
+        it before it reads the table, so it finds the rows of a text left out here."""
+        by_queue: dict[str, list[Packed]] = {}
+        for part in parts:
+            for queue, entries in part.items():
+                by_queue.setdefault(queue, []).append(entries)
+        horizons = self.horizons.read(list(by_queue))
+        for queue, packs in by_queue.items():
+            limit = horizons[queue].limit if queue in horizons else None
+            texts = [pack.text for pack in packs if limit is None or pack.earliest <= limit]
+            self.schedule.add_packed(queue, texts)

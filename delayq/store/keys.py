@@ -69,6 +69,12 @@ def starts_key(queue: str) -> str:
     return queue_key(queue, "starts")
 
 
+def slots_key(queue: str) -> str:
+    """The sorted set of a concurrency-limited queue's running slots (member = job id, score =
+    when its lease lapses), which the claim counts and trims (claim_due.lua)."""
+    return queue_key(queue, "slots")
+
+
 def minute_key(queue: str, minute: int) -> str:
     """The hash of one queue's aggregates over the minute starting at epoch second `minute`."""
     return queue_key(queue, f"minute:{minute}")

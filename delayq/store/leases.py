@@ -193,6 +193,15 @@ def lapse(table: Table, tokens: Sequence[str], now: float) -> int:
     return int(run_reconnecting(table.db, query.execute)) if tokens else 0
 
 
+def running_leases(table: Table, queue: str) -> list[tuple[int, float]]:
+    """(id, when its lease lapses) of the RUNNING rows of `queue` whose lease is set."""
+    Job = table.model
+    query = Job.select(Job.id, Job.lease_until).where(
+        Job.status == Status.RUNNING, Job.queue == queue, Job.lease_until.is_null(False)
+    )
+    return [(int(job_id), float(until)) for job_id, until in tuples(query)]
+
+
 def expired_leases(table: Table, queue: str, now: float, limit: int) -> list[Lapsed]:
     """RUNNING rows of `queue` whose lease has lapsed: the run holding them died."""
     Job = table.model

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
-from typing import cast
+from typing import Any, NamedTuple, cast
 
 import redis
 from redis.client import Pipeline
@@ -21,15 +21,23 @@ from redis.commands.core import Script
 from . import horizons
 from .clusters import SlotWaits, is_cluster
 from .flow import START_SLACK, FlowUnknown
-from .keys import flow_key, horizon_key, queue_key, schedule_key, starts_key, text
+from .keys import flow_key, horizon_key, queue_key, schedule_key, slots_key, starts_key, text
 
 ADD_CHUNK = 10000
 
 
 class Claimed(list[tuple[str, float]]):
-    """What a claim took, (member, due) each; `rate_limited` if its queue has a rate limit."""
+    """What a claim took, (member, due) each; `rate_limited` if its queue has a rate limit,
+    `slotted` if it has a concurrency limit (each member took a running slot)."""
 
     rate_limited = False
+    slotted = False
+
+    @property
+    def start_at_once(self) -> bool:
+        """Whether its queue has a limit: what the claim took is started at once, never
+        leased ahead (a grant would lapse, a slot would wait)."""
+        return self.rate_limited or self.slotted
 
 
 def load_script(client: redis.Redis, name: str) -> Script:
@@ -99,25 +107,34 @@ class Schedule:
         return int(self.client.zrem(schedule_key(queue), *members)) if members else 0
 
     def claim_due(
-        self, queue: str, now: float, limit: int, startable: int | None = None
+        self,
+        queue: str,
+        now: float,
+        limit: int,
+        startable: int | None = None,
+        lease_until: float | None = None,
     ) -> Claimed:
         """Atomically take up to `limit` due members out of the schedule, oldest first, as
         text: a member written by another producer may not be an id; none while the queue
-        is paused. A rate-limited queue gives at most what its window allows, and at most
-        `startable` (what the run can start at once; None: `limit`). FlowUnknown if Redis
-        lost the queue's flow settings (flow.restore)."""
+        is paused. A limited queue gives at most what its rate window and running slots
+        allow, and at most `startable` (what the run can start at once; None: `limit`); a
+        slot taken is held until `lease_until` (None: `now`, so only a run that frees it at
+        once may leave it out). FlowUnknown if Redis lost the queue's flow settings
+        (flow.restore)."""
         keys = [schedule_key(queue), queue_key(queue, "claimed"), flow_key(queue)]
-        keys.append(starts_key(queue))
+        keys += [starts_key(queue), slots_key(queue)]
         start_cap = limit if startable is None else startable
-        args: list[str | int] = [repr(now), limit, repr(START_SLACK), start_cap]
+        held_until = now if lease_until is None else lease_until
+        args: list[str | int] = [repr(now), limit, repr(START_SLACK), start_cap, repr(held_until)]
         flat = self._claim_due(keys=keys, args=args)
         if not isinstance(flat, list):
             raise FlowUnknown(queue)
-        limited = len(flat) == 2 and isinstance(flat[0], list)
-        if limited:
-            flat = flat[0]
+        flags = 0
+        if len(flat) == 2 and isinstance(flat[0], list):
+            flat, flags = flat[0], int(flat[1])
         claimed = Claimed((text(flat[i]), float(flat[i + 1])) for i in range(0, len(flat), 2))
-        claimed.rate_limited = limited
+        claimed.rate_limited = bool(flags & 1)
+        claimed.slotted = bool(flags & 2)
         return claimed
 
     def drop_claims(self, pipe: Pipeline, queue: str, members: Sequence[str]) -> None:
@@ -224,6 +241,33 @@ class Schedule:
 
     def size(self, queue: str) -> int:
         return int(self.client.zcard(schedule_key(queue)))
+
+
+class Packed(NamedTuple):
+    """Entries as add_jobs.lua takes them, and the earliest due time among them."""
+
+    text: str
+    earliest: float
+
+
+def packed_by_queue(rows: Sequence[Mapping[str, Any]], ids: Sequence[int]) -> dict[str, Packed]:
+    """New rows (each with its `queue` and `run_at`) and their ids as add_jobs.lua takes
+    them, one text a queue; at most ADD_CHUNK rows, so each text is one call."""
+    if len(rows) > ADD_CHUNK:
+        raise ValueError(f"{len(rows)} rows: pack at most {ADD_CHUNK} at once")
+    by_queue: dict[str, list[str]] = {}
+    earliest: dict[str, float] = {}
+    for row, job_id in zip(rows, ids, strict=True):
+        queue, run_at = row["queue"], float(row["run_at"])
+        entry = f"{run_at!r} {job_id}"
+        if (entries := by_queue.get(queue)) is None:
+            by_queue[queue], earliest[queue] = [entry], run_at
+        else:
+            entries.append(entry)
+            earliest[queue] = min(earliest[queue], run_at)
+    return {
+        queue: Packed(" ".join(entries), earliest[queue]) for queue, entries in by_queue.items()
+    }
 
 
 def packed(entries: Sequence[tuple[int, float]]) -> str:

@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from enum import IntEnum
 from functools import cached_property
 from typing import Any, NamedTuple, cast
+from weakref import WeakKeyDictionary
 
 from peewee import (
     SQL,
@@ -88,6 +89,29 @@ def utc_stamp(now: float) -> datetime:
     """Epoch seconds as `created`/`modified` hold them: in UTC, whatever the time zone of
     this process or of the database server."""
     return datetime.fromtimestamp(now, timezone.utc).replace(tzinfo=None)
+
+
+def stamp_text(now: float) -> str:
+    """`now` as a `created`/`modified` value in hand-written SQL: UTC, to the second."""
+    return utc_stamp(now).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def quoted(table: Table, name: str) -> str:
+    """A table's name quoted for hand-written SQL on its backend."""
+    return f"`{name}`" if table.mysql else f'"{name}"'
+
+
+def table_exists(table: Table, name: str) -> bool:
+    """Whether the table `name` (one delayq adds beside its own: settings, locks) is there;
+    once it is, not asked again for this Table, since delayq never drops one: a run's sweep
+    costs no query for it."""
+    found = _FOUND_TABLES.setdefault(table, set())
+    if name not in found and table.db.table_exists(name):
+        found.add(name)
+    return name in found
+
+
+_FOUND_TABLES: WeakKeyDictionary[Table, set[str]] = WeakKeyDictionary()
 
 
 def utc_now() -> datetime:

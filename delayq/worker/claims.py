@@ -21,6 +21,7 @@ from ..store.schedule import Claimed
 from ..store.table import ClaimedJob, Table
 from ..store.tallies import Tally, handler_label
 from .handlers import handler_of
+from .locking import Locking
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +39,13 @@ class Batch:
     dropped: int = 0
     noted: bool = False  # whether its order (after the batch before it) was noted
     rate_limited: bool = False  # its queue has a rate limit: start its jobs by START_SLACK
+    slotted: bool = False  # its queue has a concurrency limit: each job holds a slot
     claimed_at: float = 0.0  # the claim's time, when its queue's window counts the grants
+
+    @property
+    def start_at_once(self) -> bool:
+        """Whether its queue has a limit: its jobs start at once, none is leased ahead."""
+        return self.rate_limited or self.slotted
 
 
 class Claimer:
@@ -57,6 +64,7 @@ class Claimer:
         self.lease = lease
         self.since = since  # a job due longer ago than this is missed, not run
         self.php_classes = php_classes  # to count a PHP producer's missed job by its handler
+        self.locking = Locking(table, index, token)
 
     def claim(
         self,
@@ -74,7 +82,15 @@ class Claimer:
         claimed = self._claim_due(queue, now, size, startable)
         if not claimed:
             return None
-        batch = Batch(size, claimed, {}, [], rate_limited=claimed.rate_limited, claimed_at=now)
+        batch = Batch(
+            size,
+            claimed,
+            {},
+            [],
+            rate_limited=claimed.rate_limited,
+            slotted=claimed.slotted,
+            claimed_at=now,
+        )
         for member, score in claimed:
             job_id = job_id_of(member)
             if job_id is None:
@@ -93,11 +109,19 @@ class Claimer:
         if len(jobs) < len(runnable):
             self._put_back_not_due(queue, [job.id for job in jobs], runnable, now)
         batch.dropped += len(runnable) - len(jobs)
+        # A job whose lock another job holds goes back to pending, to wait for it.
+        jobs = self.locking.take(queue, jobs, batch.due_by_id, now)
         batch.jobs = without_jobs_in_hand(jobs, set(before))
         batch.jobs.sort(key=lambda job: (batch.due_by_id[job.id], job.id))
         order = before + [job.id for job in batch.jobs]
         members = [member for member, _ in claimed]
-        self.index.leased(queue, members, self.token, [] if notes_starts else order, notes_starts)
+        # The slots of members not leased come free now; one held by a job this run calls
+        # already (its lease lapsed in a stall, and it came back) stays with that call.
+        kept = {str(job_id) for job_id in order}
+        unslotted = [member for member in members if member not in kept] if batch.slotted else []
+        self.index.leased(
+            queue, members, self.token, [] if notes_starts else order, notes_starts, unslotted
+        )
         batch.noted = notes_starts or len(order) > 1
         return batch
 
@@ -125,7 +149,7 @@ class Claimer:
         lost them: a paused or limited queue must not read as free because Redis forgot it."""
         while True:
             try:
-                return self.index.schedule.claim_due(queue, now, size, startable)
+                return self.index.schedule.claim_due(queue, now, size, startable, now + self.lease)
             except FlowUnknown:
                 restore(self.table, self.index.flow, [queue])
 

@@ -110,9 +110,10 @@ class ConcurrentDrain(Drain):
         return max(0, self.slots.free - len(self.waiting))
 
     def _took(self, batch: Batch | None) -> None:
-        # A rate-limited queue's batches are never leased ahead: their grants would lapse.
+        # A limited queue's batches are never leased ahead: their grants would lapse, their
+        # running slots would be held by jobs waiting.
         self.backlog = (
-            batch is not None and not batch.rate_limited and len(batch.claimed) == batch.size
+            batch is not None and not batch.start_at_once and len(batch.claimed) == batch.size
         )
         self.drained = batch is None
         if batch is None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from ..store.flow import START_SLACK, settings_of
 from ..store.outcomes import Outcome, Written
 from ..store.table import ClaimedJob
+from . import locking
 from .calls import Caller
 from .claims import Batch, without_jobs_in_hand
 from .group_commits import OutcomeBuffer
@@ -199,6 +200,8 @@ class Drain:
         batch.jobs = without_jobs_in_hand(batch.jobs, self.due_by_id.keys())
         self.waiting.extend(batch.jobs)
         self.due_by_id.update((job.id, batch.due_by_id[job.id]) for job in batch.jobs)
+        if batch.slotted:
+            self.run.slots.hold(self.queue, [job.id for job in batch.jobs])
         if batch.rate_limited:
             self.granted_at.update((job.id, batch.claimed_at) for job in batch.jobs)
         return batch
@@ -214,6 +217,7 @@ class Drain:
         for outcome in outcomes:
             self.due_by_id.pop(outcome.job.id, None)
             self.granted_at.pop(outcome.job.id, None)
+        self._let_go([outcome.job for outcome in outcomes])
         more = bool(self.waiting) or self.busy()
         self.turn.count(self.buffer.add_many(outcomes, more_coming=more))
         for outcome in outcomes:
@@ -229,9 +233,11 @@ class Drain:
             self._hand_back_lapsed_grants()
         if self.waiting and self.run.deadline.may_lapse():
             held = self.run.reassert_leases(list(self.waiting))
-            for job in self.waiting:
-                if job.id not in held:  # not ours to run, nor to hand back
-                    del self.due_by_id[job.id]
+            taken_over = [job.id for job in self.waiting if job.id not in held]
+            for job_id in taken_over:  # not ours to run, nor to hand back
+                del self.due_by_id[job_id]
+            # Nor are their running slots ours to free: the run that took them holds them.
+            self.run.slots.release(self.queue, taken_over)
             self.waiting = deque(job for job in self.waiting if job.id in held)
 
     def _hand_back_lapsed_grants(self) -> None:
@@ -246,6 +252,7 @@ class Drain:
         ids = {job.id for job in lapsed}
         self.waiting = deque(job for job in self.waiting if job.id not in ids)
         self.run.claimer.hand_back(self.queue, lapsed, self.due_by_id, self.run.clock())
+        self._let_go(lapsed)
         for job_id in ids:
             del self.due_by_id[job_id], self.granted_at[job_id]
         logger.info(
@@ -253,6 +260,21 @@ class Drain:
             self.queue,
             len(lapsed),
         )
+
+    def _let_go(self, jobs: list[ClaimedJob]) -> None:
+        """Free the running slots and hand on the locks of jobs that ended or went back, so
+        that the next job may start at once; if Redis does not answer, each slot lapses with
+        the lease it was last renewed to (locking.py says what comes of a lock)."""
+        locking.let_go(self.run.table, self.run.index, jobs, self.run.clock())
+        released = self.run.slots.release(self.queue, [job.id for job in jobs])
+        if not released:
+            return
+        try:
+            self.run.index.free_slots(self.queue, released)
+        except Exception as exc:  # noqa: BLE001 - the slots lapse with their leases
+            logger.warning(
+                "could not free %d running slots of %s: %s", len(released), self.queue, exc
+            )
 
     def _hand_back_the_rest(self) -> int:
         """Jobs not started, the batch leased ahead and calls still running go back to
@@ -272,6 +294,7 @@ class Drain:
         unfinished = list(self.waiting) + running
         self.waiting.clear()
         self.run.claimer.hand_back(self.queue, unfinished, self.due_by_id, self.run.clock())
+        self._let_go(unfinished)
         if running:
             started = (self.run.token, [job.id for job in running])
             self.run.index.journal.forget(self.queue, [], started)

@@ -1,7 +1,8 @@
 """Keeping a run's leases alive: a heartbeat thread, one for the runner process, renews the
-leases of the pass in progress every third of the lease, and a LeaseDeadline, the one thing it
-shares with the pass, says when they may have lapsed. The lease only has to outlive a dead
-run, not a slow job.
+leases of the pass in progress every third of the lease, and the running slots its jobs of
+concurrency-limited queues hold (HeldSlots) with them; a LeaseDeadline, which it shares with
+the pass, says when the leases may have lapsed. The lease only has to outlive a dead run,
+not a slow job.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from functools import partial
 
 from ..store import leases
 from ..store.database import close_connection
+from ..store.index import Index
 from ..store.table import Table
 from ..threads import Periodic
 
@@ -58,21 +60,50 @@ class LeaseDeadline:
             return time.monotonic() > self._at - self.lease / 3
 
 
+class HeldSlots:
+    """The running slots a pass's jobs of concurrency-limited queues hold, {queue: ids}: the
+    drains add a job's as it is claimed and free it as the job ends or goes back, and the
+    heartbeat renews those held with the leases, so that a slot lapses with its lease (a
+    killed run's) and never while its job runs."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: dict[str, set[int]] = {}
+
+    def hold(self, queue: str, job_ids: list[int]) -> None:
+        with self._lock:
+            self._held.setdefault(queue, set()).update(job_ids)
+
+    def release(self, queue: str, job_ids: list[int]) -> list[int]:
+        """Stop holding the slots of those of `job_ids` that held one; returns them."""
+        with self._lock:
+            held = self._held.get(queue, set())
+            released = [job_id for job_id in job_ids if job_id in held]
+            held.difference_update(released)
+            return released
+
+    def held(self) -> dict[str, list[int]]:
+        with self._lock:
+            return {queue: sorted(ids) for queue, ids in self._held.items() if ids}
+
+
 @dataclass(frozen=True)
 class Watched:
-    """The pass whose leases the heartbeat renews: its token, clock and deadline."""
+    """The pass whose leases the heartbeat renews: its token, clock, deadline and slots."""
 
     token: str
     clock: Callable[[], float]
     deadline: LeaseDeadline
+    slots: HeldSlots
 
 
 class Heartbeat(Periodic):
     """A thread that renews every lease of the pass it is `watching`, from the runner's first
     pass to its close; between passes it beats on nothing and asks nothing of the database."""
 
-    def __init__(self, table: Table, lease: float) -> None:
+    def __init__(self, table: Table, index: Index, lease: float) -> None:
         self.table = table
+        self.index = index
         self.lease = lease
         self._lock = threading.Lock()
         self._watched: Watched | None = None
@@ -81,11 +112,11 @@ class Heartbeat(Periodic):
 
     @contextmanager
     def watching(
-        self, token: str, clock: Callable[[], float], deadline: LeaseDeadline
+        self, token: str, clock: Callable[[], float], deadline: LeaseDeadline, slots: HeldSlots
     ) -> Iterator[None]:
-        """Renew the leases of run `token` until the block ends (once `start`ed)."""
+        """Renew the leases and `slots` of run `token` until the block ends (once `start`ed)."""
         with self._lock:
-            self._watched = Watched(token, clock, deadline)
+            self._watched = Watched(token, clock, deadline, slots)
         try:
             yield
         finally:
@@ -100,7 +131,9 @@ class Heartbeat(Periodic):
         try:
             for _ in range(3):
                 renewed_at = time.monotonic()
-                leases.renew_leases(self.table, watched.token, watched.clock() + self.lease)
+                lease_until = watched.clock() + self.lease
+                self._hold_slots(watched.slots, lease_until)
+                leases.renew_leases(self.table, watched.token, lease_until)
                 watched.deadline.renewed(renewed_at)
                 # A beat held up by a stalled database (a locked table) wrote a deadline
                 # reckoned before the stall, maybe past already: beat again at once, so
@@ -109,3 +142,15 @@ class Heartbeat(Periodic):
                     break
         except Exception as exc:  # noqa: BLE001 - a missed beat only shortens the lease
             logger.warning("lease heartbeat failed: %s", exc)
+
+    def _hold_slots(self, slots: HeldSlots, until: float) -> None:
+        """Renew the running slots before the leases: a slot must not lapse while its job,
+        whose lease the beat renews, still runs. If Redis does not answer, the leases are
+        renewed all the same: a job run twice is worse than a limit exceeded."""
+        held = slots.held()
+        if not held:
+            return
+        try:
+            self.index.hold_slots(held, until)
+        except Exception as exc:  # noqa: BLE001 - the claims that would use them fail too
+            logger.warning("could not renew the running slots of %s: %s", ", ".join(held), exc)

@@ -122,15 +122,20 @@ class Outage:
 
 
 def _next_start(index: Index, names: list[str]) -> float | None:
-    """When the soonest job of `names` may start: its due time, or for a rate-limited queue
-    whose window is full, when a grant leaves it; None if none is scheduled. A paused
-    queue's due jobs wait for its resume, not for this loop."""
+    """When the soonest job of `names` may start: its due time, or for a limited queue when
+    its limits next let a job start (a grant leaves its full rate window, a lease leaves its
+    full running slots; a slot freed sooner wakes the loop); None if none is scheduled. A
+    paused queue's due jobs wait for its resume, not for this loop."""
     flows = index.flow.read(names)
     heads = index.schedule.heads([name for name in names if not _paused(flows[name])])
-    limits = {name: rate for name in heads if (rate := _rate(flows[name])) is not None}
-    if limits:
-        free_at = index.flow.rate_free_at(limits, index.clock.now())
-        heads.update((name, max(heads[name], free_at[name])) for name in limits)
+    rates = {name: rate for name in heads if (rate := _rate(flows[name])) is not None}
+    slots = {name: count for name in heads if (count := _concurrency(flows[name])) is not None}
+    if rates or slots:
+        now = index.clock.now()
+        free_at = index.flow.rate_free_at(rates, now) if rates else {}
+        for name, at in (index.flow.slots_free_at(slots, now) if slots else {}).items():
+            free_at[name] = max(at, free_at.get(name, at))
+        heads.update((name, max(heads[name], at)) for name, at in free_at.items())
     return min(heads.values()) if heads else None
 
 
@@ -140,6 +145,10 @@ def _paused(flow: QueueFlow | None) -> bool:
 
 def _rate(flow: QueueFlow | None) -> tuple[int, float] | None:
     return None if flow is None else flow.rate
+
+
+def _concurrency(flow: QueueFlow | None) -> int | None:
+    return None if flow is None else flow.concurrency
 
 
 def sleep_until_due(index: Index, queues: Sequence[str] | None, remaining: float) -> None:

@@ -17,7 +17,7 @@ from ..store.index import Index
 from ..store.table import ClaimedJob, Table
 from .bookkeeper import Bookkeeper
 from .claims import Claimer
-from .heartbeat import LeaseDeadline
+from .heartbeat import HeldSlots, LeaseDeadline
 from .interrupts import GracefulStop
 from .liveness import Liveness
 from .options import RunOptions
@@ -54,6 +54,7 @@ class Pass:
         self.started_at = time.monotonic()
         self.calls = 0  # jobs the drains of this pass started, counted against --limit
         self.deadline = LeaseDeadline(settings.lease)
+        self.slots = HeldSlots()  # of its jobs of concurrency-limited queues
         self.claimer = Claimer(
             table, index, self.token, settings.lease, settings.since, dict(settings.php_classes)
         )

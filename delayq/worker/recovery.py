@@ -25,6 +25,7 @@ from ..store.outcomes import Outcome, fail_and_rearm, write_outcomes
 from ..store.registry import ServerNote
 from ..store.table import ClaimedJob, Status, Table
 from ..store.tallies import Tally, handler_label
+from . import locking
 from .group_commits import tally_of
 from .handlers import handler_of
 from .retry import LostLease, after_failure, after_lost_lease
@@ -85,6 +86,7 @@ def recover_leases(
         settled = tally_of(queue, settled_outcomes, set(written.lost), timed=False)
         started = None if token is None else (token, ids)
         index.committed(queue, ids, written.scheduled, started, settled)
+        locking.let_go(table, index, [outcome.job for outcome in settled_outcomes], now)
         result.journaled += written.succeeded + written.failed + len(written.deferred)
         logger.warning("recorded %d journaled outcomes of a run that died", len(settled_outcomes))
     for token in dead_runs - leases.tokens_holding(table, queue, dead_runs):
@@ -106,6 +108,7 @@ def _put_back(
     poison job, as `after_lost_lease` decides."""
     if after_lost_lease(item.lost_leases, was_running) == LostLease.POISON:
         if _fail_poison(table, index, item, now):
+            locking.let_go(table, index, [item.job], now)
             result.poisoned += 1
             result.tally.count(handler, "failed", now)
             result.tally.count(handler, "poisoned", now)

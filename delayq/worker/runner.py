@@ -50,7 +50,7 @@ class Runner:
         self.index = index
         # Before any claim: a bad hook runs no job.
         self.caller = Caller(settings, load_reporters(settings))
-        self.heartbeat = Heartbeat(table, settings.lease)  # started by the first pass
+        self.heartbeat = Heartbeat(table, index, settings.lease)  # started by the first pass
         self._bookkeeper: Bookkeeper | None = None  # started when a drain first asks
         self._slots: Slots | None = None  # made when a pass first runs jobs concurrently
         self.rebuild = Rebuild(table, index)  # of the schedule, when Redis lost it
@@ -209,7 +209,7 @@ class Runner:
             # limits from outside instead.
             with (
                 interrupts.time_limits() as enabled,
-                self.heartbeat.watching(each.token, beat_clock, each.deadline),
+                self.heartbeat.watching(each.token, beat_clock, each.deadline, each.slots),
             ):
                 alarms = enabled and each.settings.concurrency == 1
                 grace = grace_on_alarm(each.stop if alarms else None, each.settings.grace)

@@ -26,6 +26,7 @@ VIEW_KEYS = {
     "data",
     "schedule",
     "every",
+    "lock",
 }
 STATUS_WORDS = {"pending", "running", "success", "failed", "cancelled", "missed"}
 SETTINGS_VARIABLES = (

@@ -19,13 +19,18 @@ def add(queue: delayq.Queue, log: str) -> int:
     return queue.add(H, "record", {"log": log}, queue="sms", at=time.time() - 1)
 
 
+def limit_says(cli_env: dict[str, str], *args: str) -> str:
+    """What `delayq limit ARGS` prints, having checked that it succeeded."""
+    result = invoke(cli_env, "limit", *args)
+    assert result.exit_code == 0 and result.stderr == ""
+    return result.stdout
+
+
 def test_limit_says_what_it_means_and_clear_lifts_it(
     queue: delayq.Queue, cli_env: dict[str, str], log: str
 ) -> None:
     add(queue, log)
-    limited = invoke(cli_env, "limit", "sms", "--rate", "600/m")
-    assert limited.exit_code == 0 and limited.stderr == ""
-    assert limited.stdout == (
+    assert limit_says(cli_env, "sms", "--rate", "600/m") == (
         "sms: at most 600 job starts a minute (600/m) across all runners; due jobs beyond "
         "that wait in order (`delayq limit sms --clear` lifts it)\n"
     )
@@ -39,7 +44,7 @@ def test_limit_says_what_it_means_and_clear_lifts_it(
     )
 
     cleared = invoke(cli_env, "limit", "sms", "--clear")
-    assert cleared.stdout == "sms: no rate limit; runners start its due jobs as fast as they can\n"
+    assert cleared.stdout == "sms: no limits; runners start its due jobs as fast as they can\n"
     assert queue.limited() == {}
     assert json.loads(invoke(cli_env, "status", "--json").stdout)["queues"]["sms"]["rate"] is None
 
@@ -53,8 +58,17 @@ def test_limit_says_what_it_means_and_clear_lifts_it(
         (("sms", "--rate", "100001/h"), "the count must be between 1 and 100,000"),
         (("sms", "--rate", "9" * 5000 + "/s"), "the count must be between 1 and 100,000"),
         (("sms", "--rate", "junk"), "invalid rate 'junk'"),
-        (("sms",), "give either --rate N/UNIT (like --rate 10/s) or --clear"),
-        (("sms", "--rate", "5/s", "--clear"), "give either --rate N/UNIT"),
+        (("sms",), "give --rate N/UNIT (like --rate 10/s), --concurrency N (like --concurrency 4)"),
+        (("sms", "--rate", "5/s", "--clear"), "give --rate N/UNIT"),
+        (("sms", "--concurrency", "2", "--clear"), "give --rate N/UNIT"),
+        (("sms", "--concurrency", "0"), "invalid concurrency '0': it must be between 1 and 10,000"),
+        (("sms", "--concurrency", "10001"), "it must be between 1 and 10,000"),
+        (("sms", "--concurrency", "9" * 5000), "it must be between 1 and 10,000"),
+        (("sms", "--concurrency", "-1"), "invalid concurrency '-1': expected a whole number"),
+        (("sms", "--concurrency", "2.5"), "invalid concurrency '2.5': expected a whole number"),
+        (("sms", "--concurrency", "٣"), "invalid concurrency '٣': expected a whole number"),
+        (("sms", "--concurrency", "4\x00"), "invalid concurrency '4\\x00'"),
+        (("sms", "--concurrency", "2", "--rate", "0/s"), "invalid rate '0/s'"),
         (("smss", "--rate", "5/s"), "cannot limit 'smss': no job has used that queue"),
         (("bad name", "--rate", "5/s"), "queue name 'bad name' must be 1-64 characters"),
         (("smss", "--clear"), "cannot limit 'smss': no job has used that queue"),
@@ -106,6 +120,9 @@ def test_the_web_overview_marks_a_limited_queue_with_its_rate(
     assert "limited to" not in row_of(client.get("/").text, "sms")
     queue.limit("sms", rate="10/s")
     assert ">limited to 10/s</span>" in row_of(client.get("/").text, "sms")
+    assert "at once" not in row_of(client.get("/").text, "sms")
+    queue.limit("sms", concurrency=3)
+    assert ">3 at once</span>" in row_of(client.get("/").text, "sms")
 
 
 def test_peek_says_a_jobs_queue_is_rate_limited(
@@ -115,3 +132,41 @@ def test_peek_says_a_jobs_queue_is_rate_limited(
     queue.limit("sms", rate="10/s")
     assert "(queue limited to 10/s)" in invoke(cli_env, "peek").stdout
     assert json.loads(invoke(cli_env, "peek", "--json").stdout)["jobs"][0]["rate"] == "10/s"
+
+
+def test_a_concurrency_limit_reads_in_every_look_and_clear_lifts_both(
+    queue: delayq.Queue, cli_env: dict[str, str], log: str
+) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    add(queue, log)
+    assert limit_says(cli_env, "sms", "--concurrency", "4") == (
+        "sms: at most 4 jobs running at once across all runners; due jobs beyond that wait in "
+        "order (`delayq limit sms --clear` lifts it)\n"
+    )
+    both = invoke(cli_env, "limit", "sms", "--rate", "10/s")  # the concurrency stays
+    assert both.stdout.startswith(
+        "sms: at most 10 job starts a second (10/s) and at most 4 jobs running at once"
+    )
+    assert both.stdout.endswith("(`delayq limit sms --clear` lifts them)\n")
+
+    status = invoke(cli_env, "status")
+    assert "sms (10/s) (4 at once)" in status.stdout
+    assert "sms: at most 10 job starts a second (10/s) and at most 4 jobs running" in status.stdout
+    reported = json.loads(invoke(cli_env, "status", "--json").stdout)["queues"]["sms"]
+    assert (reported["rate"], reported["concurrency"]) == ("10/s", 4)
+    assert "(queue limited to 4 at once)" in invoke(cli_env, "peek").stdout
+    assert json.loads(invoke(cli_env, "peek", "--json").stdout)["jobs"][0]["concurrency"] == 4
+    metrics = invoke(cli_env, "metrics").stdout
+    limits = {
+        sample.labels["queue"]: sample.value
+        for family in text_string_to_metric_families(metrics)
+        for sample in family.samples
+        if sample.name == "delayq_queue_concurrency_limit"
+    }
+    assert limits == {"sms": 4.0}
+
+    assert invoke(cli_env, "limit", "sms", "--clear").exit_code == 0
+    assert queue.limited() == {}
+    reported = json.loads(invoke(cli_env, "status", "--json").stdout)["queues"]["sms"]
+    assert (reported["rate"], reported["concurrency"]) == (None, None)

@@ -58,6 +58,7 @@ def test_a_healthy_setup_is_all_ok(queue, cli_env):
         "schedule": ["ok"],
         "orphans": ["ok"],
         "journal": ["ok"],
+        "flow": ["ok"],
         "members": ["ok"],
     }
     assert "tests.sample_handlers imports" in line(result, "handlers")[1]
@@ -177,6 +178,7 @@ NAMES_AFTER_CONNECT = [
     "members",
     "orphans",
     "journal",
+    "flow",
 ]
 
 
@@ -403,10 +405,11 @@ def test_full_without_a_terminal_prints_the_lines_alone(queue, cli_env):
 
     assert (result.returncode, result.stderr) == (0, "")
     assert "\x1b" not in result.stdout
-    assert [line.split()[1] for line in result.stdout.splitlines()][-3:] == [
+    assert [line.split()[1] for line in result.stdout.splitlines()][-4:] == [
         "members",
         "orphans",
         "journal",
+        "flow",
     ]
     assert "every schedule member is a job id\n" in result.stdout
 
@@ -428,3 +431,23 @@ def test_a_bad_flag_exits_2(queue, cli_env, flag):
 
     assert result.exit_code == 2
     assert result.stdout == ""
+
+
+def test_the_flow_line_names_paused_and_limited_queues_and_held_locks(queue, cli_env):
+    from delayq.store import locks
+
+    assert line(invoke(cli_env, "doctor"), "flow") == ("ok", "no queue is paused or limited")
+    queue.limit("sms", rate="10/s", concurrency=2)
+    locks.take(queue.table, "order:42", 1, 0.0)
+    assert line(invoke(cli_env, "doctor"), "flow") == (
+        "ok",
+        "limited: sms 10/s and 2 at once; 1 per-key lock held",
+    )
+    queue.pause("email", now=1_800_000_000.0)
+    result = invoke(cli_env, "doctor")
+    assert result.exit_code == 0
+    assert line(result, "flow") == (
+        "warn",
+        "paused: email (since 2027-01-15T08:00:00.000+00:00); limited: sms 10/s and 2 at once; "
+        "1 per-key lock held; `delayq resume NAME` lets a paused queue's jobs start again",
+    )

@@ -31,6 +31,7 @@ ROW_KEYS = {
     "modified",
     "schedule",
     "every",
+    "lock",
 }
 
 

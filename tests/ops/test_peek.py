@@ -75,6 +75,7 @@ def test_peek_json_has_time_until_due_and_the_row_fields(queue, cli_env, log):
         "schedule",
         "paused",
         "rate",
+        "concurrency",
     }
     assert (view["id"], view["method"], view["ext"], view["status"]) == (
         job_id,

@@ -39,6 +39,7 @@ QUEUE_KEYS = {
     "paused_at",
     "resumed_at",
     "rate",
+    "concurrency",
 }
 
 

@@ -100,6 +100,34 @@ def test_init_on_a_table_without_the_counts_counts_what_is_there(queue, log):
     assert queue.init() == []  # then nothing to do
 
 
+# The insert trigger as delayq wrote it before it tested first: one statement, run for
+# every row.
+EARLIER_INSERT_TRIGGER = (
+    f"CREATE TRIGGER {counts.TRIGGERS[0]} AFTER INSERT ON {TABLE_NAME} FOR EACH ROW "
+    f"INSERT INTO {counts.COUNTS_TABLE} (queue, slot, pending) "
+    "SELECT NEW.queue, MOD(CONNECTION_ID(), 64), 1 FROM DUAL "
+    "WHERE NEW.status = 1 AND @delayq_counted IS NULL "
+    "ON DUPLICATE KEY UPDATE pending = pending + (1)"
+)
+
+
+@pytest.mark.parametrize("backend", ["mariadb"], indirect=True)
+def test_init_replaces_an_earlier_insert_trigger_and_the_counts_stay_exact(queue, backend, log):
+    queue.db.execute_sql(f"DROP TRIGGER {counts.TRIGGERS[0]}")
+    queue.db.execute_sql(EARLIER_INSERT_TRIGGER)
+    queue.add_many([JobSpec(H, "record", {"log": log}, delay=60) for _ in range(600)])
+    queue.add(H, "record", {"log": log}, queue="mail", delay=60)  # the earlier trigger counts
+    assert kept(queue) == counted(queue) == {"default": 600, "mail": 1}
+
+    assert counts.UPGRADED in queue.init()
+
+    assert kept(queue) == counted(queue) == {"default": 600, "mail": 1}
+    assert queue.init() == []  # then nothing to do
+    queue.add_many([JobSpec(H, "record", {"log": log}, queue="mail") for _ in range(600)])
+    queue.add(H, "record", {"log": log}, delay=60)
+    assert kept(queue) == counted(queue) == {"default": 601, "mail": 601}
+
+
 @pytest.mark.parametrize("slots", [1, 3])
 def test_a_queue_s_count_is_the_sum_of_its_slots(queue, log, slots):
     queue.add_many([JobSpec(H, "record", {"log": log}, delay=60) for _ in range(4)])

@@ -14,7 +14,7 @@ from delayq import Status
 from delayq.store import leases
 from delayq.store.database import run_reconnecting
 from delayq.store.table import Job
-from delayq.worker.heartbeat import Heartbeat, LeaseDeadline
+from delayq.worker.heartbeat import Heartbeat, HeldSlots, LeaseDeadline
 from delayq.worker.recovery import recover_leases
 from delayq.worker.retry import MAX_LOST_LEASES
 from tests.conftest import mysql_connect
@@ -225,7 +225,7 @@ def test_a_heartbeat_held_up_by_a_locked_table_beats_again_at_once(queue, backen
     job_id = queue.add(H, "record", {"log": log}, delay=0)
     now = time.time()
     leases.mark_running(queue.table, [job_id], "run-a", now + 3, now)
-    heartbeat = Heartbeat(queue.table, 3.0)
+    heartbeat = Heartbeat(queue.table, queue.index, 3.0)
     ours = queue.db.connection().thread_id()  # the beat below runs on this thread
     locker = mysql_connect(backend["database_url"])
     locked = threading.Event()
@@ -242,7 +242,7 @@ def test_a_heartbeat_held_up_by_a_locked_table_beats_again_at_once(queue, backen
     thread = threading.Thread(target=lock_past_a_third_of_the_lease)
     thread.start()
     locked.wait(5)
-    with heartbeat.watching("run-a", time.time, LeaseDeadline(3.0)):
+    with heartbeat.watching("run-a", time.time, LeaseDeadline(3.0), HeldSlots()):
         heartbeat._beat()  # on this thread: the heartbeat's own was never started
     thread.join()
     locker.close()

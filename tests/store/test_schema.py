@@ -5,6 +5,8 @@ changes nothing, and init can be run again on SQLite too."""
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -162,7 +164,43 @@ def init_queue(server_redis_url: str, tmp_path: Path) -> Iterator[Callable[[str]
 
 def apply_schema_sql(server: Server, name: str) -> None:
     server.execute(f"USE `{name}`")
-    server.execute((ROOT / "schema.sql").read_text())
+    for statements in client_batches((ROOT / "schema.sql").read_text()):
+        server.execute(statements)
+
+
+def client_batches(text: str) -> list[str]:
+    """The file's statements in batches a driver runs, as the mysql client reads them: the
+    text between DELIMITER lines is one batch where the delimiter is `;` (the server splits
+    it), else a batch a statement, split at the delimiter."""
+    batches, lines, delimiter = [], [], ";"
+    for line in [*text.splitlines(), "DELIMITER ;"]:
+        if not line.upper().startswith("DELIMITER "):
+            lines.append(line)
+            continue
+        batch = "\n".join(lines)
+        if delimiter == ";":
+            batches.append(batch)
+        else:
+            batches += [part for part in batch.split(delimiter) if part.strip()]
+        lines, delimiter = [], line.split()[1]
+    return [batch for batch in batches if batch.strip()]
+
+
+def test_schema_sql_runs_through_the_mysql_client_as_through_a_driver(server, fresh_databases):
+    from_client, from_driver = fresh_databases
+    client = shutil.which("mariadb") or shutil.which("mysql")
+    if client is None:
+        pytest.skip("no mysql client on PATH")
+    address = urlsplit(server.url_of(from_client))
+    login = ["-h", address.hostname or "", "-P", str(address.port or 3306)]
+    login += ["-u", address.username or "root"]
+    login += [f"-p{address.password}"] if address.password else []
+    schema = (ROOT / "schema.sql").read_bytes()
+    subprocess.run([client, *login, from_client], input=schema, check=True)
+    apply_schema_sql(server, from_driver)
+
+    assert triggers(server, from_client) == triggers(server, from_driver)
+    assert len(triggers(server, from_client)) == 4
 
 
 def test_schema_sql_and_init_make_the_same_columns_and_indexes(server, fresh_databases, init_queue):
@@ -369,22 +407,23 @@ def test_schema_sql_and_init_make_the_same_queue_settings_table(
         "modified",
         "rate_count",
         "rate_period",
+        "concurrency",
     ]
     assert made == server.execute(SETTINGS_COLUMNS, (from_init,))
 
 
-def test_init_adds_the_rate_columns_to_a_settings_table_from_before_rate_limits(
-    server, fresh_databases, init_queue
+@pytest.mark.parametrize(
+    "dropped", ["rate_count, DROP COLUMN rate_period, DROP COLUMN concurrency", "concurrency"]
+)
+def test_init_adds_the_limit_columns_to_a_settings_table_from_before_limits(
+    server, fresh_databases, init_queue, dropped
 ):
-    """An install from before rate limits: its settings table lacks their columns, and keeps
-    its rows as init adds them in place."""
+    """An install from before rate or concurrency limits: its settings table lacks their
+    columns, and keeps its rows as init adds them in place."""
     from_file, from_init = fresh_databases
     apply_schema_sql(server, from_file)
     apply_schema_sql(server, from_init)
-    server.execute(
-        f"ALTER TABLE `{from_init}`.delay_queue_settings DROP COLUMN rate_count, "
-        "DROP COLUMN rate_period"
-    )
+    server.execute(f"ALTER TABLE `{from_init}`.delay_queue_settings DROP COLUMN {dropped}")
     server.execute(
         f"INSERT INTO `{from_init}`.delay_queue_settings (queue, paused_at, version) "
         "VALUES ('mail', 5, 1)"
@@ -396,6 +435,25 @@ def test_init_adds_the_rate_columns_to_a_settings_table_from_before_rate_limits(
         SETTINGS_COLUMNS, (from_file,)
     )
     assert queue.paused()["mail"].paused_at == 5.0
+    assert queue.init() == []
+
+
+LOCKS_COLUMNS = SETTINGS_COLUMNS.replace("delay_queue_settings", "delay_queue_locks")
+
+
+def test_schema_sql_and_init_make_the_same_locks_table_and_init_adds_it_to_an_install(
+    server, fresh_databases, init_queue
+):
+    from_file, from_init = fresh_databases
+    apply_schema_sql(server, from_file)
+    init_queue(server.url_of(from_init))
+    made = server.execute(LOCKS_COLUMNS, (from_file,))
+    assert [column[0] for column in made] == ["lock_key", "job_id", "reserved_until", "modified"]
+    assert made == server.execute(LOCKS_COLUMNS, (from_init,))
+
+    server.execute(f"DROP TABLE `{from_file}`.delay_queue_locks")  # an install from before locks
+    queue = init_queue(server.url_of(from_file))
+    assert server.execute(LOCKS_COLUMNS, (from_file,)) == made
     assert queue.init() == []
 
 

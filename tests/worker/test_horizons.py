@@ -63,6 +63,18 @@ def test_a_new_queue_meets_its_horizon_from_its_first_add(queue, log):
     assert set(schedule(queue, "mail")) == set(ids[:6])  # due within the hour
 
 
+def test_a_large_add_puts_exactly_its_jobs_due_within_the_hour_on_the_schedule(queue):
+    # Several parts, some with no job due within the hour: those leave Redis alone.
+    now = time.time()
+    near = range(0, 6000, 1000)
+    specs = [JobSpec(H, "echo", n, at=now + (600 if n in near else 2 * 86400)) for n in range(6000)]
+
+    ids = queue.add_many(specs, now=now)
+
+    assert schedule(queue) == {ids[n]: pytest.approx(now + 600) for n in near}
+    assert queue.status()["queues"]["default"]["pending"] == 6000
+
+
 def test_runs_raise_the_limit_and_every_job_runs_once_on_time_never_early(queue, log):
     now = time.time()
     ids = queue.add_many(

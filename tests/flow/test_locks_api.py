@@ -1,0 +1,138 @@
+"""Per-key locks through the API, on both backends: jobs that share a lock never run while
+another holds it, and run in due order as it is handed on; a lock held by a run whose lease
+lapsed is taken over; the lock travels with retries and recurring occurrences and composes
+with replace=; a bad lock writes nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+import delayq
+from delayq.errors import BadInput
+from delayq.store import leases, locks
+from delayq.store.lock_waits import PARKED_FOR
+from delayq.store.table import Job, Status
+from delayq.worker.locking import let_go, lock_of
+from tests.sample_handlers.jobs import read_log
+
+H = "tests.sample_handlers.jobs"
+NOW = 1_800_000_000.0
+
+
+def add(queue: delayq.Queue, log: str, name: str, due: float, lock: str | None = "order:42") -> int:
+    data = {"log": log, "n": name}
+    return queue.add(H, "record", data, at=due, lock=lock, queue="orders", now=NOW - 100)
+
+
+def hold_elsewhere(queue: delayq.Queue, job_id: int, lease_until: float = NOW + 60) -> None:
+    """Job `job_id` runs in another run and holds its lock, until `lease_until`."""
+    assert leases.mark_running(queue.table, [job_id], "elsewhere", lease_until, NOW)
+    queue.index.schedule.remove("orders", [job_id])
+    assert locks.take(queue.table, "order:42", job_id, NOW)
+
+
+def test_jobs_wait_for_a_held_lock_and_run_in_due_order_as_it_is_handed_on(
+    queue: delayq.Queue, log: str
+) -> None:
+    holder = add(queue, log, "holder", NOW - 30)
+    later = add(queue, log, "later", NOW - 10)
+    sooner = add(queue, log, "sooner", NOW - 20)
+    add(queue, log, "free", NOW - 5, lock="order:43")
+    hold_elsewhere(queue, holder)
+
+    queue.run(now=NOW)
+    assert read_log(log) == ["free"]  # another lock's job runs; these two wait
+    assert [Job.get_by_id(job_id).status for job_id in (sooner, later)] == [Status.PENDING] * 2
+    waiting = queue.index.lock_waits.waiting("order:42")
+    assert [(waiter.job_id, waiter.due) for waiter in waiting] == [
+        (sooner, NOW - 20),
+        (later, NOW - 10),
+    ]
+    assert queue.index.schedule.scores("orders", [sooner, later]) == {
+        sooner: NOW + PARKED_FOR,
+        later: NOW + PARKED_FOR,
+    }
+
+    # The other run's job ends: it hands the lock to the earliest waiting job.
+    job = queue.table.model.get_by_id(holder)
+    leases.finish(queue.table, holder, "elsewhere", Status.SUCCESS, "done", NOW + 1)
+    let_go(queue.table, queue.index, [claimed(queue, job)], NOW + 1)
+    assert locks.held(queue.table) == [("order:42", sooner, NOW + 1 + locks.RESERVED_FOR)]
+    queue.run(now=NOW + 2)
+    assert read_log(log) == ["free", "sooner", "later"]
+    assert locks.held(queue.table) == []
+    assert Job.select().where(Job.status != Status.SUCCESS).count() == 0
+
+
+def claimed(queue: delayq.Queue, job: Job) -> object:
+    from delayq.store.table import ClaimedJob
+
+    return ClaimedJob(*[getattr(job, name) for name in ClaimedJob._fields])
+
+
+def test_a_lock_whose_holders_lease_lapsed_is_taken_over(queue: delayq.Queue, log: str) -> None:
+    holder = add(queue, log, "holder", NOW - 30)
+    waiter = add(queue, log, "waiter", NOW - 10)
+    hold_elsewhere(queue, holder, lease_until=NOW + 5)
+    queue.run(now=NOW)
+    assert read_log(log) == []
+
+    # The holder's run died: past its lease, its job comes back and runs first, then hands on.
+    queue.run(now=NOW + 6)
+    assert read_log(log) == ["holder", "waiter"]
+    assert Job.get_by_id(waiter).status == Status.SUCCESS
+    assert locks.held(queue.table) == []
+
+
+def test_the_lock_travels_with_the_job_its_retries_and_its_occurrences(
+    queue: delayq.Queue, log: str
+) -> None:
+    job_id = queue.add(H, "record", {"log": log}, lock="report", every="1h", now=NOW, at=NOW - 1)
+    assert queue.show(job_id)["lock"] == "report"
+    queue.run(now=NOW)
+    occurrence = Job.get((Job.id != job_id) & (Job.status == Status.PENDING))
+    assert lock_of(claimed(queue, occurrence)) == "report"  # type: ignore[arg-type]
+    assert queue.show(job_id)["lock"] == "report"
+
+
+def test_a_lock_composes_with_replace(queue: delayq.Queue, log: str) -> None:
+    first = queue.add(H, "record", {"log": log}, ext="order:42", lock="order:42", replace=True)
+    second = queue.add(H, "record", {"log": log}, ext="order:42", lock="order:42", replace=True)
+    assert first == second
+    pending = Job.select().where(Job.status == Status.PENDING)
+    assert [(job.id, lock_of(claimed(queue, job))) for job in pending] == [(first, "order:42")]  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "lock, message",
+    [
+        ("", "lock is empty"),
+        ("k" * 192, "lock is 192 characters; the limit is 191"),
+        ("\ud800", "lock is not valid UTF-8"),
+        (42, "lock must be text"),
+    ],
+)
+def test_a_bad_lock_is_refused_and_writes_nothing(
+    queue: delayq.Queue, log: str, lock: object, message: str
+) -> None:
+    with pytest.raises(BadInput, match=message):
+        queue.add(H, "record", {"log": log}, lock=lock)  # type: ignore[arg-type]
+    assert Job.select().count() == 0
+    assert queue.add(H, "record", {"log": log}, lock="k" * 191) > 0  # the longest there is
+
+
+def test_a_lock_handed_to_a_waiting_job_stays_its_own_when_an_earlier_one_comes(
+    queue: delayq.Queue, log: str
+) -> None:
+    holder = add(queue, log, "holder", NOW - 30)
+    add(queue, log, "handed", NOW - 10)
+    hold_elsewhere(queue, holder)
+    queue.run(now=NOW)
+    job = queue.table.model.get_by_id(holder)
+    leases.finish(queue.table, holder, "elsewhere", Status.SUCCESS, "done", NOW + 1)
+    let_go(queue.table, queue.index, [claimed(queue, job)], NOW + 1)  # reserved for `handed`
+    add(queue, log, "earlier", NOW - 20)  # due before it, and claimed with it
+
+    queue.run(now=NOW + 2)
+    assert read_log(log) == ["handed", "earlier"]  # the reservation holds; nothing is stuck
+    assert locks.held(queue.table) == []
