@@ -1,5 +1,6 @@
 """A private redis-server on a free 127.0.0.1 port, for tests and the soak that restart
-Redis: killing it touches nobody else's data; and a TCP forwarder a test can cut."""
+Redis: killing it touches nobody else's data; and a TCP forwarder a test can cut, hold or
+move to another server."""
 
 from __future__ import annotations
 
@@ -103,7 +104,11 @@ class Proxy:
             if not self.open.is_set():
                 client.close()
                 continue
-            server = socket.create_connection(self.target)
+            try:
+                server = socket.create_connection(self.target)
+            except OSError:  # the target is down: the client sees its link drop
+                client.close()
+                continue
             self.links += [client, server]
             for source, sink in ((client, server), (server, client)):
                 threading.Thread(
@@ -119,6 +124,13 @@ class Proxy:
 
     def restore(self) -> None:
         self.open.set()
+
+    def move(self, target: tuple[str, int]) -> None:
+        """Send new links to `target`, dropping those to the old one: an address that moves
+        on a failover, as a proxy or a DNS name with a short TTL does."""
+        self.cut()
+        self.target = target
+        self.restore()
 
     def hold(self) -> None:
         self.flowing.clear()

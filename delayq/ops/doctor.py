@@ -85,12 +85,16 @@ def database_checks(db: peewee.Database, url: str | None) -> list[Check]:
     """Reachability and version, then the table's columns and indexes against the model."""
     where = redact_url(url)
     try:
+        read_only = False
         if is_mysql(db):
-            version = str(db.execute_sql("SELECT VERSION()").fetchone()[0])
-            version = version if "mariadb" in version.lower() else f"MySQL {version}"
+            found, read_only = db.execute_sql("SELECT VERSION(), @@global.read_only").fetchone()
+            version = str(found) if "mariadb" in str(found).lower() else f"MySQL {found}"
         else:
             version = f"SQLite {db.execute_sql('SELECT sqlite_version()').fetchone()[0]}"
         reached = Check(OK, "database", f"{version} at {where}")
+        if read_only:  # a replica's URL: every run would fail to write
+            detail = f"{version} at {where} is read-only (a replica?); point the URL at the primary"
+            reached = Check(FAIL, "database", detail)
         if not db.table_exists(Job._meta.table_name):
             missing = Check(FAIL, "table", "delay_queue does not exist; run `delayq init`")
             return [reached, missing, *skipped(DATABASE_CHECKS[1:], "delay_queue does not exist")]
@@ -277,6 +281,7 @@ def consistency_checks(
             "them clears them, or they expire with the journal",
         ),
         flow_check(table),
+        *_failover_check(index),
     ]
 
 
@@ -306,6 +311,17 @@ def flow_check(table: Table) -> Check:
 def _limits(flow: queue_settings.QueueFlow) -> list[str]:
     found = [] if flow.rate is None else [format_rate(flow.rate)]
     return found + ([] if flow.concurrency is None else [f"{flow.concurrency} at once"])
+
+
+def _failover_check(index: Index) -> list[Check]:
+    """A line, for a week after it, on what the last failover of the database took, as the
+    run that met the new server found it (worker/database_failovers.py); none before."""
+    found = index.registry.database_failover()
+    if not found:
+        return []
+    level = WARN if found.get("missing", "0") != "0" else OK
+    at = format_instant(float(found.get("at") or 0))
+    return [Check(level, "failover", f"at {at}: {found.get('said', '')}")]
 
 
 def _orphans_check(unscheduled: int, capped: bool) -> Check:

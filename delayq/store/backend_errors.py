@@ -34,6 +34,10 @@ LOCK_WAIT_TIMEOUT = 1205
 DEADLOCK = 1213
 NO_SUCH_TABLE = 1146
 UNKNOWN_COLUMN = 1054
+# The server refuses writes (--read-only, or super_read_only): a primary being switched over,
+# or a replica. MySQL's and MariaDB's number for an option that prevents a statement; of
+# those options only read_only can meet the statements delayq sends.
+READ_ONLY = 1290
 DISCONNECTS = frozenset({SERVER_GONE_AWAY, LOST_CONNECTION, COMMANDS_OUT_OF_SYNC, IDLE_DISCONNECT})
 LOCK_CONFLICTS = frozenset({LOCK_WAIT_TIMEOUT, DEADLOCK})
 
@@ -73,7 +77,14 @@ def is_outage(exc: BaseException) -> bool:
         return True
     if isinstance(exc, redis.ResponseError) and str(exc).startswith("UNBLOCKED"):
         return True  # a blocked BLPOP's server turned replica
+    if is_read_only(exc):
+        return True  # a switchover: the address moves to the promoted replica
     return is_disconnect(exc) or mysql_error_number(exc) in (CANNOT_CONNECT_SOCKET, CANNOT_CONNECT)
+
+
+def is_read_only(exc: BaseException) -> bool:
+    """Whether the database refused a write because it is read-only."""
+    return mysql_error_number(exc) == READ_ONLY
 
 
 def is_lock_conflict(exc: BaseException) -> bool:

@@ -88,6 +88,15 @@ def ping(table: Table) -> None:
     table.db.execute_sql("SELECT 1")
 
 
+def is_read_only(table: Table) -> bool:
+    """Whether the table's MySQL server refuses writes (`read_only`): a replica, or a primary
+    being switched over. SQLite never is."""
+    if not table.mysql:
+        return False
+    (value,) = table.db.execute_sql("SELECT @@global.read_only").fetchone()
+    return bool(int(value))
+
+
 def close_connection(table: Table) -> None:
     """Close this thread's connection to the table's database (a helper thread's, as it ends:
     peewee keeps one a thread)."""

@@ -18,6 +18,10 @@ REBUILDING_KEY = "delay_queue_rebuilding"
 # A hash each run overwrites with when it started, how long it took, its outcome and how
 # many jobs it ran; `delayq status` reads it to tell whether cron is alive.
 LAST_RUN_KEY = "delay_queue_last_run"
+# The MySQL server the table was last seen on (store/primaries.py), and what the last
+# failover to another one took, as worker/failovers.py found it.
+DATABASE_SERVER_KEY = "delay_queue_database_server"
+DATABASE_FAILOVER_KEY = "delay_queue_database_failover"
 # The handlers that have a metrics label of their own (tallies.Tallies).
 METRICS_HANDLERS_KEY = "delay_queue_metrics_handlers"
 # Outcomes a run journaled but has not yet written to the table live this long at most.

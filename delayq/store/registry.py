@@ -1,12 +1,12 @@
 """The registry: what delayq notes about itself in Redis — the names of every queue ever
 indexed (so that a plain `run` visits them), the record of the last run (for `delayq
 status`), the marker that says the schedule holds every pending row of the table, and which
-server each queue's keys were last seen on.
+server each queue's keys were last seen on, and the database server the table was.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import cast
 
@@ -17,7 +17,10 @@ from redis.lock import Lock
 from ..config import DEFAULT_QUEUE
 from .clusters import is_cluster
 from .keys import (
+    DATABASE_FAILOVER_KEY,
+    DATABASE_SERVER_KEY,
     INDEXED_KEY,
+    JOURNAL_TTL,
     LAST_RUN_KEY,
     QUEUES_KEY,
     REBUILD_KEY,
@@ -140,3 +143,23 @@ class Registry:
                 "moved": "" if note.moved is None else repr(note.moved),
             },
         )
+
+    def swap_database_server(self, identity: str) -> str | None:
+        """Note `identity` as the database server the table is on; the one noted before (None:
+        none was). One atomic GETSET, so of the runs that meet a new server, one hears of the
+        old."""
+        previous = self.client.getset(DATABASE_SERVER_KEY, identity)
+        return None if previous is None else text(previous)
+
+    def note_database_failover(self, found: Mapping[str, str]) -> None:
+        """Keep what the check after the last database failover found, for `delayq doctor`."""
+        with self.client.pipeline(transaction=True) as pipe:
+            pipe.delete(DATABASE_FAILOVER_KEY)
+            pipe.hset(DATABASE_FAILOVER_KEY, mapping={key: value for key, value in found.items()})
+            pipe.expire(DATABASE_FAILOVER_KEY, int(JOURNAL_TTL))  # as long as its journal lives
+            pipe.execute()
+
+    def database_failover(self) -> dict[str, str]:
+        """What `note_database_failover` kept; empty when no failover was found."""
+        fields = self.client.hgetall(DATABASE_FAILOVER_KEY)
+        return {text(key): text(value) for key, value in fields.items()}

@@ -98,14 +98,14 @@ class Claimer:
                 logger.warning("queue %s: dropped index member %r: not a job id", queue, member)
             else:
                 batch.due_by_id[job_id] = score
-        late = self._late(queue, batch.due_by_id, now)
-        batch.missed = self._mark_missed(batch, queue, late, now)
-        on_time = set(batch.due_by_id) - set(late)
-        runnable = [job_id for job_id in batch.due_by_id if job_id in on_time]
-        batch.leased_at = time.monotonic()
-        jobs = leases.mark_running(
-            self.table, runnable, self.token, now + self.lease, now, due_by=now
-        )
+        try:
+            runnable, jobs = self._lease(batch, queue, now)
+        except Exception:
+            # The claim took them off the schedule: a database that fails the lease (a
+            # failover, a primary turned read-only) would leave their rows pending with no
+            # entry until the orphan sweep, 30 s on. Their rows decide, as ever.
+            self._put_back_unleased(queue, batch.due_by_id)
+            raise
         if len(jobs) < len(runnable):
             self._put_back_not_due(queue, [job.id for job in jobs], runnable, now)
         batch.dropped += len(runnable) - len(jobs)
@@ -123,6 +123,25 @@ class Claimer:
         )
         batch.noted = notes_starts or len(order) > 1
         return batch
+
+    def _lease(self, batch: Batch, queue: str, now: float) -> tuple[list[int], list[ClaimedJob]]:
+        """Mark the claimed jobs due too long ago missed, and lease the others' rows; the
+        ids tried and the jobs won."""
+        late = self._late(queue, batch.due_by_id, now)
+        batch.missed = self._mark_missed(batch, queue, late, now)
+        on_time = set(batch.due_by_id) - set(late)
+        runnable = [job_id for job_id in batch.due_by_id if job_id in on_time]
+        batch.leased_at = time.monotonic()
+        jobs = leases.mark_running(
+            self.table, runnable, self.token, now + self.lease, now, due_by=now
+        )
+        return runnable, jobs
+
+    def _put_back_unleased(self, queue: str, due_by_id: dict[int, float]) -> None:
+        try:
+            self.index.schedule.add_many(queue, list(due_by_id.items()))
+        except Exception as exc:  # noqa: BLE001 - the orphan sweep puts them back later
+            logger.warning("could not put %d claimed jobs back yet: %s", len(due_by_id), exc)
 
     def _claim_due(self, queue: str, now: float, size: int, startable: int | None) -> Claimed:
         """The claim, after putting the queue's flow settings back from the table if Redis

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from ..store import leases
-from ..store.backend_errors import is_lock_conflict, is_outage, one_line
+from ..store.backend_errors import is_lock_conflict, is_outage, is_read_only, one_line
 from ..store.index import Index
 from ..store.queue_settings import QueueFlow
 from ..store.table import Table
@@ -100,6 +100,8 @@ class Outage:
         # at once by a locked table) is waited out like an outage.
         if is_lock_conflict(exc):
             what = "the database is busy"
+        elif is_read_only(exc):
+            what = "the database refuses writes (read-only: a switchover?)"
         elif is_outage(exc):
             what = "a server is away"
         else:

@@ -17,11 +17,12 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from ..config import Settings
+from ..errors import BackendUnavailable
 from ..store import flow
-from ..store.database import ping
+from ..store.database import is_read_only, ping
 from ..store.index import Index
 from ..store.table import Table
-from . import interrupts, recovery
+from . import database_failovers, interrupts, recovery
 from .bookkeeper import Bookkeeper
 from .calls import Caller
 from .concurrent import ConcurrentDrain
@@ -102,8 +103,7 @@ class Runner:
         # `--processes` child skips this: its parent asked before starting any, and a child
         # started again while Redis restarts must wait it out, not die.
         if liveness is None:
-            self.index.client.ping()
-            ping(self.table)
+            self._ask_servers()
         total = RunReport()
         record = LoopRecord(self.index)
         started_at = time.monotonic()
@@ -144,6 +144,18 @@ class Runner:
         total.wall = time.monotonic() - started_at
         record.write(outcome_word(total, loop=True), total)
         return total
+
+    def _ask_servers(self) -> None:
+        """Raise if Redis or the database does not answer, or the database is read-only: at
+        a loop's start that is a replica's URL, while mid-loop it is a switchover that the
+        loop waits out."""
+        self.index.client.ping()
+        ping(self.table)
+        if is_read_only(self.table):
+            raise BackendUnavailable(
+                "the database is read-only (a replica?); point the database URL at the "
+                "primary, or at an address that follows it"
+            )
 
     # A pass.
 
@@ -220,6 +232,7 @@ class Runner:
         names = list(each.options.queues) or index.registry.known_queues()
         php_classes = dict(each.settings.php_classes)
         if sweep:  # a failover to a replica behind may have left a queue's older settings
+            database_failovers.check_database_server(table, index, each.clock())
             flow.restore(table, index.flow, names)
         for queue in names if sweep else ():  # recover leases, re-index orphans
             now = each.clock()
