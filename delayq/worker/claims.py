@@ -104,7 +104,7 @@ class Claimer:
             # The claim took them off the schedule: a database that fails the lease (a
             # failover, a primary turned read-only) would leave their rows pending with no
             # entry until the orphan sweep, 30 s on. Their rows decide, as ever.
-            self._put_back_unleased(queue, batch.due_by_id)
+            self._put_back_unleased(queue, batch.due_by_id, batch.slotted)
             raise
         if len(jobs) < len(runnable):
             self._put_back_not_due(queue, [job.id for job in jobs], runnable, now)
@@ -137,9 +137,13 @@ class Claimer:
         )
         return runnable, jobs
 
-    def _put_back_unleased(self, queue: str, due_by_id: dict[int, float]) -> None:
+    def _put_back_unleased(self, queue: str, due_by_id: dict[int, float], slotted: bool) -> None:
+        """Claimed jobs whose rows the database would not lease go back on the schedule, and
+        the running slots the claim took for them come free: none of them runs here."""
         try:
             self.index.schedule.add_many(queue, list(due_by_id.items()))
+            if slotted:
+                self.index.free_slots(queue, list(due_by_id))
         except Exception as exc:  # noqa: BLE001 - the orphan sweep puts them back later
             logger.warning("could not put %d claimed jobs back yet: %s", len(due_by_id), exc)
 
