@@ -111,10 +111,28 @@ EARLIER_INSERT_TRIGGER = (
 )
 
 
+# The delete trigger as delayq wrote it before every trigger tested first.
+EARLIER_DELETE_TRIGGER = (
+    f"CREATE TRIGGER {counts.TRIGGERS[1]} AFTER DELETE ON {TABLE_NAME} FOR EACH ROW "
+    f"INSERT INTO {counts.COUNTS_TABLE} (queue, slot, pending) "
+    "SELECT OLD.queue, MOD(CONNECTION_ID(), 64), -1 FROM DUAL WHERE OLD.status = 1 "
+    "ON DUPLICATE KEY UPDATE pending = pending + (-1)"
+)
+
+
 @pytest.mark.parametrize("backend", ["mariadb"], indirect=True)
-def test_init_replaces_an_earlier_insert_trigger_and_the_counts_stay_exact(queue, backend, log):
-    queue.db.execute_sql(f"DROP TRIGGER {counts.TRIGGERS[0]}")
-    queue.db.execute_sql(EARLIER_INSERT_TRIGGER)
+@pytest.mark.parametrize(
+    "name, earlier",
+    [
+        (counts.TRIGGERS[0], EARLIER_INSERT_TRIGGER),
+        (counts.TRIGGERS[1], EARLIER_DELETE_TRIGGER),
+    ],
+)
+def test_init_replaces_an_earlier_trigger_and_the_counts_stay_exact(
+    queue, backend, log, name, earlier
+):
+    queue.db.execute_sql(f"DROP TRIGGER {name}")
+    queue.db.execute_sql(earlier)
     queue.add_many([JobSpec(H, "record", {"log": log}, delay=60) for _ in range(600)])
     queue.add(H, "record", {"log": log}, queue="mail", delay=60)  # the earlier trigger counts
     assert kept(queue) == counted(queue) == {"default": 600, "mail": 1}
@@ -126,6 +144,8 @@ def test_init_replaces_an_earlier_insert_trigger_and_the_counts_stay_exact(queue
     queue.add_many([JobSpec(H, "record", {"log": log}, queue="mail") for _ in range(600)])
     queue.add(H, "record", {"log": log}, delay=60)
     assert kept(queue) == counted(queue) == {"default": 601, "mail": 601}
+    queue.db.execute_sql(f"DELETE FROM {TABLE_NAME} WHERE queue = 'mail' LIMIT 1")
+    assert kept(queue) == counted(queue) == {"default": 601, "mail": 600}
 
 
 @pytest.mark.parametrize("slots", [1, 3])
