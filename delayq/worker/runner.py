@@ -71,6 +71,9 @@ class Runner:
         supervising parent."""
         if options.loop:
             return self._loop(options, on_outcome, stop, liveness)
+        # A one-shot run from cron with nothing due writes nothing to the table, so a replica's
+        # URL would pass unnoticed, every minute, until a job falls due.
+        self._refuse_read_only()
         clock = (lambda: now) if now is not None else self.index.clock.now
         each = self._new_pass(options, clock, stop, liveness)
         return self._execute(each, on_outcome, record=True)
@@ -151,6 +154,9 @@ class Runner:
         loop waits out."""
         self.index.client.ping()
         ping(self.table)
+        self._refuse_read_only()
+
+    def _refuse_read_only(self) -> None:
         if is_read_only(self.table):
             raise BackendUnavailable(
                 "the database is read-only (a replica?); point the database URL at the "

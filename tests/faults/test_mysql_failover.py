@@ -102,8 +102,9 @@ def redis_url(server_redis_url: str) -> Iterator[str]:
     client.close()
 
 
-def test_a_loop_pointed_at_a_replica_exits_1_and_doctor_fails_saying_it_is_read_only(
-    servers, redis_url, tmp_path
+@pytest.mark.parametrize("run", [["run", "--loop"], ["run"]], ids=["loop", "one-shot"])
+def test_a_run_pointed_at_a_replica_exits_1_and_doctor_fails_saying_it_is_read_only(
+    servers, redis_url, tmp_path, run
 ):
     queue = open_queue(redis_url, servers.url, tmp_path)  # delayq init on the primary
     queue.close()
@@ -117,7 +118,7 @@ def test_a_loop_pointed_at_a_replica_exits_1_and_doctor_fails_saying_it_is_read_
     assert is_read_only(refused.value) and is_outage(refused.value)
 
     env = process_env(redis_url, replica_url, tmp_path)
-    done = subprocess.run([*DELAYQ, "run", "--loop"], env=env, capture_output=True, timeout=60)
+    done = subprocess.run([*DELAYQ, *run], env=env, capture_output=True, timeout=60)
 
     doctor = subprocess.run([*DELAYQ, "doctor"], env=env, capture_output=True, timeout=60)
 
