@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -16,6 +17,8 @@ from delayq.store.table import Job, Status, utc_stamp
 from tests.cli.test_progress import on_a_terminal
 from tests.conftest import DELAYQ
 from tests.invoke import invoke
+from tests.servers import Proxy
+from tests.waiting import wait_for
 
 NOW = 1_800_000_000.0
 DAY = 86400.0
@@ -228,3 +231,48 @@ def test_purge_without_a_terminal_prints_the_count_alone(queue, cli_env, dry_run
 
     assert (result.returncode, result.stdout, result.stderr) == (0, "5\n", "")
     assert len(surviving()) == (5 if dry_run else 0)
+
+
+@pytest.mark.parametrize("backend", ["mariadb"], indirect=True)  # a file has no server to lose
+def test_a_purge_that_loses_the_database_midway_exits_1_and_a_second_purge_ends_it(
+    queue, backend, cli_env
+):
+    # On MySQL purge deletes on two helper connections while it reads on its own: the
+    # database going away under all three must end the command with one line, not hang it.
+    queue.db.execute_sql(
+        f"INSERT INTO {Job._meta.table_name} (params, status, created, modified) "
+        "SELECT %s, %s, %s, %s FROM seq_1_to_100000",
+        ('{"class": "x", "method": "y", "data": null}', int(Status.SUCCESS))
+        + (utc_stamp(time.time() - 40 * DAY),) * 2,
+    )
+    parts = urlsplit(backend["database_url"])
+    proxy = Proxy((parts.hostname or "127.0.0.1", parts.port or 3306))
+    through_proxy = parts._replace(netloc=f"{parts.username}@127.0.0.1:{proxy.port}").geturl()
+    env = {**cli_env, "DELAYQ_DATABASE_URL": through_proxy}
+    purging = subprocess.Popen(
+        [*DELAYQ, "purge", "--older-than", "30d"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(lambda: 0 < 100_000 - left() < 75_000, 60, "purge under way")
+        proxy.cut()
+        out, err = purging.communicate(timeout=60)
+    finally:
+        purging.kill()
+        proxy.close()
+
+    assert purging.returncode == 1, (out, err)
+    assert out == "" and len(err.splitlines()) == 1 and err.startswith("delayq: error:"), err
+    assert 0 < left() < 100_000
+    again = subprocess.run(
+        [*DELAYQ, "purge", "--older-than", "30d"], env=cli_env, capture_output=True, timeout=60
+    )
+    assert (again.returncode, again.stderr) == (0, b"")
+    assert left() == 0
+
+
+def left() -> int:
+    return Job.select().where(Job.status == Status.SUCCESS).count()
