@@ -29,7 +29,21 @@ import redis
 
 import delayq
 
-from . import aio, dispatch, enqueue, env, flow, idle, io, lateness, load, memory, scale, topologies
+from . import (
+    aio,
+    databases,
+    dispatch,
+    enqueue,
+    env,
+    flow,
+    idle,
+    io,
+    lateness,
+    load,
+    memory,
+    scale,
+    topologies,
+)
 from .report import Result
 from .sizes import FULL, QUICK, Sizes
 
@@ -43,13 +57,14 @@ WORKLOADS: dict[str, Callable[[Sizes], Result]] = {
     "aio": aio.run,
     "load": load.run,
     "topologies": topologies.run,
+    "databases": databases.run,
     "scale": scale.run,  # given its Options by _workload
     "flow": flow.run,
 }
-# Run when no --only names them; `topologies` starts ten servers of its own, `scale` loads
-# millions of rows into two of its own, and `flow` measures only flow control's own cost, so
-# only on request.
-DEFAULT = [name for name in WORKLOADS if name not in ("topologies", "scale", "flow")]
+# Run when no --only names them; `topologies` starts ten servers of its own, `databases`
+# five, `scale` loads millions of rows into two of its own, and `flow` measures only flow
+# control's own cost, so only on request.
+DEFAULT = [name for name in WORKLOADS if name not in ("topologies", "databases", "scale", "flow")]
 # Workloads that use no shared server at all: alone, nothing on 3306 or 6379 is touched.
 OWN_SERVERS = {"scale"}
 
@@ -67,7 +82,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--only",
         action="append",
         choices=sorted(WORKLOADS),
-        help="run just this workload (repeatable); topologies and scale run only when named",
+        help=(
+            "run just this workload (repeatable); topologies, databases, scale and flow "
+            "run only when named"
+        ),
     )
     _scale_options(parser.add_argument_group("scale (with --only scale)"))
     args = parser.parse_args(argv)

@@ -74,22 +74,24 @@ def drain(
     method: str = "incr",
     url: str | None = None,
     queues: Sequence[str] = ("default",),
+    database: str | None = None,
 ) -> env.Finished:
     """`command` draining n due jobs of bench.handlers.<method> (each INCRs the counter once),
-    timed (wall time, peak RSS), after checking every one ran. On Redis at `url` (a server
-    the benchmark started), the jobs are dealt over `queues` by q.add_many, which puts each
-    queue's keys where that Redis wants them; otherwise loader.py writes them."""
-    with env.fresh_queue(url) as queue:
+    timed (wall time, peak RSS), after checking every one ran. On Redis at `url` or a MySQL
+    server at `database` (servers the benchmark started), the jobs are dealt over `queues`
+    by q.add_many, which puts each queue's keys where that Redis wants them; otherwise
+    loader.py writes them."""
+    with env.fresh_queue(url, database) as queue:
         now = time.time()
         due = [now - 10 + 10 * i / n for i in range(n)]
-        if url:
+        if url or database:
             queue.add_many(
                 delayq.JobSpec(env.HANDLERS, method, at=at, queue=queues[i % len(queues)])
                 for i, at in enumerate(due)
             )
         else:
             loader.load(method, due)
-        finished = env.run_process(command, TIMEOUT, env.child_env(url))
+        finished = env.run_process(command, TIMEOUT, env.child_env(url, database))
         env.require_ok(finished, " ".join(command[1:4]))
         succeeded = env.count_status(queue, delayq.Status.SUCCESS)
         counted = int(handlers.client().get(handlers.COUNTER_KEY) or 0)

@@ -75,18 +75,21 @@ def flush(system: str) -> redis.Redis:
     return client
 
 
-def settings(url: str | None = None) -> Settings:
+def settings(url: str | None = None, database: str | None = None) -> Settings:
     """delayq's settings for the benchmark, built directly: no DELAYQ_* variable or file.
-    `url`: a Redis of the benchmark's own making (topologies.py) instead of its database."""
+    `url`: a Redis of the benchmark's own making (topologies.py) instead of its database;
+    `database`: a MySQL server of its own making (databases.py) instead of DATABASE_URL."""
     return Settings(
-        database_url=DATABASE_URL, redis_url=url or redis_url("delayq"), handlers=(HANDLERS,)
+        database_url=database or DATABASE_URL,
+        redis_url=url or redis_url("delayq"),
+        handlers=(HANDLERS,),
     ).validate()
 
 
-def fresh_queue(url: str | None = None) -> delayq.Queue:
+def fresh_queue(url: str | None = None, database: str | None = None) -> delayq.Queue:
     """A delayq Queue on an empty table and an empty, complete index (on `url`, a server the
-    benchmark started, emptied whole)."""
-    queue = delayq.connect(settings(url))
+    benchmark started, emptied whole; the table on `database` if given)."""
+    queue = delayq.connect(settings(url, database))
     queue.init()
     queue.db.execute_sql("TRUNCATE TABLE delay_queue")
     flush("delayq")  # the handlers' counter and lateness list, whatever `url` is
@@ -111,16 +114,16 @@ def count_status(queue: delayq.Queue, status: delayq.Status) -> int:
     return int(cursor.fetchone()[0])
 
 
-def child_env(url: str | None = None, **extra: str) -> dict[str, str]:
+def child_env(url: str | None = None, database: str | None = None, **extra: str) -> dict[str, str]:
     """The environment of a benchmark subprocess: delayq configured only by the variables
-    set here (none inherited; Redis at `url` if given), bench importable, DELAYQ_BATCH_SIZE
-    left at its default."""
+    set here (none inherited; Redis at `url` and the table on `database` if given), bench
+    importable, DELAYQ_BATCH_SIZE left at its default."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("DELAYQ_")}
     # Use and keep bytecode caches, as an installed package does (pip compiles on install);
     # without them every process would compile delayq from source.
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env.update(
-        DELAYQ_DATABASE_URL=DATABASE_URL,
+        DELAYQ_DATABASE_URL=database or DATABASE_URL,
         DELAYQ_REDIS_URL=url or redis_url("delayq"),
         DELAYQ_HANDLERS=HANDLERS,
         DELAYQ_HOME=tempfile.gettempdir() + "/delayq-bench-home",

@@ -47,15 +47,16 @@ def _delayq(
     method: str = "record_lateness",
     options: Sequence[str] = (),
     url: str | None = None,
+    database: str | None = None,
 ) -> list[float]:
     """Lateness of n jobs of bench.handlers.<method> due over `spread` seconds, each added
     one at a time while `delayq run --loop --for duration [options]` is up (on Redis at
-    `url`, if given: see env.fresh_queue)."""
-    with env.fresh_queue(url) as queue:
+    `url` and the table on `database`, if given: see env.fresh_queue)."""
+    with env.fresh_queue(url, database) as queue:
         loop = subprocess.Popen(
             env.python("-m", "delayq", "run", "--loop", "--for", f"{duration:g}s", *options),
             cwd=env.ROOT,
-            env=env.child_env(url),
+            env=env.child_env(url, database),
         )
         try:
             time.sleep(peers.WORKER_STARTUP)

@@ -25,7 +25,9 @@ from tests.sentinels import SentinelGroup
 from tests.servers import PrivateRedis, free_port
 
 from . import dispatch, env, lateness
-from .report import Result, Target, median, number, times
+from .compared import Rounds, early_or_missed, lateness_words, paired, turns
+from .compared import figures as compared_figures
+from .report import Result, Target, number, times
 from .sizes import Sizes
 
 QUEUES = ("q1", "q2", "q3", "q4")  # their slots lie on each of a new cluster's 3 masters
@@ -55,53 +57,34 @@ def started() -> Iterator[tuple[dict[str, str], Cluster]]:
 
 def run(sizes: Sizes) -> Result:
     n = sizes.dispatch
-    walls: dict[str, list[float]] = {}
-    cpus: dict[str, list[float]] = {}
-    late: dict[str, list[dict[str, float]]] = {}
+    rounds = Rounds()
     with started() as (urls, cluster):
         masters = len({cluster.master_of(schedule_key(queue)) for queue in QUEUES})
         for attempt in range(sizes.repeat):
             env.log(f"topologies {attempt + 1}/{sizes.repeat}: dispatch of {n} due jobs")
             for topology, queues in PAIRS.items():
-                for name in _turns(attempt, [topology, "plain"]):
+                for name in turns(attempt, [topology, "plain"]):
                     drained = dispatch.drain(dispatch.RUN, n, url=urls[name], queues=queues)
-                    walls.setdefault(f"{name} {len(queues)}", []).append(drained.wall)
-                    cpus.setdefault(f"{name} {len(queues)}", []).append(drained.cpu_s)
+                    rounds.drained(f"{name} {len(queues)}", drained.wall, drained.cpu_s)
             env.log(f"topologies {attempt + 1}/{sizes.repeat}: lateness")
-            for name in _turns(attempt, list(urls)):
+            for name in turns(attempt, list(urls)):
                 recorded = lateness._delayq(
                     sizes.lateness_jobs, sizes.lateness_spread, sizes.lateness_for, url=urls[name]
                 )
-                late.setdefault(name, []).append(lateness.summarize(recorded, sizes.lateness_jobs))
-    combined = {name: lateness.combine(runs) for name, runs in late.items()}
-    return _result(n, walls, cpus, combined, masters)
+                rounds.streamed(name, lateness.summarize(recorded, sizes.lateness_jobs))
+    return _result(n, rounds, masters)
 
 
 def _paired(values: dict[str, list[float]], topology: str) -> float:
-    """plain / `topology` in each round, both drains of a round run back to back, and the
-    median of those: a ratio of rates from walls (or CPU seconds) that a load lasting a
-    round moves less than it moves either."""
     queues = len(PAIRS[topology])
-    pairs = zip(values[f"plain {queues}"], values[f"{topology} {queues}"], strict=True)
-    return median([plain / other for plain, other in pairs])
+    return paired(values, f"plain {queues}", f"{topology} {queues}")
 
 
-def _turns(attempt: int, names: list[str]) -> list[str]:
-    """`names` rotated by the attempt, so that none always goes first."""
-    shift = attempt % len(names)
-    return names[shift:] + names[:shift]
-
-
-def _result(
-    n: int,
-    walls: dict[str, list[float]],
-    cpus: dict[str, list[float]],
-    late: dict[str, dict[str, float]],
-    masters: int,
-) -> Result:
-    rates = {name: n / median(values) for name, values in walls.items()}
-    ratios = {topology: _paired(walls, topology) for topology in PAIRS}
-    cpu_ratios = {topology: _paired(cpus, topology) for topology in PAIRS}
+def _result(n: int, rounds: Rounds, masters: int) -> Result:
+    rates = rounds.rates(n)
+    ratios = {topology: _paired(rounds.walls, topology) for topology in PAIRS}
+    cpu_ratios = {topology: _paired(rounds.cpus, topology) for topology in PAIRS}
+    late = {name: lateness.combine(runs) for name, runs in rounds.late.items()}
     shown = [
         f"plain {number(rates[f'plain {len(queues)}'])}/s, {topology} "
         f"{number(rates[f'{topology} {len(queues)}'])}/s ({times(ratios[topology])}; "
@@ -110,28 +93,18 @@ def _result(
     ]
     line = (
         f"topologies N={n}: dispatch, one queue: {shown[0]}; {len(QUEUES)} queues on "
-        f"{masters} masters: {shown[1]}; lateness p50/p99/max: "
-        + ", ".join(
-            f"{name} {number(f['p50_ms'])}/{number(f['p99_ms'])}/{number(f['max_ms'])} ms"
-            for name, f in late.items()
-        )
+        f"{masters} masters: {shown[1]}; {lateness_words(late)}"
     )
     figures = {
-        "n": n,
         "queues": list(QUEUES),
         "masters_holding_them": masters,
-        "jobs_per_s": rates,
-        "wall_s": walls,
-        "cpu_s": cpus,
-        "vs_plain": ratios,
-        "cpu_vs_plain": cpu_ratios,
-        "lateness": late,
+        **compared_figures(n, rounds, ratios, cpu_ratios, late),
     }
     targets = [
         Target("sentinel vs plain", ratios["sentinel"], ">=", RATIO_TARGET),
         Target("cluster vs plain", ratios["cluster"], ">=", RATIO_TARGET),
         Target("sentinel p99 ms", late["sentinel"]["p99_ms"], "<=", lateness.P99_TARGET_MS),
         Target("cluster p99 ms", late["cluster"]["p99_ms"], "<=", lateness.P99_TARGET_MS),
-        Target("early or missed", sum(f["early"] + f["missing"] for f in late.values()), "<=", 0),
+        Target("early or missed", early_or_missed(late), "<=", 0),
     ]
     return Result(line, figures, targets)

@@ -1,0 +1,25 @@
+"""`python -m bench --only databases` end to end at its quick size, on a Redis of its own
+and MariaDB servers of its own (a plain one, an asynchronous and a semi-synchronous primary
+with a replica each): every topology drains its jobs and runs its stream on time. No
+figure's size is asserted, only that each is there and nothing ran early or went missing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.benches import run_quick
+
+
+@pytest.mark.serial  # five mariadbd of its own
+def test_databases_drains_on_every_topology_and_reports_each_figure(
+    mariadb_url: str, tmp_path: Path
+) -> None:
+    figures = run_quick("databases", f"{mariadb_url}_databases", tmp_path)["figures"]
+
+    assert set(figures["jobs_per_s"]) == {"plain", "async", "semisync"}
+    assert all(rate > 0 for rate in figures["jobs_per_s"].values())
+    assert set(figures["vs_plain"]) == {"async", "semisync"}
+    for late in figures["lateness"].values():
+        assert (late["early"], late["missing"]) == (0, 0)
