@@ -38,6 +38,11 @@ UNKNOWN_COLUMN = 1054
 # or a replica. MySQL's and MariaDB's number for an option that prevents a statement; of
 # those options only read_only can meet the statements delayq sends.
 READ_ONLY = 1290
+# What a Galera node answers to every statement while it is not in the cluster's primary
+# component or not yet synced with it (a node joining, or cut off from the others): MariaDB's
+# "WSREP has not yet prepared node for application use" (ER_UNKNOWN_COM_ERROR). A node
+# away, to be waited out as a server is, or left for another node behind a proxy.
+NODE_NOT_READY = 1047
 DISCONNECTS = frozenset({SERVER_GONE_AWAY, LOST_CONNECTION, COMMANDS_OUT_OF_SYNC, IDLE_DISCONNECT})
 LOCK_CONFLICTS = frozenset({LOCK_WAIT_TIMEOUT, DEADLOCK})
 
@@ -79,7 +84,8 @@ def is_outage(exc: BaseException) -> bool:
         return True  # a blocked BLPOP's server turned replica
     if is_read_only(exc):
         return True  # a switchover: the address moves to the promoted replica
-    return is_disconnect(exc) or mysql_error_number(exc) in (CANNOT_CONNECT_SOCKET, CANNOT_CONNECT)
+    number = mysql_error_number(exc)
+    return is_disconnect(exc) or number in (CANNOT_CONNECT_SOCKET, CANNOT_CONNECT, NODE_NOT_READY)
 
 
 def is_read_only(exc: BaseException) -> bool:
@@ -90,6 +96,11 @@ def is_read_only(exc: BaseException) -> bool:
 def is_lock_conflict(exc: BaseException) -> bool:
     """Whether InnoDB rolled the statement back as a deadlock victim or after a lock wait."""
     return mysql_error_number(exc) in LOCK_CONFLICTS
+
+
+def is_lock_wait_timeout(exc: BaseException) -> bool:
+    """Whether InnoDB gave up waiting for a row lock (after innodb_lock_wait_timeout)."""
+    return mysql_error_number(exc) == LOCK_WAIT_TIMEOUT
 
 
 def is_missing_table(exc: BaseException, table: Table) -> bool:
