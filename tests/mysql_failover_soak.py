@@ -18,6 +18,8 @@ what the primary committed in those 2 s: a replica behind by that much. galera: 
 node 1, started again 2 s later (it rejoins by IST): with `--entry haproxy` every runner
 and producer reaches the cluster through HAProxy and node 1 is its writer; with `--entry
 spread` runner and producer k connect to node k mod 3 (node 1 has runner 0 and producer 0).
+The producers go on past the window until every runner that ran jobs before the fault has
+started one after it (at most --max-seconds).
 
 The producers retry an add that raised, with the same job (a second row for it if the
 first had committed). Checks from the handlers' own log and the promoted server's table:
@@ -163,6 +165,7 @@ def soak_through_a_failover(args: argparse.Namespace, servers: Topology, workdir
         time.sleep(2 + args.fault_at)
         failover = servers.fail_over(args.fault)
         time.sleep(max(0.0, started + 2 + args.window - time.monotonic()))
+        wait_for_every_runner(args, failover, log)
         for producer in producers:
             producer.stopping.set()
         drained = drain(args, servers)
@@ -176,6 +179,15 @@ def soak_through_a_failover(args: argparse.Namespace, servers: Topology, workdir
     for producer in producers:
         due.update(producer.due)
     return report(args, servers, workdir, due, producers, failover, drained, started)
+
+
+def wait_for_every_runner(args: argparse.Namespace, failover: Failover, log: Path) -> None:
+    """Until every runner that ran jobs before the fault has started one after it, the
+    producers adding on (one kept away longer than the window, a Galera node rejoining,
+    would otherwise find nothing left to start), or `max_seconds` at most."""
+    deadline = time.monotonic() + args.max_seconds
+    while recovery_times([failover], log).unmeasured and time.monotonic() < deadline:
+        time.sleep(0.5)
 
 
 def open_queue(args: argparse.Namespace, database_url: str) -> delayq.Queue:

@@ -43,8 +43,12 @@ READ_ONLY = 1290
 # "WSREP has not yet prepared node for application use" (ER_UNKNOWN_COM_ERROR). A node
 # away, to be waited out as a server is, or left for another node behind a proxy.
 NODE_NOT_READY = 1047
+# What such a node answers to a write it could not replicate ("Got error ... during COMMIT",
+# "Not connected to Primary Component"): rolled back, and the node away like the above.
+NOT_COMMITTED = 1180
 DISCONNECTS = frozenset({SERVER_GONE_AWAY, LOST_CONNECTION, COMMANDS_OUT_OF_SYNC, IDLE_DISCONNECT})
 LOCK_CONFLICTS = frozenset({LOCK_WAIT_TIMEOUT, DEADLOCK})
+SERVER_AWAY = frozenset({CANNOT_CONNECT_SOCKET, CANNOT_CONNECT, NODE_NOT_READY, NOT_COMMITTED})
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -76,8 +80,9 @@ def is_disconnect(exc: BaseException) -> bool:
 
 
 def is_outage(exc: BaseException) -> bool:
-    """Whether `exc` says a server is away (down, restarting, unreachable, the link cut)
-    rather than that a statement or command was wrong: worth waiting out, not fatal."""
+    """Whether `exc` says a server is away (down, restarting, unreachable, the link cut, a
+    Galera node out of its cluster's primary component) rather than that a statement or
+    command was wrong: worth waiting out, not fatal."""
     if isinstance(exc, (redis.ConnectionError, redis.TimeoutError, *FAILING_OVER)):
         return True
     if isinstance(exc, redis.ResponseError) and str(exc).startswith("UNBLOCKED"):
@@ -85,7 +90,7 @@ def is_outage(exc: BaseException) -> bool:
     if is_read_only(exc):
         return True  # a switchover: the address moves to the promoted replica
     number = mysql_error_number(exc)
-    return is_disconnect(exc) or number in (CANNOT_CONNECT_SOCKET, CANNOT_CONNECT, NODE_NOT_READY)
+    return is_disconnect(exc) or number in SERVER_AWAY
 
 
 def is_read_only(exc: BaseException) -> bool:
