@@ -299,6 +299,7 @@ def report(
 ) -> int:
     found = check(servers, workdir / "handlers.log", due, producers)
     found.update(detection(args, workdir))
+    found.update(servers.counters())
     recovery = recovery_times([failover], workdir / "handlers.log")
     crashes = sum(
         soak.runner_crashes(workdir / f"runner-{k}" / "runners.log") for k in range(RUNNERS)

@@ -31,6 +31,7 @@ class Topology(Protocol):
     def url(self, k: int) -> str: ...
     def fail_over(self, fault: str) -> Failover: ...
     def query(self, sql: str) -> list[tuple[object, ...]]: ...
+    def counters(self) -> dict[str, int]: ...
     def stop(self) -> None: ...
 
 
@@ -76,6 +77,9 @@ class PrimaryReplica:
     def query(self, sql: str) -> list[tuple[object, ...]]:
         return run_query(self.servers.replica, sql)
 
+    def counters(self) -> dict[str, int]:
+        return {}
+
     def stop(self) -> None:
         self.servers.stop()
 
@@ -117,6 +121,20 @@ class Galera:
 
     def query(self, sql: str) -> list[tuple[object, ...]]:
         return run_query(self.cluster.synced_node(), sql)
+
+    def counters(self) -> dict[str, int]:
+        """Transactions the nodes rolled back as certification conflicts: their own that
+        failed certification, and local ones aborted by another node's write (node 1's
+        since its restart)."""
+        found = {"cert_failures": 0, "bf_aborts": 0}
+        for node in self.cluster.nodes:
+            rows = node.execute(
+                "SHOW GLOBAL STATUS WHERE Variable_name IN "
+                "('wsrep_local_cert_failures', 'wsrep_local_bf_aborts')"
+            )
+            for name, value in rows:
+                found["cert_failures" if "cert" in str(name) else "bf_aborts"] += int(str(value))
+        return found
 
     def stop(self) -> None:
         self.cluster.stop()
