@@ -140,8 +140,7 @@ class Queue(QueuePausing):
             raise BadInput("--replace needs --ext: the key of the job to replace")
         now = self._now(now)
         row = to_row(spec, now, self.settings, set(), check=check)
-        with queries.exclusive(self.table, f"{spec.queue}\0{spec.ext}"):
-            job_id, dropped = queries.replace_pending(self.table, row, now)
+        job_id, dropped = queries.replace_pending(self.table, row, now)
         self.index.schedule.remove(spec.queue, dropped)
         self.index.schedule.add(spec.queue, job_id, row["run_at"])
         return job_id
@@ -229,14 +228,16 @@ class Queue(QueuePausing):
         job = self._get(job_id)
         call = read_call(job.params, dict(self.settings.php_classes))
         locate(call.class_path, call.method, self.settings.handlers)
-        with chains.chain_locked(self.table, job):
+
+        def retried() -> chains.Attempt:
             attempt = chains.retry_chain(self.table, job, run_at, now)
-            # Inside the lock: two retries of one chain reach the index in the order they
-            # reached the table, so its score is the row's run_at.
+            # In the lock: retries of a chain reach the index in the order they reach the table.
             self.index.schedule.add(attempt.queue, attempt.id, run_at)
             if attempt.series is not None:
                 self.index.schedule.add(attempt.queue, *attempt.series)
-        return attempt.id
+            return attempt
+
+        return chains.under_chain_lock(self.table, job, retried).id
 
     def run(
         self,

@@ -68,6 +68,7 @@ SERIAL_FILES = {
     "api/test_async_producer.py",
     "api/test_listen.py",
     "faults/test_failover_soak.py",
+    "faults/test_galera.py",
     "faults/test_mysql_failover.py",
     "faults/test_faults.py",
     "faults/test_outages.py",

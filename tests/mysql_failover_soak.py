@@ -1,16 +1,25 @@
 """The MySQL failover soak (issue 35): jobs falling due over a window, three `delayq run
---loop -c 8` runners and two producers adding throughout, all through one address, while the
-MariaDB primary under them fails over to its replica once, on servers it starts itself
-(tests/mysql_servers.py) with a private redis-server.
+--loop -c 8` runners and two producers adding throughout, while the MySQL under them fails
+once, on servers it starts itself with a private redis-server: a MariaDB primary failing
+over to its replica, all through one address (tests/mysql_servers.py), or a node of a
+three-node Galera cluster killed (tests/galera_servers.py).
 
-    python -m tests.mysql_failover_soak --replication semisync --fault kill-9
-    python -m tests.mysql_failover_soak --replication semisync --fault switchover
-    python -m tests.mysql_failover_soak --replication async --fault kill-9
+    python -m tests.mysql_failover_soak --topology semisync --fault kill-9
+    python -m tests.mysql_failover_soak --topology semisync --fault switchover
+    python -m tests.mysql_failover_soak --topology async --fault kill-9
+    python -m tests.mysql_failover_soak --topology galera --entry haproxy
+    python -m tests.mysql_failover_soak --topology galera --entry spread
 
-kill-9: the primary is killed, the replica promoted 1 s later and the address moved to it.
-switchover: the primary turns read-only, the replica catches up and is promoted, the address
-moves, the old primary stops. With async replication the replica's link stalls 2 s before the
-kill, so it lacks what the primary committed in those 2 s: a replica behind by that much.
+semisync, async (`--replication` is the same option): kill-9: the primary is killed, the
+replica promoted 1 s later and the address moved to it. switchover: the primary turns
+read-only, the replica catches up and is promoted, the address moves, the old primary
+stops. With async replication the replica's link stalls 2 s before the kill, so it lacks
+what the primary committed in those 2 s: a replica behind by that much. galera: kill -9 of
+node 1, started again 2 s later (it rejoins by IST): with `--entry haproxy` every runner
+and producer reaches the cluster through HAProxy and node 1 is its writer; with `--entry
+spread` runner and producer k connect to node k mod 3 (node 1 has runner 0 and producer 0).
+The producers go on past the window until every runner that ran jobs before the fault has
+started one after it (at most --max-seconds).
 
 The producers retry an add that raised, with the same job (a second row for it if the
 first had committed). Checks from the handlers' own log and the promoted server's table:
@@ -25,8 +34,9 @@ that did not run or did not succeed, `producer_ids_not_run`, `reused_ids` ids th
 got twice, what the runners and doctor said of the failover, runner crashes, and the seconds
 from the promotion to each runner's next job. Exits 0 when nothing is lost, run twice, early
 or misplaced, and one run said what the failover took (with async replication: when nothing
-is early or misplaced, every row the new primary holds ran, and one run said so); prints
-one summary line either way.
+is early or misplaced, every row the new primary holds ran, and one run said so; on Galera,
+where every node holds the same commits: no run said anything); prints one summary line
+either way. The seconds are from the promotion, or on Galera from the kill.
 """
 
 from __future__ import annotations
@@ -50,14 +60,12 @@ import delayq
 from delayq.config import Settings
 from tests import soak
 from tests.failover_soak import Failover, percentiles, recovery_times
-from tests.mysql_servers import ReplicatedMariaDB
+from tests.mysql_topologies import Topology, choose
 from tests.servers import PrivateRedis, free_port
 from tests.soak import HANDLERS
 
 RUNNERS = 3
 PRODUCERS = 2
-PROMOTION_DELAY = 1.0  # seconds from a primary's death to its replica's promotion
-LAG = 2.0  # seconds the asynchronous replica is behind when the primary dies
 LATE = 5.0  # seconds after its due time a first call counts as late
 EARLY_SLACK = 0.005  # seconds: the handlers' log has milliseconds, the shared clock drifts less
 
@@ -100,13 +108,13 @@ class Producer:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     random.seed(args.seed)
-    workdir = Path(tempfile.mkdtemp(prefix=f"delayq-mysql-{args.replication}-{args.fault}-"))
-    servers = ReplicatedMariaDB(workdir / "mariadb", semi_sync=args.replication == "semisync")
+    workdir = Path(tempfile.mkdtemp(prefix=f"delayq-mysql-{args.topology}-{args.fault}-"))
+    servers = choose(args, workdir / "mariadb")
     private_redis = PrivateRedis(free_port(), workdir)
     try:
         servers.start()
         private_redis.start()
-        args.database_url, args.redis_url = servers.url, private_redis.url
+        args.database_url, args.redis_url = servers.url(0), private_redis.url
         args.concurrency, args.processes = 8, 1
         return soak_through_a_failover(args, servers, workdir)
     finally:
@@ -124,28 +132,40 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--fault-at", type=float, default=6.0, help="seconds into the window")
     parser.add_argument("--max-seconds", type=float, default=120.0, help="give up after this")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--replication", choices=("semisync", "async"), required=True)
+    parser.add_argument(
+        "--topology", "--replication", choices=("semisync", "async", "galera"), required=True
+    )
+    parser.add_argument("--entry", choices=("haproxy", "spread"), help="galera: the way in")
     parser.add_argument("--fault", choices=("kill-9", "switchover"), default="kill-9")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.topology != "galera":
+        if args.entry is not None:
+            parser.error("--entry is for --topology galera")
+    elif args.fault != "kill-9":
+        parser.error("a Galera cluster has no switchover: --fault kill-9")
+    args.entry = args.entry or "haproxy"
+    return args
 
 
-def soak_through_a_failover(
-    args: argparse.Namespace, servers: ReplicatedMariaDB, workdir: Path
-) -> int:
+def soak_through_a_failover(args: argparse.Namespace, servers: Topology, workdir: Path) -> int:
     started = time.monotonic()
     log = workdir / "handlers.log"
-    queue = open_queue(args)
+    queue = open_queue(args, args.database_url)
     queue.index.client.flushdb()
     queue.init()
     due = enqueue(queue, args, str(log))
-    producers = [Producer(open_queue(args), str(log), args.jobs + k) for k in range(PRODUCERS)]
-    runners = [start_runner(args, workdir / f"runner-{k}") for k in range(RUNNERS)]
+    producers = [
+        Producer(open_queue(args, servers.url(k)), str(log), args.jobs + k)
+        for k in range(PRODUCERS)
+    ]
+    runners = [start_runner(args, workdir / f"runner-{k}", servers.url(k)) for k in range(RUNNERS)]
     for producer in producers:
         threading.Thread(target=producer.run, daemon=True).start()
     try:
         time.sleep(2 + args.fault_at)
-        failover = fail_over(args, servers)
+        failover = servers.fail_over(args.fault)
         time.sleep(max(0.0, started + 2 + args.window - time.monotonic()))
+        wait_for_every_runner(args, failover, log)
         for producer in producers:
             producer.stopping.set()
         drained = drain(args, servers)
@@ -161,10 +181,17 @@ def soak_through_a_failover(
     return report(args, servers, workdir, due, producers, failover, drained, started)
 
 
-def open_queue(args: argparse.Namespace) -> delayq.Queue:
-    settings = Settings(
-        database_url=args.database_url, redis_url=args.redis_url, handlers=(HANDLERS,)
-    )
+def wait_for_every_runner(args: argparse.Namespace, failover: Failover, log: Path) -> None:
+    """Until every runner that ran jobs before the fault has started one after it, the
+    producers adding on (one kept away longer than the window, a Galera node rejoining,
+    would otherwise find nothing left to start), or `max_seconds` at most."""
+    deadline = time.monotonic() + args.max_seconds
+    while recovery_times([failover], log).unmeasured and time.monotonic() < deadline:
+        time.sleep(0.5)
+
+
+def open_queue(args: argparse.Namespace, database_url: str) -> delayq.Queue:
+    settings = Settings(database_url=database_url, redis_url=args.redis_url, handlers=(HANDLERS,))
     return delayq.connect(settings)
 
 
@@ -188,53 +215,27 @@ def enqueue(queue: delayq.Queue, args: argparse.Namespace, log: str) -> dict[int
     return due
 
 
-def start_runner(args: argparse.Namespace, home: Path) -> subprocess.Popen[bytes]:
-    """`delayq run --loop -c 8` with its own home and the default lease; its log lines go
-    to runners.log there."""
+def start_runner(
+    args: argparse.Namespace, home: Path, database_url: str
+) -> subprocess.Popen[bytes]:
+    """`delayq run --loop -c 8` on `database_url` with its own home and the default lease;
+    its log lines go to runners.log there."""
     home.mkdir(exist_ok=True)
     env = soak.runner_env(args, home)
     del env["DELAYQ_LEASE"]
+    env["DELAYQ_DATABASE_URL"] = database_url
     return soak.start_runner(env)
 
 
-def fail_over(args: argparse.Namespace, servers: ReplicatedMariaDB) -> Failover:
-    failover = Failover(f"{args.replication}-{args.fault}", time.time())
-    if args.fault == "switchover":
-        servers.switch_over()
-        servers.promote()
-        failover.promoted_at = time.time()
-        servers.primary.stop()
-        return failover
-    if args.replication == "async":
-        servers.lag()
-        time.sleep(LAG)
-        failover.started_at = time.time()
-    servers.kill_primary()
-    time.sleep(PROMOTION_DELAY)
-    servers.promote()
-    failover.promoted_at = time.time()
-    return failover
-
-
-def drain(args: argparse.Namespace, servers: ReplicatedMariaDB) -> bool:
+def drain(args: argparse.Namespace, servers: Topology) -> bool:
     """Wait until no row is pending or running on the promoted server; whether that came."""
     deadline = time.monotonic() + args.max_seconds
     while time.monotonic() < deadline:
-        ((still_open,),) = query(servers, "SELECT COUNT(*) FROM delay_queue WHERE status IN (1, 2)")
+        ((still_open,),) = servers.query("SELECT COUNT(*) FROM delay_queue WHERE status IN (1, 2)")
         if still_open == 0:
             return True
         time.sleep(0.5)
     return False
-
-
-def query(servers: ReplicatedMariaDB, sql: str) -> list[tuple[object, ...]]:
-    conn = servers.database(servers.replica)
-    try:
-        with conn.cursor() as cursor:
-            cursor.execute(sql)
-            return list(cursor.fetchall())
-    finally:
-        conn.close()
 
 
 @dataclass
@@ -254,10 +255,10 @@ class Calls:
 
 
 def check(
-    servers: ReplicatedMariaDB, log: Path, due: dict[int, float], producers: list[Producer]
+    servers: Topology, log: Path, due: dict[int, float], producers: list[Producer]
 ) -> dict[str, Any]:
     calls = Calls.read(log)
-    rows = query(servers, "SELECT id, ext_string, status FROM delay_queue")
+    rows = servers.query("SELECT id, ext_string, status FROM delay_queue")
     held = {(int(str(ext).split(":")[1]), int(str(job_id))): status for job_id, ext, status in rows}
     succeeded = {key for key, status in held.items() if status == 10}
     got = {n: job_id for producer in producers for n, job_id in producer.got.items()}
@@ -288,7 +289,7 @@ def check(
 
 def report(
     args: argparse.Namespace,
-    servers: ReplicatedMariaDB,
+    servers: Topology,
     workdir: Path,
     due: dict[int, float],
     producers: list[Producer],
@@ -298,6 +299,7 @@ def report(
 ) -> int:
     found = check(servers, workdir / "handlers.log", due, producers)
     found.update(detection(args, workdir))
+    found.update(servers.counters())
     recovery = recovery_times([failover], workdir / "handlers.log")
     crashes = sum(
         soak.runner_crashes(workdir / f"runner-{k}" / "runners.log") for k in range(RUNNERS)
@@ -310,19 +312,22 @@ def report(
     whole = found["lost"] == found["lost_adds"] == found["run_twice"] == 0
     # One run says what the failover took, and doctor says it as well: a warning where the
     # old primary took jobs (always, with async replication), an ok line where it took none.
-    said = found["failover_lines"] == 1 and found["doctor_failover"] != "none"
+    # Another Galera node holds the same commits: nothing to say, and nothing is said.
+    said = found["failover_lines"] == servers.failover_lines and (
+        (found["doctor_failover"] != "none") == (servers.failover_lines > 0)
+    )
     ok = (
         drained
         and said
         and crashes == 0
         and recovery.unmeasured == 0
         and safe
-        and (whole or args.replication == "async")
+        and (whole or servers.may_lose)
         and found["producer_ids_not_run"] == 0
     )
     produced = sum(len(producer.got) for producer in producers)
     print(
-        f"mysql-failover-soak: replication={args.replication} fault={args.fault} "
+        f"mysql-failover-soak: topology={servers.name} fault={args.fault} "
         f"jobs={len(due)} produced={produced} producer_errors={sum(errors.values())} "
         + " ".join(f"{name}={count}" for name, count in found.items())
         + f" runner_crashes={crashes} drained={int(drained)} "

@@ -32,6 +32,8 @@ def mariadbd() -> str:
 class MariaDB:
     """One mariadbd on 127.0.0.1:`port` with binary logs, GTID strict mode and row events."""
 
+    user = "root"  # the system user it runs as
+
     def __init__(self, workdir: Path, server_id: int, *options: str) -> None:
         self.workdir = workdir
         self.server_id = server_id
@@ -46,14 +48,24 @@ class MariaDB:
     def install(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         command = ["mariadb-install-db", "--no-defaults", f"--datadir={self.datadir}"]
-        command += ["--auth-root-authentication-method=normal", "--skip-test-db", "--user=root"]
+        command += ["--auth-root-authentication-method=normal", "--skip-test-db"]
+        command.append(f"--user={self.user}")
         subprocess.run(command, check=True, capture_output=True, timeout=120)
 
     def start(self) -> None:
-        command = [
+        # Its warnings before the error log opens (max_open_files) would only be noise.
+        self.process = subprocess.Popen(
+            self.command(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        wait_for(self._answers, 60, f"mariadbd on port {self.port} to answer")
+
+    def own_files_and_port(self) -> list[str]:
+        """mariadbd and the options that make it this test's own: no option files, its
+        directory, its port on 127.0.0.1."""
+        return [
             mariadbd(),
             "--no-defaults",
-            "--user=root",
+            f"--user={self.user}",
             f"--datadir={self.datadir}",
             f"--socket={self.workdir / 'mysqld.sock'}",
             f"--pid-file={self.workdir / 'mysqld.pid'}",
@@ -61,6 +73,11 @@ class MariaDB:
             f"--port={self.port}",
             "--bind-address=127.0.0.1",
             f"--server-id={self.server_id}",
+        ]
+
+    def command(self) -> list[str]:
+        return [
+            *self.own_files_and_port(),
             "--log-bin=binlog",
             "--log-slave-updates",
             "--binlog-format=ROW",
@@ -73,11 +90,6 @@ class MariaDB:
             "--log-bin-trust-function-creators=1",
             *self.options,
         ]
-        # Its warnings before the error log opens (max_open_files) would only be noise.
-        self.process = subprocess.Popen(
-            command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-        wait_for(self._answers, 60, f"mariadbd on port {self.port} to answer")
 
     def _answers(self) -> bool:
         assert self.process is not None

@@ -369,10 +369,12 @@ def _is_allowed(
 def _repeat(table: Table, row: Job, now: float, result: RequeueResult) -> int | None:
     """The chain's pending attempt, due now, unless it runs or a later attempt of it has
     finished meanwhile (another requeue, and a run): then None, and why in `result`."""
-    with chains.chain_locked(table, row):
-        try:
-            return chains.retry_chain(table, row, now, now, repeating=row.id)[0]
-        except BadInput as exc:
-            logger.info("%s", exc)
-            result.skipped.append((row.id, str(exc)))
-            return None
+    try:
+        attempt = chains.under_chain_lock(
+            table, row, lambda: chains.retry_chain(table, row, now, now, repeating=row.id)
+        )
+    except BadInput as exc:
+        logger.info("%s", exc)
+        result.skipped.append((row.id, str(exc)))
+        return None
+    return attempt.id

@@ -38,8 +38,17 @@ UNKNOWN_COLUMN = 1054
 # or a replica. MySQL's and MariaDB's number for an option that prevents a statement; of
 # those options only read_only can meet the statements delayq sends.
 READ_ONLY = 1290
+# What a Galera node answers to every statement while it is not in the cluster's primary
+# component or not yet synced with it (a node joining, or cut off from the others): MariaDB's
+# "WSREP has not yet prepared node for application use" (ER_UNKNOWN_COM_ERROR). A node
+# away, to be waited out as a server is, or left for another node behind a proxy.
+NODE_NOT_READY = 1047
+# What such a node answers to a write it could not replicate ("Got error ... during COMMIT",
+# "Not connected to Primary Component"): rolled back, and the node away like the above.
+NOT_COMMITTED = 1180
 DISCONNECTS = frozenset({SERVER_GONE_AWAY, LOST_CONNECTION, COMMANDS_OUT_OF_SYNC, IDLE_DISCONNECT})
 LOCK_CONFLICTS = frozenset({LOCK_WAIT_TIMEOUT, DEADLOCK})
+SERVER_AWAY = frozenset({CANNOT_CONNECT_SOCKET, CANNOT_CONNECT, NODE_NOT_READY, NOT_COMMITTED})
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -71,15 +80,17 @@ def is_disconnect(exc: BaseException) -> bool:
 
 
 def is_outage(exc: BaseException) -> bool:
-    """Whether `exc` says a server is away (down, restarting, unreachable, the link cut)
-    rather than that a statement or command was wrong: worth waiting out, not fatal."""
+    """Whether `exc` says a server is away (down, restarting, unreachable, the link cut, a
+    Galera node out of its cluster's primary component) rather than that a statement or
+    command was wrong: worth waiting out, not fatal."""
     if isinstance(exc, (redis.ConnectionError, redis.TimeoutError, *FAILING_OVER)):
         return True
     if isinstance(exc, redis.ResponseError) and str(exc).startswith("UNBLOCKED"):
         return True  # a blocked BLPOP's server turned replica
     if is_read_only(exc):
         return True  # a switchover: the address moves to the promoted replica
-    return is_disconnect(exc) or mysql_error_number(exc) in (CANNOT_CONNECT_SOCKET, CANNOT_CONNECT)
+    number = mysql_error_number(exc)
+    return is_disconnect(exc) or number in SERVER_AWAY
 
 
 def is_read_only(exc: BaseException) -> bool:
@@ -90,6 +101,11 @@ def is_read_only(exc: BaseException) -> bool:
 def is_lock_conflict(exc: BaseException) -> bool:
     """Whether InnoDB rolled the statement back as a deadlock victim or after a lock wait."""
     return mysql_error_number(exc) in LOCK_CONFLICTS
+
+
+def is_lock_wait_timeout(exc: BaseException) -> bool:
+    """Whether InnoDB gave up waiting for a row lock (after innodb_lock_wait_timeout)."""
+    return mysql_error_number(exc) == LOCK_WAIT_TIMEOUT
 
 
 def is_missing_table(exc: BaseException, table: Table) -> bool:

@@ -7,11 +7,12 @@ process, queue up and each sees what the previous one wrote. The index is the ca
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple, TypeVar
 
 from ..errors import BadInput
-from .queries import chain_of, exclusive, insert_next_occurrence, insert_retry
+from .mutexes import run_exclusive
+from .queries import chain_of, insert_next_occurrence, insert_retry
 from .recurrence import is_recurring, next_due
 from .table import Job, Status, Table, status_word, utc_stamp
 
@@ -25,15 +26,19 @@ class Attempt(NamedTuple):
     series: tuple[int, float] | None = None
 
 
-def chain_locked(table: Table, job: Job) -> AbstractContextManager[None]:
-    """Hold the lock of `job`'s chain and a transaction for what is written under it."""
-    return exclusive(table, f"chain:{job.chain_id or job.id}")
+T = TypeVar("T")
+
+
+def under_chain_lock(table: Table, job: Job, work: Callable[[], T]) -> T:
+    """`work()` in a transaction, holding the lock of `job`'s chain (run again whole after a
+    deadlock or a Galera certification conflict: `mutexes.run_exclusive`)."""
+    return run_exclusive(table, f"chain:{job.chain_id or job.id}", work)
 
 
 def retry_chain(
     table: Table, job: Job, run_at: float, now: float, repeating: int | None = None
 ) -> Attempt:
-    """The chain's one pending attempt, due at `run_at`; call under `chain_locked`. A
+    """The chain's one pending attempt, due at `run_at`; call under `under_chain_lock`. A
     pending latest attempt moves ("retry now"), a finished one gets a new attempt. BadInput
     while an attempt runs, or when `repeating` (the attempt the caller meant to repeat) is no
     longer the latest: another requeue got there first."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import time
 from collections.abc import Callable
 from contextlib import suppress
@@ -16,7 +17,7 @@ from peewee import Database, InterfaceError, MySQLDatabase, OperationalError, Sq
 
 from ..config import redact_url
 from ..errors import ConfigError
-from .backend_errors import is_disconnect, is_lock_conflict
+from .backend_errors import is_disconnect, is_lock_conflict, is_lock_wait_timeout
 from .table import Table
 from .urls import check_mysql_arguments, check_netloc, refuse
 
@@ -27,7 +28,14 @@ SQLITE_PRAGMAS = {
 SQLITE_SCHEMES = ("sqlite", "sqlite3")
 DATABASE_FORMS = "use mysql://user:pw@host:3306/db or sqlite:////absolute/path.db"
 LOOPBACK = ("localhost", "127.0.0.1", "::1")
-LOCK_RETRIES = 4
+# A transaction rolled back as a deadlock victim, or by a Galera node as the loser of a
+# certification conflict, is run again up to this many times, after a pause that doubles
+# from 10 ms to at most 0.5 s, drawn at random, so that two writers that keep meeting part.
+LOCK_RETRIES = 10
+# A lock wait that timed out (1205) already waited innodb_lock_wait_timeout: fewer of those.
+LOCK_WAIT_RETRIES = 4
+LOCK_PAUSE_FIRST = 0.01
+LOCK_PAUSE_MAX = 0.5
 # How long a run's MySQL connection waits for a reply. PyMySQL waits for ever by default, so a
 # reply lost across a partition (the request was acknowledged, the answer never came) held a
 # runner until the kernel's keepalive gave up, two hours on. Past InnoDB's default lock wait
@@ -61,7 +69,8 @@ class ReconnectingMySQLDatabase(MySQLDatabase):
 
 def run_reconnecting(db: Database, work: Callable[[], T], reconnect: bool = True) -> T:
     """Run `work` (a transaction, or one statement); run it once more on a new connection if
-    the MySQL one died under it, and a few times more if it lost a deadlock or a lock wait.
+    the MySQL one died under it, and a few times more if it lost a deadlock, a lock wait or
+    (on a Galera node) a certification conflict, each of which rolled it back whole.
 
     Safe because every write delayq makes is guarded by status and lease: a second try after
     a commit whose reply was lost finds nothing to change, and a deadlocked transaction was
@@ -70,9 +79,9 @@ def run_reconnecting(db: Database, work: Callable[[], T], reconnect: bool = True
         try:
             return work()
         except (OperationalError, InterfaceError) as exc:
-            if is_lock_conflict(exc) and attempt < LOCK_RETRIES:
+            if is_lock_conflict(exc) and attempt < _tries_for(exc):
                 logger.info("database lock conflict (%s); running it again", exc)
-                time.sleep(0.01 * attempt)
+                time.sleep(lock_pause(attempt))
                 continue
             if not (reconnect and is_disconnect(exc)):
                 raise
@@ -81,6 +90,15 @@ def run_reconnecting(db: Database, work: Callable[[], T], reconnect: bool = True
             db.connect()
             return work()
     raise AssertionError("unreachable")
+
+
+def _tries_for(exc: BaseException) -> int:
+    return LOCK_WAIT_RETRIES if is_lock_wait_timeout(exc) else LOCK_RETRIES
+
+
+def lock_pause(attempt: int) -> float:
+    """Seconds to wait before running again work that lost a lock conflict `attempt` times."""
+    return random.uniform(0.5, 1.5) * min(LOCK_PAUSE_FIRST * 2 ** (attempt - 1), LOCK_PAUSE_MAX)
 
 
 def ping(table: Table) -> None:

@@ -17,6 +17,7 @@ from peewee import DateTimeField, OperationalError
 
 from ..threads import keep_signals_off_this_thread
 from . import counts
+from .database import run_reconnecting
 from .table import Job, Status, Table
 
 PENDING = int(Status.PENDING)
@@ -42,9 +43,13 @@ _TABLE_DEFAULTS = {
 
 
 def insert_one(table: Table, row: Row) -> int:
-    """One row, autocommit: no BEGIN/COMMIT round trips; returns its id."""
+    """One row, autocommit: no BEGIN/COMMIT round trips; returns its id. Written again if
+    the database rolled it back in a lock conflict: on a Galera node, a certification
+    conflict of the pending counts' row its trigger writes, with an add on another node."""
     sql, params = _multi_insert(table, [row], returning=False, cursor=None)
-    return int(table.db.execute_sql(sql, params).lastrowid)
+    # Not after a lost connection: the row may have been committed before it broke.
+    written = run_reconnecting(table.db, lambda: table.db.execute_sql(sql, params), False)
+    return int(written.lastrowid)
 
 
 def insert_many(
@@ -60,7 +65,20 @@ def insert_many(
     Building and escaping rows costs about as much as the database's work, and the server
     writes one statement at a time, so a helper thread builds the next part's statements
     while the server writes this one's, and `written` (what the caller does with ids, such
-    as packing the schedule's entries) runs there too, off the path between statements."""
+    as packing the schedule's entries) runs there too, off the path between statements.
+    The transaction is run again whole if the database rolled it back in a lock conflict (on
+    Galera, a certification conflict), as `insert_one` is."""
+    return run_reconnecting(
+        table.db, lambda: _insert_many(table, items, to_rows, written), reconnect=False
+    )
+
+
+def _insert_many(
+    table: Table,
+    items: Sequence[T],
+    to_rows: Callable[[Sequence[T]], list[Row]],
+    written: Callable[[Sequence[Row], list[int]], W],
+) -> tuple[list[int], list[W]]:
     db = table.db
     parts = _parts(items)
     ids: list[int] = []

@@ -103,8 +103,11 @@ def defer(
 
 
 def renew_leases(table: Table, token: str, lease_until: float) -> int:
-    """Push out the lease of every row this run still holds."""
-    return _renew(table, _running_under(table.model, token), lease_until)
+    """Push out the lease of every row this run still holds; again, rather than a beat
+    missed, if the database rolled it back in a lock conflict (on Galera, a certification
+    conflict with a write of those rows through another node)."""
+    held = _running_under(table.model, token)
+    return int(run_reconnecting(table.db, lambda: _renew(table, held, lease_until)))
 
 
 def _renew(table: Table, held: Any, lease_until: float) -> int:

@@ -4,14 +4,13 @@ occurrences, replacing and cancelling pending jobs, reading chains, due rows and
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from peewee import Case, OperationalError, fn
+from peewee import Case, fn
 
+from .mutexes import run_exclusive
 from .policies import fresh_policy
 from .schedule import packed
 from .table import ClaimedJob, Job, Status, Table, due_column, id_batches, tuples, utc_stamp
@@ -31,29 +30,15 @@ def insert_next_occurrence(
     return _insert_after(table, job, run_at, now, every=row.every, schedule=row.schedule)
 
 
-@contextmanager
-def exclusive(table: Table, name: str) -> Iterator[None]:
-    """Hold a lock named `name` across processes: GET_LOCK on MySQL; on SQLite an immediate
-    transaction, which already excludes every other writer."""
-    db = table.db
-    if not table.mysql:
-        with db.atomic("IMMEDIATE"):
-            yield
-        return
-    lock = "delayq:" + hashlib.sha1(name.encode()).hexdigest()
-    if db.execute_sql("SELECT GET_LOCK(%s, 30)", (lock,)).fetchone()[0] != 1:
-        raise OperationalError(f"could not take lock {lock} within 30 s")
-    try:
-        with db.atomic():
-            yield
-    finally:
-        db.execute_sql("SELECT RELEASE_LOCK(%s)", (lock,))
-
-
 def replace_pending(table: Table, row: dict[str, Any], now: float) -> tuple[int, list[int]]:
     """Move the oldest PENDING job with the row's ext and queue to the row's time and data
-    (or insert the row), cancel any further ones; (its id, ids cancelled). Call under
-    `exclusive`."""
+    (or insert the row), cancel any further ones; (its id, ids cancelled). Under the lock of
+    that queue and ext, so concurrent replaces from any host leave one pending job."""
+    key = f"{row['queue']}\0{row['ext_string']}"
+    return run_exclusive(table, key, lambda: _replace_pending(table, row, now))
+
+
+def _replace_pending(table: Table, row: dict[str, Any], now: float) -> tuple[int, list[int]]:
     Job = table.model
     query = Job.select(Job.id).where(
         Job.ext_string == row["ext_string"], Job.queue == row["queue"], Job.status == Status.PENDING
