@@ -1,28 +1,25 @@
 """A Galera cluster of a test's own: three mariadbd with galera-4 on free 127.0.0.1 ports,
 each with its own data directory, the first started with --wsrep-new-cluster and the others
 joining it by an rsync state transfer; a node killed (kill -9) and started again, which
-rejoins by IST. And HAProxy in front, as a DBA runs it: one writer node, the other two
-`backup`, each node's health an HTTP check that says 200 only while it is Synced (the
-clustercheck script's answer, served here by a thread of the test), so that the writer's
+rejoins by IST. And HAProxy in front (tests/haproxy.py), as a DBA runs it: one writer node,
+the other two `backup`, each node healthy only while it is Synced, so that the writer's
 death, or its not being synced, moves new connections to a backup and cuts the old ones.
 """
 
 from __future__ import annotations
 
 import contextlib
-import http.server
 import os
 import pwd
 import re
 import shutil
-import signal
 import subprocess
 import tempfile
-import threading
 from pathlib import Path
 
 import pymysql
 
+from tests.haproxy import HAProxy
 from tests.mysql_servers import DATABASE, PASSWORD, USER, MariaDB
 from tests.servers import free_port
 from tests.waiting import wait_for
@@ -35,7 +32,6 @@ JOIN_SECONDS = 120  # a state transfer on a busy machine
 # after 6 s (15 s), when a node killed and started again can rejoin: timeouts a DBA sets on a
 # LAN; on a loaded machine shorter ones partition the cluster for nothing.
 EVICTION = "evs.suspect_timeout=PT3S;evs.inactive_timeout=PT6S;evs.install_timeout=PT6S"
-HEALTH_EVERY_MS = 500  # HAProxy's check interval; a node is down after two failed checks
 
 
 class GaleraNode(MariaDB):
@@ -108,7 +104,7 @@ class GaleraNode(MariaDB):
         log.unlink(missing_ok=True)
         self.start_position = None
         command = [*self.command(), "--wsrep-recover", f"--log-error={log}"]
-        subprocess.run(command, capture_output=True, timeout=120, check=False)
+        subprocess.run(command, capture_output=True, timeout=120, check=False, env=self.env())
         found = re.findall(
             r"WSREP: Recovered position: (\S+:-?\d+)", log.read_text(errors="replace")
         )
@@ -188,9 +184,9 @@ class GaleraCluster:
 
     def start_proxy(self) -> str:
         """HAProxy in front, node 1 the writer; the URL through it."""
-        self.proxy = HAProxy(self.workdir / "haproxy", self.nodes)
+        self.proxy = HAProxy(self.workdir / "haproxy", self.nodes, _synced)
         self.proxy.start()
-        return f"mysql://{USER}:{PASSWORD}@127.0.0.1:{self.proxy.port}/{DATABASE}"
+        return self.proxy.url
 
     def synced_node(self) -> GaleraNode:
         """A node that is up and Synced, to read the table from."""
@@ -210,93 +206,7 @@ class GaleraCluster:
         shutil.rmtree(self.home, ignore_errors=True)
 
 
-class HAProxy:
-    """haproxy on a free port: every connection to the first node while its check passes,
-    else to the next backup; a node marked down has its connections cut."""
-
-    def __init__(self, workdir: Path, nodes: list[GaleraNode]) -> None:
-        self.workdir = workdir
-        self.nodes = nodes
-        self.port = free_port()
-        self.checks = [NodeCheck(node) for node in nodes]
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def config(self) -> str:
-        servers = "\n".join(
-            f"    server node{node.number} 127.0.0.1:{node.port} check port {check.port}"
-            + (" backup" if index else "")
-            for index, (node, check) in enumerate(zip(self.nodes, self.checks, strict=True))
-        )
-        return (
-            "global\n    maxconn 2000\n"
-            "defaults\n    mode tcp\n    timeout connect 2s\n    timeout check 2s\n"
-            "    timeout client 8h\n    timeout server 8h\n    retries 3\n    option redispatch\n"
-            f"listen galera\n    bind 127.0.0.1:{self.port}\n    option httpchk GET /\n"
-            f"    default-server inter {HEALTH_EVERY_MS} fall 2 rise 2"
-            " on-marked-down shutdown-sessions\n" + servers + "\n"
-        )
-
-    def start(self) -> None:
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        config = self.workdir / "haproxy.cfg"
-        config.write_text(self.config())
-        with open(self.workdir / "haproxy.log", "ab") as log:
-            self.process = subprocess.Popen(
-                [haproxy(), "-db", "-f", str(config)], stdout=log, stderr=log
-            )
-        wait_for(self._passes_to_a_node, 30, "HAProxy to pass connections to a node")
-
-    def _passes_to_a_node(self) -> bool:
-        assert self.process is not None
-        if self.process.poll() is not None:
-            log = (self.workdir / "haproxy.log").read_text(errors="replace")[-2000:]
-            raise AssertionError(f"haproxy exited:\n{log}")
-        with contextlib.suppress(pymysql.MySQLError):
-            pymysql.connect(
-                host="127.0.0.1", port=self.port, user=USER, password=PASSWORD, connect_timeout=2
-            ).close()
-            return True
-        return False
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
-        self.process = None
-        for check in self.checks:
-            check.close()
-
-
-def haproxy() -> str:
-    return shutil.which("haproxy") or "/usr/sbin/haproxy"
-
-
-class NodeCheck:
-    """An HTTP server on a free port that answers 200 while its node is Synced and 503
-    otherwise: what a clustercheck script behind xinetd answers HAProxy."""
-
-    def __init__(self, node: GaleraNode) -> None:
-        self.node = node
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - the http.server name
-                synced = node.process is not None and node.is_synced()
-                with contextlib.suppress(OSError):  # HAProxy gave up on a slow answer
-                    self.send_response(200 if synced else 503)
-                    self.end_headers()
-                    self.wfile.write(b"synced\n" if synced else b"not synced\n")
-
-            def log_message(self, *args: object) -> None:
-                pass  # a request every half second would only be noise
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = int(self.server.server_address[1])
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+def _synced(server: MariaDB) -> bool:
+    """HAProxy's check of a node: up and Synced (what a clustercheck script answers)."""
+    assert isinstance(server, GaleraNode)
+    return server.process is not None and server.is_synced()

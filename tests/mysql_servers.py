@@ -10,6 +10,7 @@ checks cannot tell a primary from a replica anyway, so a failover tool would mov
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import signal
 import subprocess
@@ -50,14 +51,19 @@ class MariaDB:
         command = ["mariadb-install-db", "--no-defaults", f"--datadir={self.datadir}"]
         command += ["--auth-root-authentication-method=normal", "--skip-test-db"]
         command.append(f"--user={self.user}")
-        subprocess.run(command, check=True, capture_output=True, timeout=120)
+        subprocess.run(command, check=True, capture_output=True, timeout=120, env=self.env())
 
     def start(self) -> None:
         # Its warnings before the error log opens (max_open_files) would only be noise.
         self.process = subprocess.Popen(
-            self.command(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            self.command(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=self.env()
         )
         wait_for(self._answers, 60, f"mariadbd on port {self.port} to answer")
+
+    def env(self) -> dict[str, str]:
+        """Its environment: temporary files in its own directory, which the user it runs as
+        owns (CI's TMPDIR is root's alone, and a Galera node runs as mysql)."""
+        return {**os.environ, "TMPDIR": str(self.workdir)}
 
     def own_files_and_port(self) -> list[str]:
         """mariadbd and the options that make it this test's own: no option files, its
@@ -67,6 +73,7 @@ class MariaDB:
             "--no-defaults",
             f"--user={self.user}",
             f"--datadir={self.datadir}",
+            f"--tmpdir={self.workdir}",
             f"--socket={self.workdir / 'mysqld.sock'}",
             f"--pid-file={self.workdir / 'mysqld.pid'}",
             f"--log-error={self.workdir / 'error.log'}",
