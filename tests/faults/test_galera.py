@@ -25,7 +25,8 @@ from delayq.store.backend_errors import NODE_NOT_READY, is_outage, mysql_error_n
 from tests.conftest import IN_CI, ROOT
 from tests.faults.test_mysql_failover import need_mariadbd
 from tests.faults.test_soak import counts
-from tests.galera_servers import PROVIDER, GaleraCluster, haproxy
+from tests.galera_servers import PROVIDER, GaleraCluster
+from tests.haproxy import haproxy
 from tests.mysql_servers import DATABASE
 from tests.mysql_topologies import run_query
 from tests.topologies import need_servers
