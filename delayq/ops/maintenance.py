@@ -18,6 +18,7 @@ from peewee import SQL, fn
 from ..config import Settings
 from ..errors import BadInput
 from ..store import chains
+from ..store.database import run_reconnecting
 from ..store.index import Index
 from ..store.params import read_call
 from ..store.table import Job, Status, Table, id_batches, tuples, utc_stamp
@@ -299,16 +300,17 @@ def _delete_one_by_one(
 
 def _delete(table: Table, statuses: Sequence[Status], cutoff: datetime, ids: list[int]) -> int:
     """Delete those of `ids` still finished with one of `statuses` and changed before `cutoff`
-    (a requeue may have moved one on since it was read)."""
+    (a requeue may have moved one on since it was read). A DELETE that lost a deadlock, or a
+    certification conflict on a Galera node, was rolled back whole and runs again; a lost
+    connection ends the purge (the next one finishes it)."""
     Job = table.model
     # SQLite would read a thousand ids' rows through the (status, modified) index, every old
     # row of the statuses for each DELETE; `+ 0` leaves it the primary key.
     status = Job.status if table.mysql else Job.status + 0
-    return int(
-        Job.delete()
-        .where(Job.id.in_(_written(ids)), status.in_(statuses), Job.modified < cutoff)
-        .execute()
+    statement = Job.delete().where(
+        Job.id.in_(_written(ids)), status.in_(statuses), Job.modified < cutoff
     )
+    return int(run_reconnecting(table.db, statement.execute, reconnect=False))
 
 
 @dataclass

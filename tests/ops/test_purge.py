@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
 import time
 from urllib.parse import urlsplit
 
@@ -15,7 +16,7 @@ from delayq.ops import maintenance
 from delayq.ops.maintenance import Pace, purge, purgeable_ids
 from delayq.store.table import Job, Status, utc_stamp
 from tests.cli.test_progress import on_a_terminal
-from tests.conftest import DELAYQ
+from tests.conftest import DELAYQ, mysql_connect
 from tests.invoke import invoke
 from tests.servers import Proxy
 from tests.waiting import wait_for
@@ -276,3 +277,70 @@ def test_a_purge_that_loses_the_database_midway_exits_1_and_a_second_purge_ends_
 
 def left() -> int:
     return Job.select().where(Job.status == Status.SUCCESS).count()
+
+
+@pytest.mark.parametrize("backend", ["mariadb"], indirect=True)  # SQLite has no deadlocks
+def test_a_delete_that_loses_a_deadlock_runs_again(queue, backend):
+    # Another transaction holds the batch's last row, then asks for its first, which the
+    # DELETE waiting on the last already holds: InnoDB rolls back the smaller transaction, the
+    # DELETE (on a Galera node a certification conflict does the same). It must run again,
+    # not end the purge with an error.
+    ids = [make_row(Status.SUCCESS, 40 * DAY - n) for n in range(10)]
+    other = mysql_connect(backend["database_url"])
+    outcome: list[object] = []
+    try:
+        with other.cursor() as cursor:
+            deadlocks_before = innodb_deadlocks(cursor)
+            cursor.execute("CREATE TABLE purge_deadlock_weight (n INT PRIMARY KEY)")
+            cursor.execute("BEGIN")
+            # Weight, so that InnoDB picks the DELETE and not this transaction.
+            cursor.execute("INSERT INTO purge_deadlock_weight SELECT seq FROM seq_1_to_20000")
+            cursor.execute(
+                f"SELECT id FROM {Job._meta.table_name} WHERE id = %s FOR UPDATE", (ids[-1],)
+            )
+            purging = threading.Thread(
+                target=lambda: outcome.append(guarded(lambda: queue.purge(30 * DAY, now=NOW)))
+            )
+            purging.start()
+            wait_for(lambda: lock_waits(backend["database_url"]) == 1, 10, "the DELETE waiting")
+            cursor.execute(
+                f"SELECT id FROM {Job._meta.table_name} WHERE id = %s FOR UPDATE", (ids[0],)
+            )
+            cursor.execute("COMMIT")
+            purging.join(timeout=30)
+            assert innodb_deadlocks(cursor) > deadlocks_before  # (the server's, all tests')
+    finally:
+        with other.cursor() as cursor:
+            cursor.execute("ROLLBACK")
+            cursor.execute("DROP TABLE IF EXISTS purge_deadlock_weight")
+        other.close()
+
+    assert outcome == [10]
+    assert surviving() == []
+
+
+def guarded(work):
+    try:
+        return work()
+    except Exception as exc:  # the test's assertion shows it
+        return exc
+
+
+def innodb_deadlocks(cursor) -> int:
+    cursor.execute("SHOW GLOBAL STATUS LIKE 'Innodb_deadlocks'")
+    return int(cursor.fetchone()[1])
+
+
+def lock_waits(url: str) -> int:
+    watcher = mysql_connect(url)
+    try:
+        with watcher.cursor() as cursor:
+            cursor.execute(  # this database's waits alone: other tests share the server
+                "SELECT COUNT(*) FROM information_schema.INNODB_TRX AS trx"
+                " JOIN information_schema.PROCESSLIST AS thread"
+                " ON thread.ID = trx.trx_mysql_thread_id"
+                " WHERE trx.trx_state = 'LOCK WAIT' AND thread.DB = DATABASE()"
+            )
+            return int(cursor.fetchone()[0])
+    finally:
+        watcher.close()
