@@ -35,6 +35,8 @@ LOCK_RETRIES = 10
 # A lock wait that timed out (1205) already waited innodb_lock_wait_timeout: fewer of those.
 LOCK_WAIT_RETRIES = 4
 LOCK_PAUSE_FIRST = 0.01
+# wsrep_sync_wait's bits for reads (SELECT, SHOW, BEGIN) and for UPDATE and DELETE.
+GALERA_SYNC_WAIT = 1 | 2
 LOCK_PAUSE_MAX = 0.5
 # How long a run's MySQL connection waits for a reply. PyMySQL waits for ever by default, so a
 # reply lost across a partition (the request was acknowledged, the answer never came) held a
@@ -51,6 +53,19 @@ class ReconnectingMySQLDatabase(MySQLDatabase):
 
     def execute_sql(self, *args: Any, **kwargs: Any) -> Any:
         return self._reconnecting(super().execute_sql, *args, **kwargs)
+
+    def _initialize_connection(self, conn: Any) -> None:
+        # A Galera node applies the other nodes' commits after they returned: a moment later
+        # on a quiet cluster, seconds later behind a slow transaction. Without waiting for
+        # them, a runner's lease through one node missed a job just added through another
+        # (the job then waited for the orphan sweep), and a cancel by key cancelled nothing.
+        # Reads, transactions, UPDATEs and DELETEs wait; an admin's wider setting stays.
+        with conn.cursor() as cursor:
+            cursor.execute("SHOW VARIABLES LIKE 'wsrep_on'")
+            if any(str(value).upper() == "ON" for _, value in cursor.fetchall()):
+                cursor.execute(
+                    f"SET SESSION wsrep_sync_wait = @@GLOBAL.wsrep_sync_wait | {GALERA_SYNC_WAIT}"
+                )
 
     def begin(self, *args: Any, **kwargs: Any) -> Any:
         return self._reconnecting(super().begin, *args, **kwargs)
