@@ -338,6 +338,7 @@ class Queue(QueuePausing):
         `on_rows` is told how many pending rows have been compared, after each batch."""
         from .worker.reconciling import reconcile
 
+        bound_replies(self.table.db)
         return reconcile(self.table, self.index, on_rows or (lambda rows: None))
 
     @backend_errors
@@ -356,6 +357,7 @@ class Queue(QueuePausing):
 
         before = self._now(now) - parse_duration(older_than, "--older-than")
         statuses = maintenance.PURGEABLE if statuses is None else statuses
+        bound_replies(self.table.db)  # its statements are short: none waits for ever
         if not dry_run:
             return maintenance.purge(self.table, statuses, before, counted=counted)
         total = 0

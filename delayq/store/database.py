@@ -138,8 +138,9 @@ def close_connection(table: Table) -> None:
 
 def bound_replies(db: Database) -> None:
     """Make `db`'s MySQL connections give up on a reply (or a send) after RUN_REPLY_TIMEOUT, unless
-    its URL sets `read_timeout` / `write_timeout`: for runs only, since `init` may rebuild a
-    large table for longer. Closes this thread's connection, so the next one has them."""
+    its URL sets `read_timeout` / `write_timeout`: for runs, purge and reconcile, whose
+    statements are short, and not for `init`, which may rebuild a large table for longer.
+    Closes this thread's connection, so the next one has them."""
     if not isinstance(db, MySQLDatabase):
         return
     for key in ("read_timeout", "write_timeout"):

@@ -256,16 +256,24 @@ def test_a_loop_waits_out_a_database_outage_and_goes_on(
     assert queue.show(job_id)["status"] == "success"
 
 
+BOUNDED = {
+    "run": lambda queue: queue.run(),
+    "purge": lambda queue: queue.purge("30d"),
+    "reconcile": lambda queue: queue.reconcile(),
+}
+
+
 @pytest.mark.parametrize("backend", ["mariadb"], indirect=True)
-def test_a_run_bounds_its_wait_for_a_database_reply_unless_the_url_sets_it(
-    queue, backend, make_queue
+@pytest.mark.parametrize("command", sorted(BOUNDED))
+def test_a_run_purge_and_reconcile_bound_their_wait_for_a_database_reply_unless_the_url_does(
+    queue, backend, make_queue, command
 ):
     timeouts = ("read_timeout", "write_timeout")
     assert not set(timeouts) & set(queue.db.connect_params)  # `init` may take longer
-    queue.run()
+    BOUNDED[command](queue)
     assert [queue.db.connect_params[key] for key in timeouts] == [RUN_REPLY_TIMEOUT] * 2
     own = make_queue(database_url=backend["database_url"] + "?read_timeout=7")
-    own.run()
+    BOUNDED[command](own)
     assert [own.db.connect_params[key] for key in timeouts] == [7, RUN_REPLY_TIMEOUT]
 
 
