@@ -338,7 +338,7 @@ class Queue(QueuePausing):
         `on_rows` is told how many pending rows have been compared, after each batch."""
         from .worker.reconciling import reconcile
 
-        bound_replies(self.table.db)
+        bound_replies(self.table.db)  # its statements are short: none waits for ever
         return reconcile(self.table, self.index, on_rows or (lambda rows: None))
 
     @backend_errors
@@ -358,14 +358,9 @@ class Queue(QueuePausing):
         before = self._now(now) - parse_duration(older_than, "--older-than")
         statuses = maintenance.PURGEABLE if statuses is None else statuses
         bound_replies(self.table.db)  # its statements are short: none waits for ever
-        if not dry_run:
-            return maintenance.purge(self.table, statuses, before, counted=counted)
-        total = 0
-        for ids in maintenance.purgeable_ids(self.table, statuses, before):
-            total += len(ids)
-            if counted:
-                counted(len(ids))
-        return total
+        if dry_run:
+            return maintenance.count_purgeable(self.table, statuses, before, counted)
+        return maintenance.purge(self.table, statuses, before, counted=counted)
 
     @backend_errors
     def requeue(

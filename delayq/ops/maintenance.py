@@ -268,6 +268,18 @@ def purge(
     return deleted
 
 
+def count_purgeable(
+    table: Table, statuses: Sequence[Status], before: float, counted: Counted | None = None
+) -> int:
+    """What `purge` would delete, counted as it would delete it (a dry run)."""
+    total = 0
+    for ids in purgeable_ids(table, statuses, before):
+        total += len(ids)
+        if counted:
+            counted(len(ids))
+    return total
+
+
 def _purge_batch(table: Table, statuses: Sequence[Status], cutoff: datetime, ids: list[int]) -> int:
     """A DELETERS thread's batch: the chains' check, then the DELETE of what it leaves."""
     purgeable = _purgeable(table, ids, statuses, cutoff)
