@@ -35,9 +35,9 @@ LOCK_RETRIES = 10
 # A lock wait that timed out (1205) already waited innodb_lock_wait_timeout: fewer of those.
 LOCK_WAIT_RETRIES = 4
 LOCK_PAUSE_FIRST = 0.01
+LOCK_PAUSE_MAX = 0.5
 # wsrep_sync_wait's bits for reads (SELECT, SHOW, BEGIN) and for UPDATE and DELETE.
 GALERA_SYNC_WAIT = 1 | 2
-LOCK_PAUSE_MAX = 0.5
 # How long a run's MySQL connection waits for a reply. PyMySQL waits for ever by default, so a
 # reply lost across a partition (the request was acknowledged, the answer never came) held a
 # runner until the kernel's keepalive gave up, two hours on. Past InnoDB's default lock wait
