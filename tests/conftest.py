@@ -137,6 +137,16 @@ def server_redis_url() -> str:
     return REDIS_URL
 
 
+@pytest.fixture
+def redis_url(server_redis_url: str) -> Iterator[str]:
+    """The shared Redis test database for a test that starts its own database server,
+    emptied after it (`delayq init` and runs write there)."""
+    yield server_redis_url
+    client = redis.Redis.from_url(server_redis_url)
+    client.flushdb()
+    client.close()
+
+
 @pytest.fixture(scope="session")
 def mariadb_url() -> str:
     """The MariaDB test database, created if missing."""

@@ -57,7 +57,10 @@ def process_env(redis_url: str, database_url: str, tmp_path: Path) -> dict[str, 
     return env
 
 
-def open_queue(redis_url: str, database_url: str, tmp_path: Path) -> delayq.Queue:
+def open_queue(
+    redis_url: str, database_url: str, tmp_path: Path, init: bool = True
+) -> delayq.Queue:
+    """A Queue on these servers with the suite's settings, `init` run unless not `init`."""
     settings = Settings(
         database_url=database_url,
         redis_url=redis_url,
@@ -66,7 +69,8 @@ def open_queue(redis_url: str, database_url: str, tmp_path: Path) -> delayq.Queu
         horizon=SUITE_HORIZON,
     )
     queue = delayq.connect(settings)
-    queue.init()
+    if init:
+        queue.init()
     return queue
 
 

@@ -15,7 +15,7 @@ import redis
 from ..config import Settings, redact_url
 from ..durations import format_delta, format_instant, format_rate
 from ..errors import BadInput, ConfigError
-from ..store import locks, queue_settings
+from ..store import counts, locks, queue_settings
 from ..store.backend_errors import one_line
 from ..store.index import Index
 from ..store.keys import INDEXED_KEY
@@ -28,7 +28,7 @@ from ..worker.recovery import ORPHAN_GRACE
 from .sampling import SAMPLE, Members, Scope, stray_members, unscheduled_rows
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "FAIL", "skip"  # skip: not made, the line says why
-DATABASE_CHECKS = ("database", "columns", "index")
+DATABASE_CHECKS = ("database", "columns", "index", "counts")
 REDIS_CHECKS = ("redis", "topology", "eviction", "disk", "schedule", "members")
 CONSISTENCY_CHECKS = ("orphans", "journal", "flow")
 MIN_REDIS = (6, 2)  # ZMSCORE, which the runner's orphan sweep uses
@@ -123,7 +123,14 @@ def _table_checks(db: peewee.Database) -> list[Check]:
         create = f"CREATE INDEX job_{'_'.join(columns)} ON {table} ({listed})"
         missed = f"({listed}) is missing, so queries scan the table; {create}"
         checks.append(verdict(columns in indexes, "index", f"({listed})", missed))
-    return checks
+    return [*checks, counts_check(Table(db))]
+
+
+def counts_check(table: Table) -> Check:
+    """Which way pending counts are kept: by triggers, or read from the index at each look
+    (a warn: exact, but slower at millions of rows), with what would let `init` make them."""
+    by_triggers, words = counts.keeping(table)
+    return Check(OK if by_triggers else WARN, "counts", words)
 
 
 def redis_checks(index: Index, settings: Settings, scope: Scope | None = None) -> list[Check]:

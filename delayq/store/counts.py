@@ -10,9 +10,10 @@ adds to a row of its own (`slot`: its connection id modulo SLOTS), so writers on
 connections do not wait on one hot row; a queue's count is the sum of its slots.
 
 A database user without the TRIGGER privilege (or, with binary logging, without SUPER or
-log_bin_trust_function_creators) gets no triggers: `init` says so, and counts are read from
-the index, as exact and slower. A TRUNCATE fires no trigger: `init` and `reconcile` correct
-the counts (`correct`), without stopping writers.
+log_bin_trust_function_creators) gets no triggers, and no counts table either: `init` says so
+in one line naming what would allow them, and counts are read from the index, as exact and
+slower. A TRUNCATE fires no trigger: `init` and `reconcile` correct the counts (`correct`),
+one at a time under a named lock, without stopping writers.
 
 And, for the rest: the statuses present and a range counted up to a bound, then estimated.
 """
@@ -21,11 +22,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from weakref import WeakKeyDictionary
 
 from peewee import DatabaseError, ModelSelect, fn
 
+from .mutexes import run_exclusive
+from .privileges import allowing_triggers, trigger_needs
 from .table import TABLE_NAME, Job, Status, Table, tuples
 
 COUNTS_TABLE = "delay_queue_counts"
@@ -39,6 +42,11 @@ TRIGGERS = (
 
 ADDED = f"added {COUNTS_TABLE} and the triggers that keep pending counts"
 UPGRADED = "replaced the triggers that count pending rows with cheaper ones"
+# How doctor's line begins with the triggers, and `init`'s and doctor's without them.
+KEPT_BY_TRIGGERS = f"pending counts are kept by triggers in {COUNTS_TABLE} as rows change"
+WITHOUT_TRIGGERS = "pending counts are read from the table's index at each look"
+# The lock two corrections (two `reconcile`, two `init`) take turns under.
+CORRECTING = f"{COUNTS_TABLE}:correct"
 # A session variable a writer sets while its INSERTs' pending rows are counted by itself, for
 # INSERTs of at least COUNTED_FROM rows.
 COUNTED_BY_WRITER = "@delayq_counted"
@@ -83,7 +91,10 @@ def _triggers(mysql: bool) -> list[str]:
     ]
 
 
-def _create_counts(table: Table) -> None:
+def _create_counts(table: Table) -> bool:
+    """Create the counts table unless it is there; whether it was made now."""
+    if table.db.table_exists(COUNTS_TABLE):
+        return False
     if table.mysql:
         table.db.execute_sql(
             f"CREATE TABLE IF NOT EXISTS `{COUNTS_TABLE}` ("
@@ -96,6 +107,7 @@ def _create_counts(table: Table) -> None:
             f'CREATE TABLE IF NOT EXISTS "{COUNTS_TABLE}" (queue VARCHAR(64) NOT NULL, '
             "slot SMALLINT NOT NULL, pending BIGINT NOT NULL DEFAULT 0, PRIMARY KEY (queue, slot))"
         )
+    return True
 
 
 @contextmanager
@@ -168,24 +180,26 @@ def _current(table: Table) -> bool:
 
 def install(table: Table) -> list[str]:
     """Create the counts table and its triggers where they are missing or an earlier
-    version's, then count what the table holds; one line per change, or why the triggers
-    could not be made."""
+    version's, then count what the table holds; one line per change. Where the server does
+    not let this user create triggers, one line saying how counts are read instead and what
+    would allow the triggers, and nothing made: no counts table no trigger keeps."""
     if installed(table) and _current(table):
         return [f"corrected pending counts: {words}" for words in _corrected(table)]
     upgrading = installed(table)
-    _create_counts(table)
+    made_table = _create_counts(table)
+    made: list[str] = []
     try:
         _drop_triggers(table)
-        for statement in _triggers(table.mysql):
+        for name, statement in zip(TRIGGERS, _triggers(table.mysql), strict=True):
             table.db.execute_sql(statement)
+            made.append(name)
     except DatabaseError as exc:
-        _drop_triggers(table)
-        return [
-            f"could not create the triggers that keep pending counts ({exc.args[-1]}): grant "
-            "TRIGGER (with binary logging, also SUPER or log_bin_trust_function_creators); "
-            "status counts pending rows from the index meanwhile, slower at millions of rows"
-        ]
-    _INSTALLED.pop(table, None)
+        _take_back(table, made, made_table)
+        if (allowing := allowing_triggers(table, exc)) is None:
+            raise
+        return [_refused(table, allowing)]
+    finally:
+        _INSTALLED.pop(table, None)
     if upgrading:
         # Rows written between the drop and the create were not counted: corrected here.
         drift = _corrected(table)
@@ -194,24 +208,53 @@ def install(table: Table) -> list[str]:
     return [ADDED]
 
 
+def _take_back(table: Table, made: list[str], made_table: bool) -> None:
+    """Drop what a failed `install` made: the triggers it created and the counts table if it
+    created it, so no trigger counts some moves and not others and no table sits beside
+    `delay_queue` that nothing keeps. Earlier triggers it could not drop stay, and keep
+    counting."""
+    for name in made:
+        table.db.execute_sql(f"DROP TRIGGER IF EXISTS {_quoted(table, name)}")
+    if made_table and not set(TRIGGERS) & set(_trigger_bodies(table)):
+        # A user without DROP leaves it: empty, and read by nothing while no triggers are there.
+        with suppress(DatabaseError):
+            table.db.execute_sql(f"DROP TABLE {_quoted(table, COUNTS_TABLE)}")
+
+
+def _refused(table: Table, allowing: str) -> str:
+    """`init`'s line when the server refused the triggers: how counts are kept now (still by
+    an earlier version's triggers, or read from the index), and what would allow them."""
+    again = "then run `delayq init` again"
+    if installed(table):
+        return f"kept the earlier triggers that count pending rows: {allowing}, {again}"
+    return f"{WITHOUT_TRIGGERS} (exact, slower at millions of rows): {allowing}, {again}"
+
+
+def keeping(table: Table) -> tuple[bool, str]:
+    """Whether triggers keep the pending counts, and how the counts are kept, in words for
+    doctor: by triggers, or read from the index with what would let `init` make them."""
+    if installed(table):
+        earlier = "" if _current(table) else "; `delayq init` replaces them with cheaper ones"
+        return True, KEPT_BY_TRIGGERS + earlier
+    return False, (
+        f"{WITHOUT_TRIGGERS} (exact, slower at millions of rows): no triggers keep them; "
+        + trigger_needs(table)
+    )
+
+
 def correct(table: Table) -> dict[str, int]:
     """Bring the kept counts to what the table holds, and return by how much each queue's was
     off: rows written before the triggers existed, a TRUNCATE (which fires none), a count
-    edited by hand. Writers go on meanwhile: the table and the counts are read in one
-    snapshot, so their difference is the error whatever commits after it, and it is added,
-    not written over."""
-    db = table.db
-    if table.mysql:
-        # Both reads must see one snapshot, whatever isolation the server defaults to.
-        db.execute_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-    with db.atomic():
-        kept = _kept(table)
-        rows = _counted(table)
-    drift = {
-        name: rows.get(name, 0) - kept.get(name, 0)
-        for name in set(kept) | set(rows)
-        if rows.get(name, 0) != kept.get(name, 0)
-    }
+    edited by hand. Writers go on meanwhile: the difference between the table and the counts
+    is read in one statement, one snapshot, so it is the error whatever commits after it, and
+    it is added, not written over. Two corrections at once (two `reconcile`, two `init`) take
+    turns under a named lock, writers take none: the second reads after the first's addition
+    committed, and adds nothing the first added."""
+    return run_exclusive(table, CORRECTING, lambda: _add_drift(table))
+
+
+def _add_drift(table: Table) -> dict[str, int]:
+    drift = _drift(table)
     upsert = (
         "ON DUPLICATE KEY UPDATE pending = pending + VALUES(pending)"
         if table.mysql
@@ -219,12 +262,30 @@ def correct(table: Table) -> dict[str, int]:
     )
     mark = "%s" if table.mysql else "?"
     for name, error in drift.items():
-        db.execute_sql(
+        table.db.execute_sql(
             f"INSERT INTO {_quoted(table, COUNTS_TABLE)} (queue, slot, pending) "
             f"VALUES ({mark}, 0, {mark}) {upsert}",
             (name, error),
         )
     return drift
+
+
+def _drift(table: Table) -> dict[str, int]:
+    """{queue: pending rows less kept count} where they differ. One statement sees one
+    snapshot whatever the isolation level (delayq's sessions read committed); each table's
+    rows are grouped by its own collation, and the names compared as bytes, as a UNION of
+    two collations is refused."""
+    name = "CAST(queue AS BINARY)" if table.mysql else "queue"
+    rows = table.db.execute_sql(
+        f"SELECT 1, {name}, COUNT(*) FROM {_quoted(table, TABLE_NAME)} "
+        f"WHERE status = {_PENDING} GROUP BY queue UNION ALL "
+        f"SELECT -1, {name}, SUM(pending) FROM {_quoted(table, COUNTS_TABLE)} GROUP BY queue"
+    ).fetchall()
+    drift: Counter[str] = Counter()
+    for sign, queue, count in rows:
+        text = queue.decode() if isinstance(queue, (bytes, bytearray)) else str(queue)
+        drift[text] += int(sign) * int(count or 0)
+    return {queue: error for queue, error in drift.items() if error}
 
 
 def added(line: str) -> bool:

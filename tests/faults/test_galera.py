@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -31,7 +30,7 @@ from tests.haproxy import haproxy
 from tests.mysql_servers import DATABASE
 from tests.mysql_topologies import run_query
 from tests.topologies import need_servers
-from tests.waiting import wait_for
+from tests.waiting import at_once, wait_for
 
 pytestmark = pytest.mark.slow
 H = "tests.sample_handlers.jobs"
@@ -82,26 +81,6 @@ def queues(cluster: GaleraCluster, server_redis_url: str) -> Iterator[list[delay
     client = redis.Redis.from_url(server_redis_url)
     client.flushdb()
     client.close()
-
-
-def at_once(work: list[Callable[[], None]]) -> list[BaseException]:
-    """Run each of `work` on a thread of its own, started together; what they raised."""
-    start = threading.Barrier(len(work))
-    raised: list[BaseException] = []
-
-    def run(one: Callable[[], None]) -> None:
-        start.wait()
-        try:
-            one()
-        except BaseException as exc:  # noqa: BLE001 - the test reports it
-            raised.append(exc)
-
-    threads = [threading.Thread(target=run, args=(one,)) for one in work]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(300)
-    return raised
 
 
 def test_the_named_lock_is_a_row_write_on_a_galera_node(queues):

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import peewee
 import pytest
-import redis
 
 from delayq.store.backend_errors import is_outage, is_read_only
 from delayq.store.database import open_database
@@ -91,15 +90,6 @@ def servers(tmp_path: Path) -> Iterator[ReplicatedMariaDB]:
         yield group
     finally:
         group.stop()
-
-
-@pytest.fixture
-def redis_url(server_redis_url: str) -> Iterator[str]:
-    """The suite's Redis database, emptied after the test (`delayq init` writes there)."""
-    yield server_redis_url
-    client = redis.Redis.from_url(server_redis_url)
-    client.flushdb()
-    client.close()
 
 
 @pytest.mark.parametrize("run", [["run", "--loop"], ["run"]], ids=["loop", "one-shot"])

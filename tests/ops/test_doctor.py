@@ -8,7 +8,7 @@ import pytest
 import redis
 
 from delayq.ops.sampling import SAMPLE
-from delayq.store import embedded
+from delayq.store import counts, embedded
 from delayq.store.database import sqlite_file, sqlite_url
 from delayq.store.keys import INDEXED_KEY, schedule_key
 from delayq.store.table import Job
@@ -50,6 +50,7 @@ def test_a_healthy_setup_is_all_ok(queue, cli_env):
         "database": ["ok"],
         "columns": ["ok"],
         "index": ["ok"] * 5,
+        "counts": ["ok"],
         "redis": ["ok"],
         "topology": ["ok"],
         "eviction": ["ok"],
@@ -120,6 +121,26 @@ def test_missing_index_is_a_warning_with_the_statement_to_fix_it(queue, cli_env)
     ]
 
 
+def test_the_counts_line_says_triggers_keep_the_pending_counts(queue, cli_env):
+    assert line(invoke(cli_env, "doctor"), "counts") == ("ok", counts.KEPT_BY_TRIGGERS)
+
+
+def test_without_the_triggers_the_counts_line_warns_they_are_read_from_the_index(queue, cli_env):
+    for name in counts.TRIGGERS:
+        queue.db.execute_sql(f"DROP TRIGGER {name}")
+
+    result = invoke(cli_env, "doctor")
+
+    assert result.exit_code == 0
+    level, detail = line(result, "counts")
+    assert level == "warn"
+    assert detail.startswith(f"{counts.WITHOUT_TRIGGERS} (exact, slower at millions of rows)")
+    if queue.table.mysql:  # the grant, and the server setting if it logs binary
+        assert "`delayq init`" in detail and "TRIGGER" in detail
+    else:
+        assert detail.endswith("no triggers keep them; `delayq init` makes them")
+
+
 def test_handler_prefix_that_does_not_import_fails(queue, cli_env):
     env = dict(cli_env, DELAYQ_HANDLERS="tests.sample_handlers,billing.nowhere")
 
@@ -170,6 +191,7 @@ NAMES_AFTER_CONNECT = [
     "database",
     "columns",
     "index",
+    "counts",
     "redis",
     "topology",
     "eviction",
