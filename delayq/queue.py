@@ -11,7 +11,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import peewee
-import redis
 
 from .config import DEFAULT_QUEUE, Settings, redact_url, validate_queue_name
 from .durations import Duration, Instant, parse_duration
@@ -19,11 +18,12 @@ from .errors import BadInput
 from .jobspec import JobSpec, check_key, run_at_of, to_row
 from .pausing import QueuePausing
 from .store import chains, counts, inserts, locks, queries, queue_settings, transactions
-from .store.backend_errors import backend_errors, one_line
+from .store.backend_errors import backend_errors
 from .store.database import bound_replies
 from .store.index import Index
 from .store.params import read_call
-from .store.schedule import Packed, packed_by_queue
+from .store.producers import Producer
+from .store.schedule import packed_by_queue
 from .store.table import TABLE_NAME, Status, Table, create_tables, utc_stamp
 from .store.upgrade import upgrade_table
 from .worker.allowlist import check_allowlist
@@ -51,6 +51,7 @@ class Queue(QueuePausing):
         self.db = db
         self.table = Table(db)
         self.index = index
+        self.producer = Producer(self.table, index, settings.redis_url)
         # The runner of the jobs this Queue runs, made by the first run and kept until `close`:
         # the handlers' event loop and clients live as long as it does.
         self._runner: Runner | None = None
@@ -140,9 +141,14 @@ class Queue(QueuePausing):
             raise BadInput("--replace needs --ext: the key of the job to replace")
         now = self._now(now)
         row = to_row(spec, now, self.settings, set(), check=check)
-        job_id, dropped = queries.replace_pending(self.table, row, now)
-        self.index.schedule.remove(spec.queue, dropped)
-        self.index.schedule.add(spec.queue, job_id, row["run_at"])
+        new = self.producer.before([spec.queue], now)
+
+        def schedule(replaced: tuple[int, list[int]]) -> None:
+            # In the lock: of two replaces, the later one's entry is the one left.
+            self.producer.after(new, [packed_by_queue([row], [replaced[0]])], [replaced[0]])
+
+        job_id, dropped = queries.replace_pending(self.table, row, now, schedule)
+        self.index.schedule.remove(spec.queue, dropped)  # cancelled for good: no lock needed
         return job_id
 
     @backend_errors
@@ -172,24 +178,16 @@ class Queue(QueuePausing):
             rows = to_rows(specs)  # checked before the database is touched
             if not rows:
                 return []
+            new = self.producer.before([rows[0]["queue"]], now)
             ids = [inserts.insert_one(self.table, rows[0])]
             texts = [packed_by_queue(rows, ids)]
         else:
+            queues = [validate_queue_name(spec.queue) for spec in specs]
+            new = self.producer.before(queues, now)
             # The schedule's entries are packed part by part while the next part is written.
             ids, texts = inserts.insert_many(self.table, specs, to_rows, packed_by_queue)
-        self._index_new(texts, ids)
+        self.producer.after(new, texts, ids)
         return ids
-
-    def _index_new(self, texts: Sequence[Mapping[str, Packed]], ids: Sequence[int]) -> None:
-        try:
-            self.index.added(texts)
-        except redis.RedisError as exc:
-            # The rows are saved and the table is the truth: a run re-indexes them.
-            logger.warning(
-                "jobs %s saved but not indexed (%s); a run re-indexes them once they are due",
-                ",".join(map(str, ids[:10])),
-                one_line(exc, self.settings.redis_url),
-            )
 
     @backend_errors
     def cancel(
@@ -229,15 +227,16 @@ class Queue(QueuePausing):
         call = read_call(job.params, dict(self.settings.php_classes))
         locate(call.class_path, call.method, self.settings.handlers)
 
-        def retried() -> chains.Attempt:
-            attempt = chains.retry_chain(self.table, job, run_at, now)
+        def schedule(attempt: chains.Attempt) -> None:
             # In the lock: retries of a chain reach the index in the order they reach the table.
             self.index.schedule.add(attempt.queue, attempt.id, run_at)
             if attempt.series is not None:
                 self.index.schedule.add(attempt.queue, *attempt.series)
-            return attempt
 
-        return chains.under_chain_lock(self.table, job, retried).id
+        def retried() -> chains.Attempt:
+            return chains.retry_chain(self.table, job, run_at, now)
+
+        return chains.under_chain_lock(self.table, job, retried, schedule).id
 
     def run(
         self,

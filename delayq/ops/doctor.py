@@ -19,6 +19,7 @@ from ..store import counts, locks, queue_settings
 from ..store.backend_errors import one_line
 from ..store.index import Index
 from ..store.keys import INDEXED_KEY
+from ..store.producers import queues_in_use
 from ..store.table import Job, Status, Table, is_mysql, tuples
 from ..store.topology import Server, servers
 from ..store.upgrade import column_problems
@@ -271,7 +272,7 @@ def consistency_checks(
     try:
         now = index.clock.now()
         unscheduled, stale, capped = 0, 0, False
-        for queue in index.registry.known_queues():
+        for queue in queues_in_use(table, index):
             found = unscheduled_rows(table, index, queue, now - ORPHAN_GRACE, scope)
             unscheduled, capped = unscheduled + found.count, capped or found.capped
             stale += _stale_journal_fields(table, index, queue)

@@ -17,6 +17,7 @@ from prometheus_client.registry import Collector
 
 from ..store import counts, queries, queue_settings
 from ..store.index import Index
+from ..store.producers import queues_in_use
 from ..store.table import Table
 from ..store.tallies import DURATION_BOUNDS, LATENESS_BOUNDS, OUTCOMES, SEPARATOR, bucket_field
 from ..worker.report import RunReport
@@ -44,7 +45,7 @@ _QUEUE_HELP = {
 
 def exposition(table: Table, index: Index, now: float, report: RunReport | None = None) -> bytes:
     """The whole exposition, in the text format."""
-    names = index.registry.known_queues()
+    names = queues_in_use(table, index)
     families = [*_tallies(index.tallies.counters(names)), *_queues(table, index, names, now)]
     families += _recorded_run(index) if report is None else _last_run(report, now)
     return generate_latest(_Families(families))

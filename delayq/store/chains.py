@@ -29,10 +29,13 @@ class Attempt(NamedTuple):
 T = TypeVar("T")
 
 
-def under_chain_lock(table: Table, job: Job, work: Callable[[], T]) -> T:
-    """`work()` in a transaction, holding the lock of `job`'s chain (run again whole after a
-    deadlock or a Galera certification conflict: `mutexes.run_exclusive`)."""
-    return run_exclusive(table, f"chain:{job.chain_id or job.id}", work)
+def under_chain_lock(
+    table: Table, job: Job, work: Callable[[], T], then: Callable[[T], None] | None = None
+) -> T:
+    """`work()` in a transaction, holding the lock of `job`'s chain, and `then(result)` while
+    it is still held (run again whole after a deadlock or a Galera certification conflict:
+    `mutexes.run_exclusive`)."""
+    return run_exclusive(table, f"chain:{job.chain_id or job.id}", work, then)
 
 
 def retry_chain(

@@ -11,11 +11,15 @@ of that hour. A queue's hash (keys.horizon_key):
          how far in due order (a `DueCursor` mark; "" before the first row). Absent once
          every pending row due by `limit` is there.
 
-A queue without the hash has no horizon yet: every add puts its jobs on the schedule, so
-once the schedule is complete (keys.INDEXED_KEY) a limit can be set without reading the
-table (`register`). The runs raise each limit as time nears it (worker/rebuilds.py); the
-limit is written before the table is read, and an add writes its row before its entry,
-so a row the walk does not see is one whose add saw the new limit and put its entry itself.
+A queue without the hash has no horizon: every add puts its jobs on the schedule. That is
+a new queue, or one whose hash Redis lost (a FLUSHALL, an eviction, a DEL, a Cluster shard
+restarted empty) while its rows wait in the table, maybe beyond where any entry reaches. So
+the hash's absence never says "nothing to walk": a run gives such a queue its horizon by
+walking its rows from the first (worker/rebuilds.py), and a producer sets a limit without a
+walk only for a queue it found without pending rows before writing its own (`start`). The
+runs raise each limit as time nears it; the limit is written before the table is read, and
+an add writes its row before its entry, so a row the walk does not see is one whose add saw
+the new limit and put its entry itself.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from dataclasses import dataclass
 
 import redis
 
-from .keys import INDEXED_KEY, QUEUES_KEY, horizon_key, text
+from .keys import horizon_key, text
 
 # A queue's limit is set `ahead` (DELAYQ_HORIZON, an hour by default) ahead of now, and
 # raised again once it is less than `ahead` less a STEP of it ahead: each raise walks the rows
@@ -75,39 +79,10 @@ class Horizons:
         else:
             self.client.hset(horizon_key(queue), "walk", walk)
 
-    def start(self, queues: Sequence[str], now: float) -> None:
-        """Give a horizon to those of `queues` without one, if the schedule is complete (then
-        every add so far put its jobs on it)."""
-        pipe = self.client.pipeline(transaction=False)
-        pipe.exists(INDEXED_KEY)
-        for queue in queues:
-            pipe.hexists(horizon_key(queue), "limit")
-        complete, *present = pipe.execute()
-        if complete:
-            _start_missing(self.client, queues, present, now + self.ahead)
-
-
-def register(client: redis.Redis, queue: str, limit: float) -> None:
-    """Note `queue` among the queues that a plain `run` visits (a client's first add to it),
-    and give it a horizon (up to `limit`) if it has none and the schedule is complete: a
-    round trip, and a write the first time ever."""
-    pipe = client.pipeline(transaction=False)
-    pipe.sadd(QUEUES_KEY, queue)
-    pipe.exists(INDEXED_KEY)
-    pipe.hexists(horizon_key(queue), "limit")
-    _, complete, present = pipe.execute()
-    if complete:
-        _start_missing(client, [queue], [present], limit)
-
-
-def _start_missing(
-    client: redis.Redis, queues: Sequence[str], present: Sequence[bool], limit: float
-) -> None:
-    missing = [queue for queue, has in zip(queues, present, strict=True) if not has]
-    if not missing:
-        return
-    pipe = client.pipeline(transaction=False)
-    for queue in missing:
-        # HSETNX: a rebuild that began meanwhile has set a limit of its own, with its walk.
-        pipe.hsetnx(horizon_key(queue), "limit", repr(limit))
-    pipe.execute()
+    def start(self, queue: str, limit: float) -> None:
+        """Give `queue` the limit `limit` unless it has a horizon: only for a queue without
+        pending rows, checked before its next rows are written (`Queue` does, at a client's
+        first add to it), so that none of its rows can be missing from the schedule. A queue
+        with pending rows and no horizon lost it with Redis's keys: a run walks it instead."""
+        # HSETNX: a run that began a walk meanwhile has set a limit of its own.
+        self.client.hsetnx(horizon_key(queue), "limit", repr(limit))

@@ -32,7 +32,7 @@ class Index:
     def __init__(self, client: redis.Redis, horizon: float = Settings.horizon) -> None:
         self.client = client
         self.registry = Registry(client)
-        self.schedule = Schedule(client, horizon)
+        self.schedule = Schedule(client)
         self.journal = Journal(client)
         self.tallies = Tallies(client)
         self.clock = Clock(client)
@@ -87,20 +87,24 @@ class Index:
         self.schedule.add_many(queue, retries)
         self.journal.forget(queue, journaled_ids, started, self.tallies.commands(tally))
 
-    def added(self, parts: Iterable[Mapping[str, Packed]]) -> None:
+    def added(self, parts: Iterable[Mapping[str, Packed]]) -> set[str]:
         """New rows are committed: put their jobs on their queues' schedules, given as
         `packed_by_queue` texts, leaving out each text whose earliest job is due after its
-        queue's limit. add_jobs.lua would keep each of its jobs off the schedule; reading
-        the limits first costs one round trip for them all, where the script reads every
-        job's entry (jobs due in days: most of a large add). The limits are read after the
-        rows were written, as the script reads its limit: a walk that raises a limit writes
-        it before it reads the table, so it finds the rows of a text left out here."""
+        queue's limit; the queues found without a horizon. add_jobs.lua would keep each of
+        its jobs off the schedule; reading the limits first costs one round trip for them
+        all, where the script reads every job's entry (jobs due in days: most of a large
+        add). The limits are read after the rows were written, as the script reads its
+        limit: a walk that raises a limit writes it before it reads the table, so it finds
+        the rows of a text left out here."""
         by_queue: dict[str, list[Packed]] = {}
         for part in parts:
             for queue, entries in part.items():
                 by_queue.setdefault(queue, []).append(entries)
         horizons = self.horizons.read(list(by_queue))
+        without = set()
         for queue, packs in by_queue.items():
             limit = horizons[queue].limit if queue in horizons else None
             texts = [pack.text for pack in packs if limit is None or pack.earliest <= limit]
-            self.schedule.add_packed(queue, texts)
+            if not self.schedule.add_packed(queue, texts):
+                without.add(queue)
+        return without

@@ -22,6 +22,9 @@ LAST_RUN_KEY = "delay_queue_last_run"
 # failover to another one took, as worker/failovers.py found it.
 DATABASE_SERVER_KEY = "delay_queue_database_server"
 DATABASE_FAILOVER_KEY = "delay_queue_database_failover"
+# Set for an hour by the run that checks the kept pending counts against the table, so that
+# one run of them all does (worker/recovery.py).
+COUNTS_CHECKED_KEY = "delay_queue_counts_checked"
 # The handlers that have a metrics label of their own (tallies.Tallies).
 METRICS_HANDLERS_KEY = "delay_queue_metrics_handlers"
 # Outcomes a run journaled but has not yet written to the table live this long at most.

@@ -32,24 +32,42 @@ T = TypeVar("T")
 _GALERA: WeakKeyDictionary[Table, bool] = WeakKeyDictionary()
 
 
-def run_exclusive(table: Table, name: str, work: Callable[[], T]) -> T:
+def run_exclusive(
+    table: Table, name: str, work: Callable[[], T], then: Callable[[T], None] | None = None
+) -> T:
     """`work()`'s result, run in a transaction while holding the lock named `name` against
-    every other process on any host. `work` may run more than once (a deadlock, a Galera
-    certification conflict): whatever it did in the database was rolled back before."""
+    every other process on any host; `then(result)` runs while the lock is still held: after
+    the commit where the lock outlives the transaction (GET_LOCK), just before it where the
+    transaction is the lock (SQLite, a Galera node). So what `then` writes elsewhere (an
+    entry in Redis) is written in the order the transactions commit. `work` and `then` may
+    run more than once (a deadlock, a Galera certification conflict): whatever `work` did in
+    the database was rolled back before."""
     db = table.db
     if not table.mysql:
         with db.atomic("IMMEDIATE"):
-            return work()
+            return _and_then(work, then)
     if is_galera(table):
         _install(table)
-        return run_reconnecting(db, lambda: _under_row(table, name, work), reconnect=False)
+        return run_reconnecting(
+            db, lambda: _under_row(table, name, lambda: _and_then(work, then)), reconnect=False
+        )
     lock = "delayq:" + _digest(name)
     if db.execute_sql("SELECT GET_LOCK(%s, %s)", (lock, GET_LOCK_WAIT)).fetchone()[0] != 1:
         raise OperationalError(f"could not take lock {lock} within {GET_LOCK_WAIT} s")
     try:
-        return run_reconnecting(db, lambda: _in_transaction(table, work), reconnect=False)
+        result = run_reconnecting(db, lambda: _in_transaction(table, work), reconnect=False)
+        if then is not None:
+            then(result)
+        return result
     finally:
         db.execute_sql("SELECT RELEASE_LOCK(%s)", (lock,))
+
+
+def _and_then(work: Callable[[], T], then: Callable[[T], None] | None) -> T:
+    result = work()
+    if then is not None:
+        then(result)
+    return result
 
 
 def _under_row(table: Table, name: str, work: Callable[[], T]) -> T:

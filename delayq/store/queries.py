@@ -4,7 +4,7 @@ occurrences, replacing and cancelling pending jobs, reading chains, due rows and
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,12 +30,19 @@ def insert_next_occurrence(
     return _insert_after(table, job, run_at, now, every=row.every, schedule=row.schedule)
 
 
-def replace_pending(table: Table, row: dict[str, Any], now: float) -> tuple[int, list[int]]:
+def replace_pending(
+    table: Table,
+    row: dict[str, Any],
+    now: float,
+    then: Callable[[tuple[int, list[int]]], None],
+) -> tuple[int, list[int]]:
     """Move the oldest PENDING job with the row's ext and queue to the row's time and data
-    (or insert the row), cancel any further ones; (its id, ids cancelled). Under the lock of
-    that queue and ext, so concurrent replaces from any host leave one pending job."""
+    (or insert the row), cancel any further ones; (its id, ids cancelled), which `then` is
+    given while the lock is still held. Under the lock of that queue and ext, so concurrent
+    replaces from any host leave one pending job, and what `then` writes (its entry on the
+    schedule) is written in the order they commit."""
     key = f"{row['queue']}\0{row['ext_string']}"
-    return run_exclusive(table, key, lambda: _replace_pending(table, row, now))
+    return run_exclusive(table, key, lambda: _replace_pending(table, row, now), then)
 
 
 def _replace_pending(table: Table, row: dict[str, Any], now: float) -> tuple[int, list[int]]:
@@ -96,6 +103,21 @@ def _insert_after(
         modified=utc_stamp(now),
         **columns,
     ).execute()
+
+
+def first_pending(table: Table, queue: str, count: int) -> list[tuple[int, float]]:
+    """(id, due) of `queue`'s first `count` PENDING rows by (due, id): the first by run_at, a
+    range of the (status, queue, run_at) index, merged with the first of those written
+    without run_at (due at `created`; few, another producer's)."""
+    Job = table.model
+    due = due_column(table)
+    pending = Job.select(Job.id, due).where(_pending_in(Job, queue))
+    undated = tuples(pending.where(Job.run_at.is_null()).order_by(due, Job.id).limit(count))
+    dated = tuples(
+        pending.where(Job.run_at.is_null(False)).order_by(Job.run_at, Job.id).limit(count)
+    )
+    rows = sorted(((float(due), job_id) for job_id, due in undated + dated))[:count]
+    return [(job_id, due) for due, job_id in rows]
 
 
 def overdue_pending(table: Table, queue: str, before: float, limit: int) -> list[tuple[int, float]]:
@@ -311,6 +333,12 @@ def pending_queues(table: Table) -> list[str]:
     return sorted(
         {name for status in (Status.PENDING, Status.RUNNING) for name in queues_of(table, status)}
     )
+
+
+def has_pending(table: Table, queue: str) -> bool:
+    """Whether `queue` has a PENDING row: one lookup of the (status, queue, run_at) index."""
+    Job = table.model
+    return Job.select(Job.id).where(_pending_in(Job, queue)).limit(1).scalar() is not None
 
 
 def queues_of(table: Table, status: Status) -> list[str]:

@@ -17,6 +17,7 @@ from redis.lock import Lock
 from ..config import DEFAULT_QUEUE
 from .clusters import is_cluster
 from .keys import (
+    COUNTS_CHECKED_KEY,
     DATABASE_FAILOVER_KEY,
     DATABASE_SERVER_KEY,
     INDEXED_KEY,
@@ -105,6 +106,22 @@ class Registry:
         """When the rebuild under way began, and whether it begins now (at `now`)."""
         fresh = bool(self.client.hsetnx(REBUILD_KEY, BEGUN, repr(now)))
         return float(self.client.hget(REBUILD_KEY, BEGUN) or now), fresh
+
+    def take_counts_check(self, every: float) -> bool:
+        """Whether this run checks the kept counts now: the first to ask in each `every`."""
+        return bool(self.client.set(COUNTS_CHECKED_KEY, "1", nx=True, ex=int(every)))
+
+    def sweep_mark(self, queue: str) -> str:
+        """Where the last sweep for lost entries stopped in `queue`'s overdue rows (a
+        `DueCursor` mark), or "" to begin from the oldest."""
+        return text(self.client.get(queue_key(queue, "swept")) or "")
+
+    def note_sweep(self, queue: str, mark: str | None) -> None:
+        """The next sweep begins at `mark` (None: from the oldest again)."""
+        if mark is None:
+            self.client.delete(queue_key(queue, "swept"))
+        else:
+            self.client.set(queue_key(queue, "swept"), mark, ex=int(JOURNAL_TTL))
 
     def replication_id(self, queue: str) -> str | None:
         """The replication id of the server that holds `queue`'s keys, or None where INFO is

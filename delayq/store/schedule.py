@@ -9,7 +9,6 @@ the table (worker/rebuilds.py), never a job.
 from __future__ import annotations
 
 import itertools
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
 from typing import Any, NamedTuple, cast
@@ -18,10 +17,18 @@ import redis
 from redis.client import Pipeline
 from redis.commands.core import Script
 
-from . import horizons
 from .clusters import SlotWaits, is_cluster
 from .flow import START_SLACK, FlowUnknown
-from .keys import flow_key, horizon_key, queue_key, schedule_key, slots_key, starts_key, text
+from .keys import (
+    QUEUES_KEY,
+    flow_key,
+    horizon_key,
+    queue_key,
+    schedule_key,
+    slots_key,
+    starts_key,
+    text,
+)
 
 ADD_CHUNK = 10000
 
@@ -48,46 +55,46 @@ def load_script(client: redis.Redis, name: str) -> Script:
 class Schedule:
     """The per-queue schedules and claims on one Redis client."""
 
-    def __init__(self, client: redis.Redis, horizon: float) -> None:
+    def __init__(self, client: redis.Redis) -> None:
         self.client = client
-        self.horizon = horizon  # how far ahead of now a new queue's horizon is set
         self._claim_due = load_script(client, "claim_due")
         self._add_jobs = load_script(client, "add_jobs")
-        self._registered: set[str] = set()  # queues this client has registered already
         # A Cluster runs no script inside a pipeline, and blocks on one slot's keys at once.
         self._cluster = is_cluster(client)
         self._wake_waits = SlotWaits(client) if self._cluster else None
 
-    def add(self, queue: str, job_id: int, run_at: float) -> None:
-        self.add_many(queue, [(job_id, run_at)])
+    def add(self, queue: str, job_id: int, run_at: float) -> bool:
+        return self.add_many(queue, [(job_id, run_at)])
 
-    def add_many(self, queue: str, entries: Sequence[tuple[int, float]]) -> None:
+    def add_many(self, queue: str, entries: Sequence[tuple[int, float]]) -> bool:
         """Put jobs of one queue on its schedule, waking a looping run if one is now due
-        soonest. Up to ADD_CHUNK entries cost one round trip: the script call, plus the
-        queue's registration the first time this client meets the queue."""
+        soonest; up to ADD_CHUNK entries cost one round trip. Whether the queue has a
+        horizon (`add_packed`)."""
         chunks = [entries[start : start + ADD_CHUNK] for start in range(0, len(entries), ADD_CHUNK)]
-        self.add_packed(queue, [packed(chunk) for chunk in chunks])
+        return self.add_packed(queue, [packed(chunk) for chunk in chunks])
 
-    def add_packed(self, queue: str, texts: Sequence[str], keep_existing: bool = False) -> None:
+    def add_packed(self, queue: str, texts: Sequence[str], keep_existing: bool = False) -> bool:
         """Put jobs of one queue on its schedule, each text "due id due id ..." (`packed`, or
         a rebuild's batch as the database wrote it: `queries.DueBatch`); with
         `keep_existing`, members already there keep their scores (a rebuild: they were put
-        there after the table was read)."""
+        there after the table was read). Whether the queue has a horizon: a queue without
+        one (new, or its keys lost with Redis) is noted in the registry here, in a second
+        round trip, so that runs visit it whatever any process remembers having noted."""
         if not texts:
-            return
+            return True
         flag = "NX" if keep_existing else ""
         keys = [schedule_key(queue), queue_key(queue, "wake"), horizon_key(queue)]
-        if queue not in self._registered:  # first, so that these jobs meet the horizon
-            horizons.register(self.client, queue, time.time() + self.horizon)
-            self._registered.add(queue)
         if self._cluster or len(texts) == 1:
-            for chunk in texts:
-                self._add_jobs(keys=keys, args=[flag, chunk])
+            replies = [self._add_jobs(keys=keys, args=[flag, chunk]) for chunk in texts]
         else:
             pipe = self.client.pipeline(transaction=False)
             for chunk in texts:
                 self._add_jobs(keys=keys, args=[flag, chunk], client=pipe)
-            pipe.execute()
+            replies = pipe.execute()
+        if all(int(has_horizon) for _, has_horizon in replies):
+            return True
+        self.client.sadd(QUEUES_KEY, queue)
+        return False
 
     def add_by_queue(self, entries: Iterable[tuple[str, int, float]]) -> None:
         """Put jobs of any queues on their schedules, (queue, id, due) each: one add_many a

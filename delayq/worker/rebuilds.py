@@ -103,74 +103,97 @@ class Rebuild:
 
     def due_first(self, now: Callable[[], float], on_batch: Callable[[], None]) -> int:
         """Return once every pending row due by now is on the schedule: at once if the index
-        is complete and no horizon needs raising, else after putting the due rows back here,
-        or after the run doing it has; the entries added here. `on_batch` is called before
-        each batch and each wait: a rebuild is progress a supervising parent must not take
-        for a stuck run."""
+        is complete and no horizon needs raising or a first walk, else after putting the due
+        rows back here, or after the run doing it has; the entries added. `on_batch` is
+        called before each batch and each wait: a rebuild is progress a supervising parent
+        must not take for a stuck run."""
         added = self.added
         while not self._finishing():
-            if self.index.registry.is_complete():
-                checked_at = now()
-                if self._horizons_checked <= checked_at < self._horizons_checked + HORIZON_CHECK:
-                    break
-                walks = self._horizon_walks(checked_at)
-                if not walks:
-                    self._horizons_checked = checked_at
-                    break
-                if self.lock.acquire(blocking=False):
-                    self._walk_to_limits(now, on_batch)
-                    break
-            else:
-                if self.lock.acquire(blocking=False):
-                    self._take_over(now, on_batch)
-                    break
-                walks = self._rebuild_walks()
-            if all(walk.past(now()) for walk in walks):
+            try:
+                walks = self._walk_or_wait(now, on_batch)
+            except LockError:
+                # Redis lost the lock with its data (a FLUSHALL, a restart, a failover) or this
+                # run stalled past the lock's life: another run, or this one now, goes on.
+                logger.warning("lost the lock of the schedule's rebuild; looking again")
+                continue
+            if walks is None or all(walk.past(now()) for walk in walks):
                 break
             on_batch()
             time.sleep(POLL)
         return self.added - added
 
+    def _walk_or_wait(
+        self, now: Callable[[], float], on_batch: Callable[[], None]
+    ) -> list[Walk] | None:
+        """Walk what needs walking if this run gets the lock (None: done), else the walks the
+        run that has it is making."""
+        if not self.index.registry.is_complete():
+            if self.lock.acquire(blocking=False):
+                self._take_over(now, on_batch)
+                return None
+            return self._rebuild_walks()
+        checked_at = now()
+        if self._horizons_checked <= checked_at < self._horizons_checked + HORIZON_CHECK:
+            return None
+        walks = self._horizon_walks(checked_at)
+        if not walks:
+            self._horizons_checked = checked_at
+            return None
+        if self.lock.acquire(blocking=False):
+            self._walk_to_limits(now, on_batch)
+            return None
+        return walks
+
     def rebuild_all(self, on_batch: Callable[[], None]) -> int:
         """Rebuild the whole schedule here, up to each queue's horizon, waiting for a run that
-        holds the rebuild to drop or lose it, then going on from its marks; then raise the
+        holds the rebuild to drop or lose it, then going on from its marks; then walk the
         horizons that need it (`delayq init`); the entries added."""
         registry = self.index.registry
         while not registry.is_complete():
-            if self.lock.acquire(blocking=False):
+            if not self.lock.acquire(blocking=False):
+                on_batch()
+                time.sleep(POLL)
+                continue
+            try:
                 self._started = time.monotonic()
                 for walk in self._walks(self.index.clock.now()):
                     self._through(walk, on_batch)
                 self._finish(log=False)
-                break
-            on_batch()
-            time.sleep(POLL)
+            except LockError:  # Redis lost it meanwhile: begin again
+                logger.warning("lost the lock of the schedule's rebuild; beginning again")
         self.due_first(self.index.clock.now, on_batch)
         return self.added
 
     def _horizon_walks(self, now: float) -> list[Walk]:
         """The walks the horizons of the known queues need now: those under way (their run
-        stopped or died) and those whose limit is near."""
+        stopped or died), those whose limit is near, and those of queues without a horizon
+        (new, or whose hash Redis lost: their rows are walked from the first)."""
         queues = self.index.registry.known_queues()
         found = self.index.horizons.read(queues)
-        if len(found) < len(queues):
-            self.index.horizons.start([queue for queue in queues if queue not in found], now)
         return [
-            Walk(queue, horizon)
-            for queue, horizon in found.items()
-            if horizon.walk is not None or horizon.needs_raising(now, self.index.horizons.ahead)
+            Walk(queue, found.get(queue, NOT_BEGUN))
+            for queue in queues
+            if queue not in found
+            or found[queue].walk is not None
+            or found[queue].needs_raising(now, self.index.horizons.ahead)
         ]
 
     def _walk_to_limits(self, now: Callable[[], float], on_batch: Callable[[], None]) -> None:
-        """Under the lock: raise the limits that are near, each written before its walk reads
-        the table, and walk every queue to its limit, in the foreground (the rows due in
-        about a twelfth of the horizon; more only after every run stopped for longer than that). The
-        horizons are read again under the lock: another run may have walked meanwhile."""
+        """Under the lock: raise the limits that are near and set those of queues without
+        one, each written before its walk reads the table, and walk every queue to its
+        limit, in the foreground (the rows due in about a twelfth of the horizon; more only
+        after every run stopped for longer than that, or for a queue walked from its first
+        row). The horizons are read again under the lock: another run may have walked
+        meanwhile."""
+        ahead = self.index.horizons.ahead
         try:
             for walk in self._horizon_walks(now()):
                 if walk.done:
-                    walk.raise_to(now() + self.index.horizons.ahead)
+                    walk.raise_to(now() + ahead)
                     self.index.horizons.begin(walk.queue, walk.limit, walk.cursor_mark())
+                elif walk.limit == NOT_BEGUN.limit:
+                    walk.limit = now() + ahead
+                    self.index.horizons.begin(walk.queue, walk.limit, "")
                 self._through(walk, on_batch)
         finally:
             self._release()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -19,9 +20,11 @@ from dataclasses import replace
 from ..config import Settings
 from ..errors import BackendUnavailable
 from ..store import flow
-from ..store.database import is_read_only, ping
+from ..store.database import close_connection, is_read_only, ping
 from ..store.index import Index
+from ..store.producers import queues_in_use
 from ..store.table import Table
+from ..threads import keep_signals_off_this_thread
 from . import database_failovers, interrupts, recovery
 from .bookkeeper import Bookkeeper
 from .calls import Caller
@@ -40,6 +43,9 @@ from .slots import Slots
 
 logger = logging.getLogger(__name__)
 
+# How long a closing runner waits for its check of the kept counts to end.
+COUNTS_CHECK_JOIN = 10.0
+
 
 class Runner:
     """Runs passes over due jobs for as long as it lives; `close` ends it."""
@@ -54,6 +60,7 @@ class Runner:
         self._bookkeeper: Bookkeeper | None = None  # started when a drain first asks
         self._slots: Slots | None = None  # made when a pass first runs jobs concurrently
         self.rebuild = Rebuild(table, index)  # of the schedule, when Redis lost it
+        self._counts_check: threading.Thread | None = None  # an hourly one, when its turn came
         self.passes = 0
         self.pid = os.getpid()  # its threads live in this process only
 
@@ -83,6 +90,8 @@ class Runner:
         functions (unless not `shutdown`: another runner of the process owns them) and their
         event loop."""
         self.rebuild.close()
+        if self._counts_check is not None:  # a count cut short is rolled back: no harm
+            self._counts_check.join(timeout=COUNTS_CHECK_JOIN)
         if self._slots is not None:
             self._slots.close()
         self._close_bookkeeper()
@@ -231,15 +240,19 @@ class Runner:
         turn, so a backlog in one delays another queue's due jobs by about one batch, not by
         the whole backlog."""
         table, index, report = self.table, self.index, each.report
+        # Which queues exist is the table's answer, read with each sweep; between sweeps the
+        # registry's, which producers note a new queue in (or one Redis lost) as they add.
+        in_use = queues_in_use(table, index, note=True) if sweep else None
         report.reindexed += self.rebuild.due_first(each.clock, each.show_progress)
         complete = index.registry.is_complete()
         # On every pass, not only with the sweep: a committed job is due to start within 1 s.
         recovery.index_committed(table, index, each.clock())
-        names = list(each.options.queues) or index.registry.known_queues()
+        names = list(each.options.queues) or in_use or index.registry.known_queues()
         php_classes = dict(each.settings.php_classes)
         if sweep:  # a failover to a replica behind may have left a queue's older settings
             database_failovers.check_database_server(table, index, each.clock())
             flow.restore(table, index.flow, names)
+            self._check_counts(on_a_thread=each.options.loop)
         for queue in names if sweep else ():  # recover leases, re-index orphans
             now = each.clock()
             recovered = recovery.recover_leases(table, index, queue, now, php_classes)
@@ -278,6 +291,22 @@ class Runner:
         except Exception as exc:  # noqa: BLE001 - a run is not failed by its own bookkeeping
             logger.warning("could not record the run for `delayq status`: %s", exc)
 
+    def _check_counts(self, on_a_thread: bool) -> None:
+        """Check the kept pending counts against the table if this run's hourly turn came;
+        a loop's on a thread, as at millions of rows the count takes a second or two that
+        no pass of a loop should wait (a one-shot run's pass is the whole run)."""
+        if self._counts_check is not None and self._counts_check.is_alive():
+            return
+        if not self.index.registry.take_counts_check(recovery.COUNTS_CHECK_EVERY):
+            return
+        if not on_a_thread:
+            _checking_counts(self.table, close=False)
+            return
+        self._counts_check = threading.Thread(
+            target=_checking_counts, args=(self.table,), name="delayq-counts", daemon=True
+        )
+        self._counts_check.start()
+
     # What outlives a pass, started on first use.
 
     def bookkeeper(self) -> Bookkeeper:
@@ -306,6 +335,20 @@ class Runner:
         if self._bookkeeper is not None:
             self._bookkeeper.close()
             self._bookkeeper = None
+
+
+def _checking_counts(table: Table, close: bool = True) -> None:
+    """The hourly check of the kept counts; with `close`, on a thread of its own, whose
+    connection it closes."""
+    if close:
+        keep_signals_off_this_thread()
+    try:
+        recovery.check_counts(table)
+    except Exception as exc:  # noqa: BLE001 - the next turn, in an hour, tries again
+        logger.warning("could not check the kept pending counts: %s", exc)
+    finally:
+        if close:
+            close_connection(table)
 
 
 def _handed_back(count: int) -> str:

@@ -1,10 +1,12 @@
-"""`delayq peek`: the next jobs in schedule order across queues, read from the sorted sets
-without claiming, joined with their rows."""
+"""`delayq peek`: the table's next pending jobs across queues, soonest first, read without
+claiming: those on the schedule, those beyond a queue's horizon, those not yet indexed."""
 
 from __future__ import annotations
 
 import json
+import time
 
+from delayq.config import Settings
 from delayq.store.keys import schedule_key
 from delayq.store.table import Job, Status
 from tests.callers import open_transaction
@@ -44,17 +46,30 @@ def test_peek_of_one_queue(queue, log):
     assert [entry.id for entry in queue.peek(5, queues=["mail"])] == [mail]
 
 
-def test_entries_without_a_row_are_shown_and_junk_members_left_out(queue, log):
+def test_entries_of_no_pending_row_are_no_jobs_to_run(queue, log):
+    job_id = queue.add(H, "record", {"log": log}, now=NOW)
+    cancelled = queue.add(H, "record", {"log": log}, delay=5, now=NOW)
+    Job.update(status=Status.CANCELLED).where(Job.id == cancelled).execute()  # as the seed did
     queue.index.client.zadd(schedule_key("default"), {"999999": NOW, "junk": NOW - 1})
 
-    (entry,) = queue.peek(5)
+    assert [entry.id for entry in queue.peek(5)] == [job_id]
 
-    assert (entry.id, entry.row) == (999999, None)
+
+def test_an_entry_far_ahead_hides_no_job_that_only_the_table_holds(make_queue, log):
+    """Beyond its horizon a job waits in the table alone; an entry on the schedule due later
+    still (a foreign producer's ZADD, one from before an upgrade) must not hide it."""
+    queue = make_queue(horizon=Settings.horizon)
+    now = time.time()
+    beyond = queue.add(H, "record", {"log": log}, at=now + 2 * 3600, now=now)
+    foreign = queue.add(H, "record", {"log": log}, at=now + 30 * 86400, now=now)
+    queue.index.client.zadd(schedule_key("default"), {str(foreign): now + 30 * 86400})
+
+    assert [entry.id for entry in queue.peek(1)] == [beyond]
+    assert [entry.id for entry in queue.peek(5)] == [beyond, foreign]
 
 
 def test_peek_json_has_time_until_due_and_the_row_fields(queue, cli_env, log):
     job_id = queue.add(H, "record", {"log": log}, delay=120, ext="order:9")
-    Job.update(status=Status.CANCELLED).where(Job.id == job_id).execute()
 
     result = invoke(cli_env, "peek", "3", "--json")
 
@@ -81,7 +96,7 @@ def test_peek_json_has_time_until_due_and_the_row_fields(queue, cli_env, log):
         job_id,
         "record",
         "order:9",
-        "cancelled",
+        "pending",
     )
     assert 100 < view["due_in"] <= 120
 

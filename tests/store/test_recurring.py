@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import subprocess
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -11,6 +13,7 @@ from delayq import BadInput, Status
 from delayq.store import leases
 from delayq.store.keys import schedule_key
 from delayq.store.outcomes import Outcome, write_outcomes
+from delayq.store.schedule import Schedule
 from delayq.store.table import Job
 from delayq.worker.retry import LADDER
 from tests.conftest import DELAYQ
@@ -216,6 +219,37 @@ def test_replace_with_no_pending_job_adds_one_and_folds_duplicates(queue, log):
     assert queue.index.schedule.size("default") == 1
     fresh = queue.add(H, "record", {"log": log}, ext="other", replace=True, now=NOW)
     assert [row.id for row in pending("other")] == [fresh]
+
+
+def test_of_two_replaces_at_once_the_schedule_keeps_the_later_one(make_queue, log, monkeypatch):
+    """The second replace commits after the first; the first's write to the schedule, held
+    up 0.2 s, must not land after the second's and leave the entry at the older time."""
+    first, second = make_queue(), make_queue()
+    job_id = first.add(H, "record", {"log": log}, delay=60, ext="k", now=NOW)
+    writing, add_packed = threading.Event(), Schedule.add_packed
+
+    def held_up(self, *args, **kwargs):
+        if threading.current_thread().name == "first":
+            writing.set()
+            time.sleep(0.2)
+        return add_packed(self, *args, **kwargs)
+
+    monkeypatch.setattr(Schedule, "add_packed", held_up)
+
+    def replace(queue, delay: float) -> int:
+        return queue.add(H, "record", {"log": log}, delay=delay, ext="k", replace=True, now=NOW)
+
+    earlier = threading.Thread(target=replace, args=(first, 120), name="first")
+    earlier.start()
+    assert writing.wait(10)
+    later = threading.Thread(target=replace, args=(second, 300), name="second")
+    later.start()
+    earlier.join(10)
+    later.join(10)
+
+    (row,) = pending("k")
+    assert (row.id, row.run_at) == (job_id, NOW + 300)
+    assert first.index.client.zscore(schedule_key("default"), str(job_id)) == NOW + 300
 
 
 def test_replace_needs_an_ext(queue):

@@ -10,7 +10,9 @@
 -- ARGV[2]  "score1 id1 score2 id2 ...": one argument, so that thousands of jobs cost the
 --          caller no work per job to send (a rebuild's batch is written so by the database)
 --
--- Returns the number of members added.
+-- Returns {members added, 1 if the queue has a horizon else 0}: a queue without one is one
+-- no run has walked since Redis lost its keys (or a new one), which the caller makes sure
+-- the runs know of (store/schedule.py).
 --
 -- The limit is read here, in the same script as the ZADD, because a walk raising it writes
 -- the new limit before it reads the table: an add either sees the new limit or wrote its row
@@ -62,4 +64,7 @@ if earliest ~= nil and head[2] ~= nil and tonumber(head[2]) >= earliest then
     redis.call('LPUSH', KEYS[2], '1')
     redis.call('LTRIM', KEYS[2], 0, 0)
 end
-return added
+if limit == nil then
+    return {added, 0}
+end
+return {added, 1}
