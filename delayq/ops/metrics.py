@@ -35,7 +35,8 @@ _COUNTER_HELP = {
     "poisoned": "Jobs failed for good because the runs holding them kept dying (poison jobs).",
 }
 _QUEUE_HELP = {
-    "delayq_pending_jobs": "Pending jobs in the table, due or not.",
+    "delayq_pending_jobs": "Pending jobs in the table, due or not (without the triggers that"
+    " keep the counts, the database's estimate beyond 10000 a queue).",
     "delayq_backlog_jobs": "Pending jobs already due.",
     "delayq_running_jobs": "Jobs whose handler a run holds.",
     "delayq_oldest_due_age_seconds": "How long the oldest due pending job has waited"

@@ -70,7 +70,11 @@ class QueueStats:
     @property
     def estimated_fields(self) -> set[str]:
         """The estimated figures, with those computed from one (later, terminal)."""
-        derived = {"pending_due": "pending_later", "failed": "failed_terminal"}
+        derived = {
+            "pending": "pending_later",
+            "pending_due": "pending_later",
+            "failed": "failed_terminal",
+        }
         return set(self.estimated) | {derived[name] for name in self.estimated if name in derived}
 
     @property
@@ -154,7 +158,8 @@ def status_report(
     table: Table, index: Index, now: float, statuses: Sequence[Status] | None = None
 ) -> StatusReport:
     """Stats of every queue the table or the index knows, and the last run; only the rows of
-    `statuses` (all when None) are counted. Each figure is a kept count (pending), a range of
+    `statuses` (all when None) are counted. Each figure is a kept count (pending; without
+    triggers, counted as the finished statuses are), a range of
     an index whose size follows the jobs in flight or recent (running, failures of the last
     hour, due times), or a range counted up to EXACT_UP_TO rows and estimated beyond (the
     finished statuses, the due backlog): a look costs the same at ten million rows as at
@@ -167,7 +172,7 @@ def status_report(
         if number in KNOWN_STATUSES and Status(number) in wanted  # unknown numbers count nowhere
     }
     by_status = {status: queries.queues_of(table, status) for status in present - {Status.PENDING}}
-    pending = counts.pending_by_queue(table) if Status.PENDING in wanted else {}
+    pending, estimated = counts.pending_counts(table) if Status.PENDING in wanted else ({}, set())
     names = set(pending) | {name for found in by_status.values() for name in found}
     flows = queue_settings.flows(table)
     names |= set(flows) | set(index.registry.queues())
@@ -175,6 +180,8 @@ def status_report(
     _flow_figures(stats, flows)
     for name, count in pending.items():
         stats[name].pending = count
+        if name in estimated:  # no triggers keep the counts, and this queue has many
+            stats[name].estimated.append("pending")
     if Status.RUNNING in present:
         for name, count in queries.running_by_queue(table).items():
             stats[name].running = count
@@ -182,21 +189,26 @@ def status_report(
         for name in by_status[status]:
             rows = Job.select(Job.id).where(Job.status == status, Job.queue == name)
             _count_into(table, stats[name], status.word, rows)
-    failed = Job.status == Status.FAILED
     if Status.FAILED in present:
-        recent = (
-            Job.select(Job.queue, fn.COUNT(Job.id))
-            .where(failed, Job.modified >= utc_stamp(now - FAILED_WINDOW))
-            .group_by(Job.queue)
-        )
-        for name, count in tuples(recent):
-            stats[name].failed_last_hour = count
-        _count_retried(table, stats)
+        _failure_figures(table, stats, now)
     for name, entry in stats.items():
         if entry.pending:
             _due_figures(table, name, entry, now)
         entry.scheduled = index.schedule.size(name)
     return StatusReport(now, stats, read_last_run(index.registry))
+
+
+def _failure_figures(table: Table, stats: dict[str, QueueStats], now: float) -> None:
+    """Failures of the last hour, and those retried since."""
+    Job = table.model
+    recent = (
+        Job.select(Job.queue, fn.COUNT(Job.id))
+        .where(Job.status == Status.FAILED, Job.modified >= utc_stamp(now - FAILED_WINDOW))
+        .group_by(Job.queue)
+    )
+    for name, count in tuples(recent):
+        stats[name].failed_last_hour = count
+    _count_retried(table, stats)
 
 
 def _flow_figures(stats: dict[str, QueueStats], flows: dict[str, QueueFlow]) -> None:

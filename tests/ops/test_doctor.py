@@ -134,7 +134,7 @@ def test_without_the_triggers_the_counts_line_warns_they_are_read_from_the_index
     assert result.exit_code == 0
     level, detail = line(result, "counts")
     assert level == "warn"
-    assert detail.startswith(f"{counts.WITHOUT_TRIGGERS} (exact, slower at millions of rows)")
+    assert detail.startswith(f"{counts.WITHOUT_TRIGGERS} (estimated beyond 10000 a queue)")
     if queue.table.mysql:  # the grant, and the server setting if it logs binary
         assert "`delayq init`" in detail and "TRIGGER" in detail
     else:

@@ -333,3 +333,26 @@ def test_finished_rows_past_the_exact_bound_are_estimated_and_say_so(
         assert (default.estimated, default.success) == ([], 5)
         assert row["default"][4] == "5"
     assert default.failed_terminal == 2
+
+
+def test_without_triggers_pending_is_counted_to_the_bound_and_estimated_beyond(
+    queue, log, monkeypatch
+):
+    """Where the server refused `init` the triggers, a look at a queue of ten million pending
+    rows must not count them all (1.6 s): up to the bound they are counted, beyond it the
+    database's estimate is shown and named, as for the finished statuses."""
+    from delayq.store import counts
+
+    counts._drop_triggers(queue.table)  # as `init` leaves them where the server refused
+    monkeypatch.setattr(counts, "EXACT_PENDING", 3)
+    queue.add_many([JobSpec(H, "record", {"log": log}, delay=60) for _ in range(8)], now=NOW)
+    queue.add(H, "record", {"log": log}, queue="mail", now=NOW)
+
+    stats = queue.status(now=NOW).queues
+
+    assert (stats["mail"].pending, stats["mail"].estimated) == (1, [])
+    if queue.table.mysql:  # MariaDB's estimate of a range past the bound
+        assert stats["default"].estimated[:1] == ["pending"]
+        assert stats["default"].pending >= 4
+    else:  # SQLite counts them all
+        assert (stats["default"].pending, stats["default"].estimated) == (8, [])
