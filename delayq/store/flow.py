@@ -86,6 +86,18 @@ class Flow:
             pipe.lpush(queue_key(queue, "wake"), "1")
             pipe.ltrim(queue_key(queue, "wake"), 0, 0)
 
+    def return_grants(
+        self, pipe: Pipeline, queue: str, members: Sequence[str], claimed_at: float
+    ) -> None:
+        """Add to `pipe` the giving back of a rate-limited queue's start grants that the claim
+        at `claimed_at` took for `members`, none of which starts (claim_due.lua names each
+        grant by its member and the claim's time), and the waking of a looping run that
+        sleeps until the window frees."""
+        if members:
+            pipe.zrem(starts_key(queue), *[f"{member}@{claimed_at!r}" for member in members])
+            pipe.lpush(queue_key(queue, "wake"), "1")
+            pipe.ltrim(queue_key(queue, "wake"), 0, 0)
+
     def renew_slots(self, pipe: Pipeline, queue: str, members: Sequence[str], until: float) -> None:
         """Add to `pipe` the renewal of the slots `members` still hold, to `until`; a slot
         already freed is not taken again."""

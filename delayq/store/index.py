@@ -48,14 +48,26 @@ class Index:
         order: Sequence[int],
         notes_starts: bool = False,
         unslotted: Sequence[str] = (),
+        ungranted: Sequence[str] = (),
+        claimed_at: float = 0.0,
     ) -> None:
         """The claimed members are now leased (or dropped) in the table: forget the claims,
-        free the running slots of those `unslotted` (not leased), and note the order run
-        `token` will call the batch in, or that it notes each job it starts; one round trip."""
+        free the running slots of those `unslotted` and give back the start grants of those
+        `ungranted` (not leased: none of them starts), taken by the claim at `claimed_at`,
+        and note the order run `token` will call the batch in, or that it notes each job it
+        starts; one round trip."""
         pipe = self.client.pipeline(transaction=False)
         self.schedule.drop_claims(pipe, queue, members)
         self.flow.free_slots(pipe, queue, unslotted)
+        self.flow.return_grants(pipe, queue, ungranted, claimed_at)
         self.journal.note_order(pipe, queue, token, order, notes_starts)
+        pipe.execute()
+
+    def return_grants(self, queue: str, members: Sequence[str], claimed_at: float) -> None:
+        """Give back the start grants a claim at `claimed_at` took for `members`, none of
+        which starts; one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        self.flow.return_grants(pipe, queue, members, claimed_at)
         pipe.execute()
 
     def free_slots(self, queue: str, job_ids: Sequence[int]) -> None:

@@ -104,7 +104,7 @@ class Claimer:
             # The claim took them off the schedule: a database that fails the lease (a
             # failover, a primary turned read-only) would leave their rows pending with no
             # entry until the orphan sweep, 30 s on. Their rows decide, as ever.
-            self._put_back_unleased(queue, batch.due_by_id, batch.slotted)
+            self._put_back_unleased(queue, batch)
             raise
         if len(jobs) < len(runnable):
             self._put_back_not_due(queue, [job.id for job in jobs], runnable, now)
@@ -115,11 +115,20 @@ class Claimer:
         batch.jobs.sort(key=lambda job: (batch.due_by_id[job.id], job.id))
         order = before + [job.id for job in batch.jobs]
         members = [member for member, _ in claimed]
-        # The slots of members not leased come free now; one held by a job this run calls
-        # already (its lease lapsed in a stall, and it came back) stays with that call.
-        unslotted = _not_in(members, order) if batch.slotted else []
+        # The slots and start grants of members not leased come free now (none of them
+        # starts here: an entry of a job that ran already, one not due, one whose lock is
+        # held); a slot held by a job this run calls already (its lease lapsed in a stall,
+        # and it came back) stays with that call.
+        unleased = _not_in(members, order)
         self.index.leased(
-            queue, members, self.token, [] if notes_starts else order, notes_starts, unslotted
+            queue,
+            members,
+            self.token,
+            [] if notes_starts else order,
+            notes_starts,
+            unslotted=unleased if batch.slotted else [],
+            ungranted=unleased if batch.rate_limited else [],
+            claimed_at=now,
         )
         batch.noted = notes_starts or len(order) > 1
         return batch
@@ -137,13 +146,18 @@ class Claimer:
         )
         return runnable, jobs
 
-    def _put_back_unleased(self, queue: str, due_by_id: dict[int, float], slotted: bool) -> None:
+    def _put_back_unleased(self, queue: str, batch: Batch) -> None:
         """Claimed jobs whose rows the database would not lease go back on the schedule, and
-        the running slots the claim took for them come free: none of them runs here."""
+        the running slots and start grants the claim took for them come free: none of them
+        runs here."""
+        due_by_id = batch.due_by_id
         try:
             self.index.schedule.add_many(queue, list(due_by_id.items()))
-            if slotted:
+            if batch.slotted:
                 self.index.free_slots(queue, list(due_by_id))
+            if batch.rate_limited:
+                members = [str(job_id) for job_id in due_by_id]
+                self.index.return_grants(queue, members, batch.claimed_at)
         except Exception as exc:  # noqa: BLE001 - the orphan sweep puts them back later
             logger.warning("could not put %d claimed jobs back yet: %s", len(due_by_id), exc)
 

@@ -261,7 +261,11 @@ def put_back_lost(
     table: Table, index: Index, queue: str, due_by_id: dict[int, float], now: float
 ) -> int:
     """Schedule those pending rows of `queue` (id: due) that are neither on the schedule nor
-    claimed by a live run; how many."""
+    claimed by a live run, leaving out those due beyond its horizon (a walk brings them when
+    the limit nears them, as add_jobs.lua would keep them off); how many."""
+    horizon = index.horizons.read([queue]).get(queue)
+    if horizon is not None:
+        due_by_id = {job_id: due for job_id, due in due_by_id.items() if due <= horizon.limit}
     missing = index.schedule.lost(queue, list(due_by_id), claimed_before=now - ORPHAN_GRACE)
     # A run may have claimed and leased one between our read of the table and our look at
     # Redis; only a job still pending after Redis said it is nowhere is really lost.

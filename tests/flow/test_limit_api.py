@@ -10,6 +10,7 @@ from collections.abc import Callable
 import pytest
 
 import delayq
+from delayq.store.keys import schedule_key
 from delayq.store.table import Job, Status
 from tests.sample_handlers.jobs import read_log
 
@@ -74,3 +75,22 @@ def test_a_bad_rate_limits_nothing(queue: delayq.Queue, rate: str) -> None:
     with pytest.raises(delayq.BadInput):
         queue.limit("sms", rate=rate)
     assert queue.limited() == {}
+
+
+def test_entries_of_jobs_that_ran_already_spend_no_starts_of_the_window(
+    queue: delayq.Queue, log: str
+) -> None:
+    """A failover that rolled back claims, or a Redis restarted from an older snapshot, puts
+    back entries whose jobs ran already: a claim drops them, and the grants it took for them
+    come back, or each would cost the queue a start (at 2/s, ten of them five seconds)."""
+    ran = add_many(queue, log, 10)
+    queue.run(now=NOW)
+    assert len(read_log(log)) == 10
+    queue.limit("sms", rate="2/s", now=NOW)
+    queue.index.client.zadd(schedule_key("sms"), {str(job_id): NOW - 10 for job_id in ran})
+    fresh = queue.add(H, "record", {"log": log, "n": "fresh"}, at=NOW - 1, queue="sms", now=NOW)
+
+    report = queue.run(now=NOW + 1)
+
+    assert (report.dropped, report.succeeded) == (10, 1)
+    assert Job.get_by_id(fresh).status == Status.SUCCESS
