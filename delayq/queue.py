@@ -78,9 +78,10 @@ class Queue(QueuePausing):
         date, and index every pending job; one line per change made. `schedule_lost`: upgrade
         the seed's table though Redis holds none of its due times (its waiting jobs become
         missed)."""
+        clock = self.index.clock.now if now is None else lambda: now
         changes = [f"created table {TABLE_NAME}"]
         if not create_tables(self.table):
-            changes = upgrade_table(self.table, self.index, self._now(now), schedule_lost)
+            changes = upgrade_table(self.table, self.index, clock(), schedule_lost)
             changes += counts.install(self.table) + queue_settings.install(self.table)
             changes += locks.install(self.table)
         else:  # the counts come with the table; only a failure to keep them is news
@@ -89,7 +90,7 @@ class Queue(QueuePausing):
             locks.install(self.table)
         complete = self.index.registry.is_complete()
         # Also raises the horizons that are near, and gives one to a queue that has none.
-        count = Rebuild(self.table, self.index).rebuild_all(lambda: None)
+        count = Rebuild(self.table, self.index).rebuild_all(lambda: None, clock)
         if not complete:
             changes.append(f"built the schedule index from {count} pending job(s)")
         return changes

@@ -144,10 +144,14 @@ class Rebuild:
             return None
         return walks
 
-    def rebuild_all(self, on_batch: Callable[[], None]) -> int:
+    def rebuild_all(
+        self, on_batch: Callable[[], None], now: Callable[[], float] | None = None
+    ) -> int:
         """Rebuild the whole schedule here, up to each queue's horizon, waiting for a run that
         holds the rebuild to drop or lose it, then going on from its marks; then walk the
-        horizons that need it (`delayq init`); the entries added."""
+        horizons that need it (`delayq init`), all on the clock `now` (default: Redis's);
+        the entries added."""
+        now = now or self.index.clock.now
         registry = self.index.registry
         while not registry.is_complete():
             if not self.lock.acquire(blocking=False):
@@ -156,12 +160,12 @@ class Rebuild:
                 continue
             try:
                 self._started = time.monotonic()
-                for walk in self._walks(self.index.clock.now()):
+                for walk in self._walks(now()):
                     self._through(walk, on_batch)
                 self._finish(log=False)
             except LockError:  # Redis lost it meanwhile: begin again
                 logger.warning("lost the lock of the schedule's rebuild; beginning again")
-        self.due_first(self.index.clock.now, on_batch)
+        self.due_first(now, on_batch)
         return self.added
 
     def _horizon_walks(self, now: float) -> list[Walk]:
