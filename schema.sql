@@ -78,6 +78,11 @@ CREATE TABLE IF NOT EXISTS `delay_queue_locks` (
   PRIMARY KEY (`lock_key`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
 
+-- The triggers that keep pending counts (delay_queue_counts, above). With binary logging on,
+-- a user without SUPER may create (or drop) them only where the server has
+-- log_bin_trust_function_creators=1 (error 1419 otherwise): leave out the rest of this file
+-- there, and the counts table above; delayq then counts pending rows on the index at each
+-- look. `delayq init` does the same by itself (docs/deploying.md#privileges).
 DROP TRIGGER IF EXISTS `delay_queue_pending_insert`;
 DROP TRIGGER IF EXISTS `delay_queue_pending_delete`;
 DROP TRIGGER IF EXISTS `delay_queue_pending_left`;

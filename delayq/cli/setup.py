@@ -10,6 +10,7 @@ import typer
 
 from ..config import load_settings
 from ..errors import DelayqError
+from ..store import counts
 from .app import Command, JsonOption, app, check_database_exists, open_queue, print_json
 
 if TYPE_CHECKING:
@@ -31,10 +32,12 @@ def init(
     """Create the delay_queue table (or upgrade the one there) and the schedule index; safe
     to run again. Prints each change, or that all was in place."""
     queue = open_queue(create=True)
-    changes = queue.init(schedule_lost=schedule_lost)
-    for change in changes:
-        typer.echo(change)
-    typer.echo(f"{'initialised' if changes else 'all in place:'} {queue.describe()}")
+    lines = queue.init(schedule_lost=schedule_lost)
+    for line in lines:
+        typer.echo(line)
+    # What the server refused is said at every init; it is no change.
+    changed = any(not counts.is_notice(line) for line in lines)
+    typer.echo(f"{'initialised' if changed else 'all in place:'} {queue.describe()}")
 
 
 @app.command()

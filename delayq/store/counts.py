@@ -46,6 +46,7 @@ UPGRADED = "replaced the triggers that count pending rows with cheaper ones"
 # How doctor's line begins with the triggers, and `init`'s and doctor's without them.
 KEPT_BY_TRIGGERS = f"pending counts are kept by triggers in {COUNTS_TABLE} as rows change"
 WITHOUT_TRIGGERS = "pending counts are read from the table's index at each look"
+KEPT_EARLIER = "kept the earlier triggers that count pending rows"
 # The lock two corrections (two `reconcile`, two `init`) take turns under.
 CORRECTING = f"{COUNTS_TABLE}:correct"
 # A session variable a writer sets while its INSERTs' pending rows are counted by itself, for
@@ -227,8 +228,14 @@ def _refused(table: Table, allowing: str) -> str:
     an earlier version's triggers, or read from the index), and what would allow them."""
     again = "then run `delayq init` again"
     if installed(table):
-        return f"kept the earlier triggers that count pending rows: {allowing}, {again}"
+        return f"{KEPT_EARLIER}: {allowing}, {again}"
     return f"{WITHOUT_TRIGGERS} (estimated beyond 10000 a queue): {allowing}, {again}"
+
+
+def is_notice(line: str) -> bool:
+    """Whether an `install` line says what the server refused (said at every `init`, a
+    notice), not a change made."""
+    return line.startswith((WITHOUT_TRIGGERS, KEPT_EARLIER))
 
 
 def keeping(table: Table) -> tuple[bool, str]:

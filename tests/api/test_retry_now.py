@@ -47,7 +47,10 @@ def test_retry_with_a_delay_moves_a_pending_job_there_without_a_new_row(queue, l
 
     assert chain_rows(job_id) == [(job_id, Status.PENDING)]
     assert queue.show(job_id)["run_at"] == pytest.approx(NOW + 3600)
-    assert queue.index.client.zscore(DEFAULT_QUEUE_KEY, str(job_id)) == pytest.approx(NOW + 3600)
+    assert queue.run(now=NOW + 60).succeeded == 0  # not at its old time
+    assert queue.run(now=NOW + 3599).succeeded == 0
+    assert queue.run(now=NOW + 3600).succeeded == 1
+    assert chain_rows(job_id) == [(job_id, Status.SUCCESS)]
 
 
 def test_concurrent_retries_from_threads_leave_one_pending_attempt(make_queue, log):

@@ -17,7 +17,7 @@ from typer.testing import CliRunner, Result
 from delayq.cli import app
 from delayq.store.database import open_database
 from delayq.store.keys import DEFAULT_QUEUE_KEY
-from tests.conftest import DELAYQ, SUITE_HORIZON
+from tests.conftest import DELAYQ, changes_made
 
 HANDLERS = ("tests.sample_handlers",)
 H = "tests.sample_handlers.jobs"
@@ -55,7 +55,6 @@ def delayq(
     monkeypatch.setenv("DELAYQ_REDIS_URL", backend["redis_url"])
     monkeypatch.setenv("DELAYQ_HANDLERS", ",".join(HANDLERS))
     monkeypatch.setenv("DELAYQ_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("DELAYQ_HORIZON", f"{SUITE_HORIZON:.0f}s")
     workdir = tmp_path / "cwd"  # no stray ./delayq.toml can join in
     workdir.mkdir()
     monkeypatch.chdir(workdir)
@@ -222,7 +221,7 @@ def test_bad_options_of_other_commands_exit_2_with_one_error_line(delayq, stored
 
 
 def test_add_prints_only_the_new_id(delayq, stored):
-    result = delayq("add", H, "echo", "--data", '{"n": 1}', "--delay", "1h")
+    result = delayq("add", H, "echo", "--data", '{"n": 1}', "--delay", "30m")
 
     assert result.exit_code == 0
     assert result.stderr == ""
@@ -286,7 +285,7 @@ def test_unknown_id_exits_1_and_writes_nothing(delayq, stored, command, job_id):
 
 
 def test_cancel_with_both_an_id_and_ext_exits_2_and_cancels_nothing(delayq, stored):
-    job_id = add(delayq, H, "echo", "--ext", "order:1", "--delay", "1h")
+    job_id = add(delayq, H, "echo", "--ext", "order:1", "--delay", "30m")
 
     result = delayq("cancel", str(job_id), "--ext", "order:1")
 
@@ -296,7 +295,7 @@ def test_cancel_with_both_an_id_and_ext_exits_2_and_cancels_nothing(delayq, stor
 
 
 def test_cancel_with_neither_an_id_nor_ext_exits_2(delayq, stored):
-    add(delayq, H, "echo", "--delay", "1h")
+    add(delayq, H, "echo", "--delay", "30m")
 
     result = delayq("cancel")
 
@@ -319,8 +318,8 @@ def test_cancel_with_an_empty_ext_cancels_nothing_and_keeps_series_recurring(
     delayq, stored, backend
 ):
     # An unset shell variable: every job added without --ext has the empty key.
-    once = add(delayq, H, "echo", "--delay", "1h")
-    timer = add(delayq, H, "echo", "--delay", "1h", "--every", "1h")
+    once = add(delayq, H, "echo", "--delay", "30m")
+    timer = add(delayq, H, "echo", "--delay", "30m", "--every", "1h")
 
     result = delayq("cancel", "--ext", "")
 
@@ -350,7 +349,7 @@ def test_retry_of_a_finished_job_prints_the_new_id(delayq, stored):
     job_id = add(delayq, H, "echo", "--data", "7")
     assert delayq("run").exit_code == 0
 
-    result = delayq("retry", str(job_id), "--delay", "1h")
+    result = delayq("retry", str(job_id), "--delay", "30m")
 
     assert result.exit_code == 0
     new_id = int(result.stdout)
@@ -393,13 +392,15 @@ def test_usage_error_of_the_run_command_alone_is_one_line_too(cli_env):
 
 
 def test_init_twice_is_fine_and_keeps_the_jobs(delayq, stored):
-    job_id = add(delayq, H, "echo", "--delay", "1h")
+    job_id = add(delayq, H, "echo", "--delay", "30m")
 
     result = delayq("init")
 
     assert result.exit_code == 0
     assert result.stderr == ""
-    assert result.stdout.startswith("all in place: database ")
+    *changes, last = result.stdout.splitlines()
+    assert changes_made(changes) == []
+    assert last.startswith("all in place: database ")
     assert delayq("init").exit_code == 0
     assert stored() == (1, 1, [DEFAULT_QUEUE_KEY])
     assert json.loads(delayq("show", str(job_id), "--json").stdout)["status"] == "pending"

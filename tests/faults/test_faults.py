@@ -349,10 +349,10 @@ def test_sql_metacharacters_in_ext_are_just_text(queue, cli_env, log):
 @pytest.mark.parametrize("backend", ["mariadb"], indirect=True)  # a MariaDB fault
 def test_a_transaction_whose_connection_dies_is_run_again_on_a_new_one(queue, backend):
     parts = urlparse(backend["database_url"])
-    killer = pymysql.connect(
+    killer = pymysql.connect(  # the same user: it may KILL its own sessions
         host=parts.hostname,
         port=parts.port or 3306,
-        user="root",
+        user=parts.username or "root",
         password=parts.password or "",
         autocommit=True,
     )

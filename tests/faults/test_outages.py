@@ -232,7 +232,7 @@ def test_a_loop_waits_out_a_database_outage_and_goes_on(
     # for ever but for the run's read timeout (RUN_REPLY_TIMEOUT; 2 s here, from the URL).
     parts = urlsplit(backend["database_url"])
     proxy = Proxy((parts.hostname or "127.0.0.1", parts.port or 3306))
-    netloc = f"{parts.username}@127.0.0.1:{proxy.port}"
+    netloc = f"{parts.netloc.rpartition('@')[0]}@127.0.0.1:{proxy.port}"  # with its password
     through_proxy = parts._replace(netloc=netloc, query="read_timeout=2").geturl()
     log_file = tmp_path / "run.log"
     env = {**cli_env, "DELAYQ_DATABASE_URL": through_proxy}
@@ -463,7 +463,7 @@ def test_an_outcome_the_table_cannot_take_is_journaled_not_run_again(backend, ma
     # once the loop reaches the table again) records it instead of running the job again.
     parts = urlsplit(backend["database_url"])
     proxy = Proxy((parts.hostname or "127.0.0.1", parts.port or 3306))
-    netloc = f"{parts.username}@127.0.0.1:{proxy.port}"
+    netloc = f"{parts.netloc.rpartition('@')[0]}@127.0.0.1:{proxy.port}"  # with its password
     queue = make_queue(database_url=parts._replace(netloc=netloc, query="read_timeout=2").geturl())
     job_id = queue.add(H, "record", {"log": log, "n": 1}, delay=0)
     now = time.time()

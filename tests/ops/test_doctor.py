@@ -13,7 +13,7 @@ from delayq.store.database import sqlite_file, sqlite_url
 from delayq.store.keys import INDEXED_KEY, schedule_key
 from delayq.store.table import Job
 from tests.cli.test_progress import on_a_terminal
-from tests.conftest import DELAYQ
+from tests.conftest import DELAYQ, with_kept_counts
 from tests.invoke import invoke
 
 H = "tests.sample_handlers.jobs"
@@ -50,7 +50,9 @@ def test_a_healthy_setup_is_all_ok(queue, cli_env):
         "database": ["ok"],
         "columns": ["ok"],
         "index": ["ok"] * 5,
-        "counts": ["ok"],
+        # Kept by triggers, or read from the table where the server refused them (the
+        # suite's MariaDB, as production runs it: tests/store/test_privileges.py).
+        "counts": ["ok" if counts.installed(queue.table) else "warn"],
         "redis": ["ok"],
         "topology": ["ok"],
         "eviction": ["ok"],
@@ -112,8 +114,12 @@ def test_missing_index_is_a_warning_with_the_statement_to_fix_it(queue, cli_env)
     result = invoke(cli_env, "doctor")
 
     assert result.exit_code == 0
+    # The disk's and, where the server refused the triggers, the counts' warnings are others'.
+    elsewhere = {"disk"} if counts.installed(queue.table) else {"disk", "counts"}
     warnings = [
-        detail for level, name, detail in lines_of(result) if level == "warn" and name != "disk"
+        detail
+        for level, name, detail in lines_of(result)
+        if level == "warn" and name not in elsewhere
     ]
     assert warnings == [
         "(chain_id) is missing, so queries scan the table; "
@@ -121,10 +127,12 @@ def test_missing_index_is_a_warning_with_the_statement_to_fix_it(queue, cli_env)
     ]
 
 
+@with_kept_counts
 def test_the_counts_line_says_triggers_keep_the_pending_counts(queue, cli_env):
     assert line(invoke(cli_env, "doctor"), "counts") == ("ok", counts.KEPT_BY_TRIGGERS)
 
 
+@with_kept_counts
 def test_without_the_triggers_the_counts_line_warns_they_are_read_from_the_index(queue, cli_env):
     for name in counts.TRIGGERS:
         queue.db.execute_sql(f"DROP TRIGGER {name}")
@@ -326,7 +334,7 @@ def test_doctor_reads_only(queue, cli_env):
 
 
 def test_schedule_members_that_are_not_job_ids_are_counted_per_queue(queue, cli_env):
-    job_id = queue.add("tests.sample_handlers.jobs", "echo", delay=3600)
+    job_id = queue.add("tests.sample_handlers.jobs", "echo", delay=1800)  # on the schedule
     client = queue.index.client
     client.zadd("delay_queue_job", {"²": 1, "abc": 2, "-1": 3, "007": 4, "9" * 30: 5})
     client.zadd("delay_queue_job:mail", {"x": 1})

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import time
 
-from delayq.config import Settings
 from delayq.store.keys import schedule_key
 from delayq.store.table import Job, Status
 from tests.callers import open_transaction
@@ -31,12 +30,13 @@ def test_next_jobs_across_queues_soonest_first_with_their_rows(queue, log):
 
 
 def test_peek_claims_nothing(queue, log):
-    queue.add(H, "record", {"log": log}, now=NOW)
+    now = time.time()  # due now, so on the schedule, where a claim would take it from
+    queue.add(H, "record", {"log": log}, now=now)
 
     queue.peek(5)
 
     assert queue.index.schedule.size("default") == 1
-    assert queue.run(now=NOW).succeeded == 1
+    assert queue.run(now=now).succeeded == 1
 
 
 def test_peek_of_one_queue(queue, log):
@@ -55,10 +55,9 @@ def test_entries_of_no_pending_row_are_no_jobs_to_run(queue, log):
     assert [entry.id for entry in queue.peek(5)] == [job_id]
 
 
-def test_an_entry_far_ahead_hides_no_job_that_only_the_table_holds(make_queue, log):
+def test_an_entry_far_ahead_hides_no_job_that_only_the_table_holds(queue, log):
     """Beyond its horizon a job waits in the table alone; an entry on the schedule due later
     still (a foreign producer's ZADD, one from before an upgrade) must not hide it."""
-    queue = make_queue(horizon=Settings.horizon)
     now = time.time()
     beyond = queue.add(H, "record", {"log": log}, at=now + 2 * 3600, now=now)
     foreign = queue.add(H, "record", {"log": log}, at=now + 30 * 86400, now=now)

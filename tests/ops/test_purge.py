@@ -247,7 +247,7 @@ def test_a_purge_that_loses_the_database_midway_exits_1_and_a_second_purge_ends_
     old_rows(100_000, queue)
     parts = urlsplit(backend["database_url"])
     proxy = Proxy((parts.hostname or "127.0.0.1", parts.port or 3306))
-    netloc = f"{parts.username}@127.0.0.1:{proxy.port}"
+    netloc = f"{parts.netloc.rpartition('@')[0]}@127.0.0.1:{proxy.port}"  # with its password
     through_proxy = parts._replace(netloc=netloc, query="read_timeout=2").geturl()
     env = {**cli_env, "DELAYQ_DATABASE_URL": through_proxy}
     purging = subprocess.Popen(
@@ -290,7 +290,7 @@ def left() -> int:
 
 
 @pytest.mark.parametrize("backend", ["mariadb"], indirect=True)  # SQLite has no deadlocks
-def test_a_delete_that_loses_a_deadlock_runs_again(queue, backend):
+def test_a_delete_that_loses_a_deadlock_runs_again(queue, backend, mariadb_admin_url):
     # Another transaction holds the batch's last row, then asks for its first, which the
     # DELETE waiting on the last already holds: InnoDB rolls back the smaller transaction, the
     # DELETE (on a Galera node a certification conflict does the same). It must run again,
@@ -312,7 +312,7 @@ def test_a_delete_that_loses_a_deadlock_runs_again(queue, backend):
                 target=lambda: outcome.append(guarded(lambda: queue.purge(30 * DAY, now=NOW)))
             )
             purging.start()
-            wait_for(lambda: lock_waits(backend["database_url"]) == 1, 10, "the DELETE waiting")
+            wait_for(lambda: lock_waits(mariadb_admin_url) == 1, 10, "the DELETE waiting")
             cursor.execute(
                 f"SELECT id FROM {Job._meta.table_name} WHERE id = %s FOR UPDATE", (ids[0],)
             )
@@ -341,11 +341,13 @@ def innodb_deadlocks(cursor) -> int:
     return int(cursor.fetchone()[1])
 
 
-def lock_waits(url: str) -> int:
+def lock_waits(admin_url: str) -> int:
+    """Transactions waiting for a lock on this database, as the administrator sees them:
+    INNODB_TRX takes the PROCESS privilege, which delayq's user has not."""
     # InnoDB refreshes INNODB_TRX only when nobody read it for 100 ms: polled faster, it
     # never changes.
     time.sleep(0.15)
-    watcher = mysql_connect(url)
+    watcher = mysql_connect(admin_url)
     try:
         with watcher.cursor() as cursor:
             cursor.execute(  # this database's waits alone: other tests share the server

@@ -343,7 +343,8 @@ def test_without_triggers_pending_is_counted_to_the_bound_and_estimated_beyond(
     database's estimate is shown and named, as for the finished statuses."""
     from delayq.store import counts
 
-    counts._drop_triggers(queue.table)  # as `init` leaves them where the server refused
+    if counts.installed(queue.table):  # the suite's MariaDB refused them already
+        counts._drop_triggers(queue.table)  # as `init` leaves them where the server refused
     monkeypatch.setattr(counts, "EXACT_PENDING", 3)
     queue.add_many([JobSpec(H, "record", {"log": log}, delay=60) for _ in range(8)], now=NOW)
     queue.add(H, "record", {"log": log}, queue="mail", now=NOW)

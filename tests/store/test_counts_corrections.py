@@ -1,6 +1,7 @@
 """Two corrections of the kept pending counts at once (two `reconcile`, two `init`, or one of
 each) add the table's difference once between them, not once each (store/counts.py
-`correct`), on SQLite and on MariaDB, while writers go on."""
+`correct`), on SQLite and on a MariaDB that lets `init` keep them (`with_kept_counts`),
+while writers go on."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 import delayq
 from delayq import JobSpec
 from delayq.store import counts
+from tests.conftest import with_kept_counts
 from tests.store.test_counts import counted
 from tests.waiting import at_once
 
@@ -41,6 +43,7 @@ def pause_after_the_snapshot(queue: delayq.Queue, barrier: threading.Barrier) ->
     db.execute_sql = execute_sql  # type: ignore[method-assign]
 
 
+@with_kept_counts
 def test_two_corrections_at_once_add_the_difference_once(make_queue, log):
     first, second = make_queue(), make_queue()
     first.add_many([JobSpec(H, "record", {"log": log}, delay=60) for _ in range(40)])
@@ -58,6 +61,7 @@ def test_two_corrections_at_once_add_the_difference_once(make_queue, log):
     assert counts.pending_by_queue(first.table) == counted(first) == {"default": 40, "mail": 3}
 
 
+@with_kept_counts
 def test_writers_go_on_while_two_corrections_run(make_queue, log):
     first, second, writer = make_queue(), make_queue(), make_queue()
     first.add_many([JobSpec(H, "record", {"log": log}, delay=60) for _ in range(20)])

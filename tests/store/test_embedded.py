@@ -31,7 +31,6 @@ from delayq.config import Settings
 from delayq.errors import ConfigError
 from delayq.store import embedded, watchdog
 from delayq.store.keys import schedule_key
-from tests.conftest import SUITE_HORIZON
 from tests.embedded_processes import embedded_processes_under, is_alive
 from tests.sample_handlers.jobs import read_log
 from tests.waiting import wait_for
@@ -104,7 +103,6 @@ def embedded_queue(home: Path) -> delayq.Queue:
             redis_url=None,
             handlers=HANDLERS,
             home=home,
-            horizon=SUITE_HORIZON,
         )
     )
     queue.init()
@@ -128,8 +126,9 @@ def test_default_starts_redislites_server_on_a_socket_under_home(home):
         config = queue.index.client.config_get("*")
         assert (config["port"], config["appendonly"]) == ("0", "yes")
         assert Path(config["dir"]) == path.resolve()
-        job_id = queue.add(H, "echo", {"n": 1}, now=NOW)
-        assert queue.index.client.zscore(schedule_key("default"), str(job_id)) == NOW
+        now = float(int(time.time()))  # due within the horizon: on the schedule
+        job_id = queue.add(H, "echo", {"n": 1}, now=now)
+        assert queue.index.client.zscore(schedule_key("default"), str(job_id)) == now
 
     # The server is a daemon: it outlives the Queue (and the command) that started it.
     client = redis.Redis(unix_socket_path=str(sock))
@@ -146,23 +145,24 @@ def test_jobs_survive_a_stop_and_restart_of_the_embedded_server(home, tmp_path, 
     # restart's server was about to bind in it: "bind: No such file or directory".
     path = home(name)
     log = str(tmp_path / "handler.log")
+    now = float(int(time.time()))  # due within the horizon: on the schedule Redis keeps
     with embedded_queue(path) as queue:
-        job_id = queue.add(H, "record", {"log": log, "n": 1}, delay=30, now=NOW)
+        job_id = queue.add(H, "record", {"log": log, "n": 1}, delay=30, now=now)
     first_pid = pid_of(path)
 
     assert embedded.stop(path) is True
     assert wait_until_gone(first_pid)
     assert embedded.stop(path) is False
 
-    with delayq.connect(Settings(handlers=HANDLERS, home=path, horizon=SUITE_HORIZON)) as queue:
+    with delayq.connect(Settings(handlers=HANDLERS, home=path)) as queue:
         assert queue.index.client.ping()
         assert pid_of(path) != first_pid
         assert server_pids(embedded.socket_path(path)) == [pid_of(path)]
         # Redis itself kept the schedule: the marker is there, so nothing gets rebuilt.
         assert queue.index.registry.is_complete()
-        assert queue.index.client.zscore(schedule_key("default"), str(job_id)) == NOW + 30
+        assert queue.index.client.zscore(schedule_key("default"), str(job_id)) == now + 30
 
-        report = queue.run(now=NOW + 30)
+        report = queue.run(now=now + 30)
 
         assert (report.succeeded, report.reindexed) == (1, 0)
         assert queue.show(job_id)["status"] == "success"
@@ -411,7 +411,7 @@ def keeper_pid(path: Path) -> int:
 
 
 def settings_with_idle_limit(path: Path, idle_limit: float) -> Settings:
-    return Settings(handlers=HANDLERS, home=path, embedded_idle=idle_limit, horizon=SUITE_HORIZON)
+    return Settings(handlers=HANDLERS, home=path, embedded_idle=idle_limit)
 
 
 def test_each_server_has_one_keeper_that_started_it(home):
@@ -445,9 +445,10 @@ def test_a_server_whose_home_is_deleted_stops_by_itself(home, name):
 def test_a_server_nobody_uses_for_the_idle_limit_stops_and_keeps_its_data(home, tmp_path):
     path = home("home")
     log = str(tmp_path / "handler.log")
+    now = float(int(time.time()))  # due within the horizon: on the schedule Redis keeps
     with delayq.connect(settings_with_idle_limit(path, 2)) as queue:
         queue.init()
-        job_id = queue.add(H, "record", {"log": log, "n": 1}, delay=30, now=NOW)
+        job_id = queue.add(H, "record", {"log": log, "n": 1}, delay=30, now=now)
     server, keeper = pid_of(path), keeper_pid(path)
 
     wait_for(lambda: not is_alive(server), 30, "the idle server to stop")
@@ -459,8 +460,8 @@ def test_a_server_nobody_uses_for_the_idle_limit_stops_and_keeps_its_data(home, 
     )
     with embedded_queue(path) as queue:  # started anew; the schedule came back from its file
         assert pid_of(path) != server
-        assert queue.index.client.zscore(schedule_key("default"), str(job_id)) == NOW + 30
-        assert queue.run(now=NOW + 30).succeeded == 1
+        assert queue.index.client.zscore(schedule_key("default"), str(job_id)) == now + 30
+        assert queue.run(now=now + 30).succeeded == 1
     assert read_log(log) == ["1"]
 
 

@@ -140,6 +140,9 @@ def test_a_poisoned_occurrence_fails_and_the_series_goes_on(queue, cli_env, log)
     assert view["status"] == "failed" and "died 3 times" in view["message"]
     (following,) = pending("p")
     assert (following.every, following.run_at) == (HOUR, Job.get_by_id(job_id).run_at + HOUR)
+    assert [entry.id for entry in queue.peek(1)] == [following.id]
+    # An hour ahead, beyond the horizon: the run a second before walks it onto the schedule.
+    assert queue.run(now=following.run_at - 1).claimed == 0
     score = queue.index.client.zscore(schedule_key("default"), str(following.id))
     assert score == following.run_at
 
@@ -186,18 +189,19 @@ def test_every_must_be_a_positive_period(queue):
 
 
 def test_replace_moves_the_pending_job_instead_of_adding_one(queue, log):
-    job_id = queue.add(H, "record", {"log": log, "n": 1}, delay=60, ext="k", now=NOW)
+    now = float(int(time.time()))  # due within the horizon: on the schedule
+    job_id = queue.add(H, "record", {"log": log, "n": 1}, delay=60, ext="k", now=now)
 
-    again = queue.add(H, "record", {"log": log, "n": 2}, delay=120, ext="k", replace=True, now=NOW)
+    again = queue.add(H, "record", {"log": log, "n": 2}, delay=120, ext="k", replace=True, now=now)
 
     assert again == job_id
     (row,) = pending("k")
-    assert (row.id, row.run_at) == (job_id, NOW + 120)
+    assert (row.id, row.run_at) == (job_id, now + 120)
     assert queue.show(job_id)["data"] == {"log": log, "n": 2}
-    assert queue.index.client.zscore(schedule_key("default"), str(job_id)) == NOW + 120
-    queue.run(now=NOW + 60)
+    assert queue.index.client.zscore(schedule_key("default"), str(job_id)) == now + 120
+    queue.run(now=now + 60)
     assert read_log(log) == []
-    queue.run(now=NOW + 120)
+    queue.run(now=now + 120)
     assert read_log(log) == ["2"]
 
 
@@ -209,23 +213,25 @@ def test_without_replace_a_second_pending_job_with_the_same_ext_is_added(queue, 
 
 
 def test_replace_with_no_pending_job_adds_one_and_folds_duplicates(queue, log):
-    extra = [queue.add(H, "record", {"log": log}, delay=60, ext="k", now=NOW) for _ in range(2)]
+    now = float(int(time.time()))  # due within the horizon: on the schedule
+    extra = [queue.add(H, "record", {"log": log}, delay=60, ext="k", now=now) for _ in range(2)]
 
-    kept = queue.add(H, "record", {"log": log, "n": 9}, delay=5, ext="k", replace=True, now=NOW)
+    kept = queue.add(H, "record", {"log": log, "n": 9}, delay=5, ext="k", replace=True, now=now)
 
     assert kept == extra[0]
     assert [row.id for row in pending("k")] == [kept]
     assert queue.show(extra[1])["status"] == "cancelled"
     assert queue.index.schedule.size("default") == 1
-    fresh = queue.add(H, "record", {"log": log}, ext="other", replace=True, now=NOW)
+    fresh = queue.add(H, "record", {"log": log}, ext="other", replace=True, now=now)
     assert [row.id for row in pending("other")] == [fresh]
 
 
 def test_of_two_replaces_at_once_the_schedule_keeps_the_later_one(make_queue, log, monkeypatch):
     """The second replace commits after the first; the first's write to the schedule, held
     up 0.2 s, must not land after the second's and leave the entry at the older time."""
+    now = float(int(time.time()))  # due within the horizon: on the schedule
     first, second = make_queue(), make_queue()
-    job_id = first.add(H, "record", {"log": log}, delay=60, ext="k", now=NOW)
+    job_id = first.add(H, "record", {"log": log}, delay=60, ext="k", now=now)
     writing, add_packed = threading.Event(), Schedule.add_packed
 
     def held_up(self, *args, **kwargs):
@@ -237,7 +243,7 @@ def test_of_two_replaces_at_once_the_schedule_keeps_the_later_one(make_queue, lo
     monkeypatch.setattr(Schedule, "add_packed", held_up)
 
     def replace(queue, delay: float) -> int:
-        return queue.add(H, "record", {"log": log}, delay=delay, ext="k", replace=True, now=NOW)
+        return queue.add(H, "record", {"log": log}, delay=delay, ext="k", replace=True, now=now)
 
     earlier = threading.Thread(target=replace, args=(first, 120), name="first")
     earlier.start()
@@ -248,8 +254,8 @@ def test_of_two_replaces_at_once_the_schedule_keeps_the_later_one(make_queue, lo
     later.join(10)
 
     (row,) = pending("k")
-    assert (row.id, row.run_at) == (job_id, NOW + 300)
-    assert first.index.client.zscore(schedule_key("default"), str(job_id)) == NOW + 300
+    assert (row.id, row.run_at) == (job_id, now + 300)
+    assert first.index.client.zscore(schedule_key("default"), str(job_id)) == now + 300
 
 
 def test_replace_needs_an_ext(queue):

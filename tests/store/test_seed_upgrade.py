@@ -17,6 +17,7 @@ import delayq
 from delayq.config import Settings
 from delayq.errors import ConfigError
 from delayq.store.upgrade import UNSCHEDULED
+from tests.conftest import changes_made
 from tests.invoke import invoke
 from tests.sample_handlers.jobs import read_log
 
@@ -220,7 +221,7 @@ def test_init_twice_changes_nothing_more(seed, seeded):
     rows, schedule = seed.rows(), seed.schedule()
     create = seed.sql("SHOW CREATE TABLE delay_queue") if seed.mysql else None
 
-    assert seed.queue.init(now=NOW + 50) == []
+    assert changes_made(seed.queue.init(now=NOW + 50)) == []
 
     assert seed.rows() == rows
     assert seed.schedule() == schedule
@@ -249,7 +250,7 @@ def test_init_repairs_columns_an_earlier_upgrade_left_without_a_default(seed, se
     seed.sql("ALTER TABLE delay_queue MODIFY `queue` varchar(64) NOT NULL")
     seed.sql("ALTER TABLE delay_queue MODIFY `lost_leases` int NOT NULL")
 
-    changes = seed.queue.init(now=NOW)
+    changes = changes_made(seed.queue.init(now=NOW))
 
     assert changes == [
         "changed column queue to `queue` VARCHAR(64) NOT NULL DEFAULT 'default'",
@@ -317,4 +318,4 @@ def test_delayq_init_schedule_lost_upgrades_and_marks_the_waiting_jobs_missed(se
     assert done.exit_code == 0, done.stderr
     assert "marked 1 waiting jobs missed: not on the schedule" in done.stdout.splitlines()
     assert seed.status(job_id) == "missed"
-    assert invoke(cli_env, "init").stdout.splitlines()[:-1] == []
+    assert changes_made(invoke(cli_env, "init").stdout.splitlines()[:-1]) == []

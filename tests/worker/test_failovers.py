@@ -21,7 +21,8 @@ H = "tests.sample_handlers.jobs"
 
 
 def lose(queue, job_id: int) -> None:
-    """Take a job off the schedule, as a rolled-back write would."""
+    """Take a job off the schedule, as a rolled-back write would (the tests' jobs are due in
+    30 minutes: within the horizon, where the schedule holds them)."""
     assert queue.index.schedule.remove("default", [job_id]) == 1
 
 
@@ -52,8 +53,8 @@ def test_a_run_notes_the_server_each_queue_is_on(queue):
 
 def test_a_run_on_a_new_server_puts_back_the_jobs_added_since(queue, log, caplog):
     queue.run()
-    before = queue.add(H, "record", {"log": log, "n": "before"}, delay="1h")
-    lost = queue.add(H, "record", {"log": log, "n": "lost"}, delay="1h")
+    before = queue.add(H, "record", {"log": log, "n": "before"}, delay="30m")
+    lost = queue.add(H, "record", {"log": log, "n": "lost"}, delay="30m")
     lose(queue, lost)
     renote(queue, replication_id="the-old-primary")
 
@@ -73,7 +74,7 @@ def test_a_run_on_a_new_server_puts_back_the_jobs_added_since(queue, log, caplog
 
 def test_jobs_changed_long_before_the_server_was_last_seen_are_left_to_the_orphan_sweep(queue):
     queue.run()
-    old = queue.add(H, "record", {"n": "old"}, delay="1h")
+    old = queue.add(H, "record", {"n": "old"}, delay="30m")
     lose(queue, old)
     Job = queue.table.model
     Job.update(modified=utc_stamp(time.time() - LOOKBACK - 60)).where(Job.id == old).execute()
@@ -89,7 +90,7 @@ def test_for_a_while_after_a_move_each_run_puts_back_what_was_added_since(queue,
     queue.run()
     renote(queue, replication_id="the-old-primary")
     queue.run()  # finds the move
-    late = queue.add(H, "record", {"log": log, "n": "late"}, delay="1h")
+    late = queue.add(H, "record", {"log": log, "n": "late"}, delay="30m")
     lose(queue, late)  # its add reached the old primary, which dropped it when demoted
 
     report = queue.run()
@@ -103,7 +104,7 @@ def test_long_after_a_move_runs_check_nothing_more(queue, log):
     note = queue.index.registry.server_note("default")
     assert note is not None
     renote(queue, moved=note.seen - WATCH - 1)
-    late = queue.add(H, "record", {"log": log, "n": "late"}, delay="1h")
+    late = queue.add(H, "record", {"log": log, "n": "late"}, delay="30m")
     lose(queue, late)
 
     report = queue.run()

@@ -1,7 +1,7 @@
 """The horizon (store/horizons.py): Redis holds each queue's jobs due within the next hour,
 the table alone the later ones; runs raise the limit as time nears it and walk the rows it
-passes onto the schedule, so every job still runs once, on time and never early. The rest of
-the suite runs with the widest horizon (tests/conftest.py); these tests with the default."""
+passes onto the schedule, so every job still runs once, on time and never early. The whole
+suite runs with the default horizon (tests/conftest.py); these tests are about it."""
 
 from __future__ import annotations
 
@@ -10,18 +10,13 @@ import time
 import pytest
 
 from delayq import JobSpec
-from delayq.config import Settings, load_settings
+from delayq.config import MAX_HORIZON, load_settings
 from delayq.errors import ConfigError
 from delayq.store.keys import INDEXED_KEY, horizon_key, schedule_key
 from delayq.store.table import Status
 
 H = "tests.sample_handlers.jobs"
 HOUR = 3600.0
-
-
-@pytest.fixture
-def queue(make_queue):
-    return make_queue(horizon=Settings.horizon)
 
 
 def schedule(queue, name: str = "default") -> dict[int, float]:
@@ -96,6 +91,19 @@ def test_runs_raise_the_limit_and_every_job_runs_once_on_time_never_early(queue,
     assert all(due_at[job_id] <= ran_at[job_id] < due_at[job_id] + 60 for job_id in ids)
     with open(log) as lines:
         assert sorted(lines.read().split()) == sorted(str(n) for n in range(300))
+
+
+@pytest.mark.wide_horizon
+def test_the_widest_horizon_holds_a_job_due_in_a_month_on_the_schedule(queue, log):
+    """DELAYQ_HORIZON at its maximum, 10 years (the `wide_horizon` variant): Redis holds
+    every job, as before the horizon, for whoever sets it so."""
+    now = time.time()
+    job_id = queue.add(H, "record", {"log": log}, at=now + 30 * 86400, now=now)
+
+    assert limit(queue) == pytest.approx(now + MAX_HORIZON, abs=60)
+    assert schedule(queue) == {job_id: pytest.approx(now + 30 * 86400)}
+    assert queue.run(now=now + 30 * 86400 - 1).succeeded == 0
+    assert queue.run(now=now + 30 * 86400).succeeded == 1
 
 
 def test_a_pending_job_moved_beyond_the_limit_leaves_the_schedule(queue, log):

@@ -43,9 +43,10 @@ def schedule(queue, name: str = "default") -> dict[int, float]:
 
 
 def fill(queue, log: str, later: int, due: int, now: float) -> tuple[list[int], list[int]]:
-    """`later` jobs due in a day or more and `due` jobs due a minute ago, in both queues."""
+    """`later` jobs due in ten minutes or more (within the horizon, so a rebuild puts them
+    back) and `due` jobs due a minute ago, in both queues."""
     far = [
-        JobSpec(H, "record", {"log": log}, at=now + 86400 + n, queue=("default", "mail")[n % 2])
+        JobSpec(H, "record", {"log": log}, at=now + 600 + n, queue=("default", "mail")[n % 2])
         for n in range(later)
     ]
     near = [
@@ -147,7 +148,7 @@ def test_a_job_cancelled_during_the_rebuild_stays_off_and_one_added_stays_on(
         steps += 1
         if steps == 3:  # while the rebuild is under way, after its reader has read ahead
             queue.cancel(last_default)
-            added = queue.add(H, "record", {"log": log}, at=now + 86400 + 10**6)
+            added = queue.add(H, "record", {"log": log}, at=now + 3000)  # within the horizon
         put_back(self, walk, batch)
 
     added = 0
@@ -155,7 +156,7 @@ def test_a_job_cancelled_during_the_rebuild_stays_off_and_one_added_stays_on(
     rebuild.rebuild_all(lambda: None)
 
     assert last_default not in schedule(queue)
-    assert schedule(queue)[added] == pytest.approx(now + 86400 + 10**6)
+    assert schedule(queue)[added] == pytest.approx(now + 3000)
 
 
 def test_a_rebuild_that_lost_its_lock_stops(queue, log, slow):

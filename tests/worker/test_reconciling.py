@@ -12,6 +12,7 @@ from delayq import JobSpec, Status
 from delayq.store import counts
 from delayq.store.keys import queue_key, schedule_key
 from delayq.worker import reconciling
+from tests.conftest import with_kept_counts
 
 H = "tests.sample_handlers.jobs"
 
@@ -66,6 +67,7 @@ def test_a_second_reconcile_finds_nothing(queue):
     assert len(members(queue)) == 50
 
 
+@with_kept_counts
 def test_reconcile_corrects_kept_counts_a_truncate_left_wrong(queue):
     queue.add_many([JobSpec(H, "record", {}, delay=60) for _ in range(3)])
     queue.db.execute_sql(

@@ -41,12 +41,12 @@ def test_a_real_run_defers_the_same_row_without_counting_a_failure(queue, cli_en
     row = Job.get_by_id(job_id)
     assert row.retry_times == 0
     assert before + 3600 <= row.run_at <= time.time() + 3600
-    assert score(queue, job_id) == row.run_at
     assert row.message == "RetryLater: rate limited (deferred 1h, 1 of at most 100 in a row)"
     assert row.retry_policy == '{"deferrals":1}'
     shown = delayq(cli_env, "show", str(job_id))
     assert b"RetryLater: rate limited (deferred 1h" in shown.stdout
 
+    assert queue.run(now=row.run_at - 1).claimed == 0  # not a second early
     report = queue.run(now=row.run_at + 1)
 
     assert (report.succeeded, report.failed) == (1, 0)

@@ -4,6 +4,7 @@ must refuse. Every test runs on both backends."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -115,10 +116,12 @@ def test_handler_error_does_not_stop_the_run(queue, log):
 
 
 def test_cancelled_row_still_in_index_is_dropped_not_run(queue, log):
-    job_id = queue.add(H, "record", {"log": log, "n": 1}, now=NOW)
+    now = time.time()  # due now: within the horizon, so its entry is on the schedule
+    job_id = queue.add(H, "record", {"log": log, "n": 1}, now=now)
     Job.update(status=Status.CANCELLED).where(Job.id == job_id).execute()
+    assert queue.index.schedule.size("default") == 1
 
-    report = queue.run(now=NOW)
+    report = queue.run(now=now)
 
     assert read_log(log) == []
     assert report.dropped == 1
