@@ -11,7 +11,7 @@ from pathlib import Path
 
 import redis
 
-from tests.servers import free_port
+from tests.servers import answers, free_port
 from tests.waiting import wait_for
 
 SERVICE = "delayq"
@@ -24,8 +24,12 @@ class SentinelGroup:
     def __init__(self, workdir: Path, replicas: int = 1) -> None:
         self.workdir = workdir
         self.processes: dict[int, subprocess.Popen[bytes]] = {}
-        self.data_ports = [free_port() for _ in range(1 + replicas)]
-        self.sentinel_ports = [free_port() for _ in range(3)]
+        # Distinct: free_port can name a port twice, and two servers on one port would leave
+        # one running, unknown to `processes` (which is keyed by port).
+        ports: list[int] = []
+        while len(ports) < 1 + replicas + 3:
+            ports += [port] if (port := free_port()) not in ports else []
+        self.data_ports, self.sentinel_ports = ports[: 1 + replicas], ports[1 + replicas :]
 
     @property
     def url(self) -> str:
@@ -145,6 +149,21 @@ class SentinelGroup:
 
         wait_for(promoted, 30, f"a replica to be promoted in place of port {old}")
         return named[0]
+
+    def restart_primary(self, empty: bool = True) -> int:
+        """kill -9 the primary and start it again at once on its port, as a primary, before
+        the sentinels find it down; its port. Its replicas reconnect, find a new replication
+        history and resync from it. `empty`: with nothing (nothing is saved, but a server
+        that was a replica keeps the last snapshot its primary sent it, dump.rdb, and would
+        load it: that file goes first); else with what its dump.rdb holds, if any."""
+        old = self.kill_primary_now()
+        if empty:
+            (self.workdir / str(old) / "dump.rdb").unlink(missing_ok=True)
+        self._server(old, [])
+        client = self.client(old)
+        with contextlib.closing(client):
+            wait_for(lambda: answers(client), 10, f"the primary on port {old} to answer")
+        return old
 
     def restart(self, port: int) -> None:
         """Start the server of `port` again (empty: nothing is saved), as a replica of the
