@@ -77,6 +77,7 @@ class Result:
     lateness: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     noted_late: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     rate_most: int = 0  # the most starts of the rated queue in any window of one second
+    rate_pause: float = 0.0  # the longest the rated queue started nothing while a job waited
 
     @property
     def ok(self) -> bool:
@@ -134,6 +135,7 @@ def check(log: Path, ledger: Ledger, far: set[str], due_by: float) -> Result:
     check_ledger(ledger, rows, calls, result)
     result.bad += lock_overlaps(held)
     result.rate_most = most_starts_in_a_second(rows, calls)
+    result.rate_pause = longest_pause_with_a_job_waiting(rows, calls)
     if result.rate_most > 2 * RATE:
         result.bad.append(f"rated: {result.rate_most} starts in one second, over twice {RATE}")
     return result
@@ -250,6 +252,27 @@ def most_starts_in_a_second(rows: dict[int, Row], calls: dict[int, list[Call]]) 
             first += 1
         most = max(most, last - first + 1)
     return most
+
+
+def longest_pause_with_a_job_waiting(rows: dict[int, Row], calls: dict[int, list[Call]]) -> float:
+    """The longest gap between two starts of the rated queue during which a job of it, due by
+    the first, waited: how long lost or stale start grants held a backlog back (a figure,
+    not a check: the backlog bound above is the check)."""
+    rated = sorted(
+        (calls[row.id][0].start, row.run_at)
+        for row in rows.values()
+        if row.queue == "rated" and calls.get(row.id)
+    )
+    # earliest[i]: the earliest due time among the jobs that started at the i-th start or later
+    earliest = [math.inf] * (len(rated) + 1)
+    for i in range(len(rated) - 1, -1, -1):
+        earliest[i] = min(rated[i][1], earliest[i + 1])
+    longest = 0.0
+    for i in range(len(rated) - 1):
+        (before, _), (after, _) = rated[i], rated[i + 1]
+        if earliest[i + 1] <= before:
+            longest = max(longest, after - before)
+    return longest
 
 
 def percentiles(values: list[float]) -> tuple[float, float, float]:

@@ -48,8 +48,9 @@ base bound before the end succeeded and its handler ran exactly once (no runner 
 any second call is unexplained); none started before its due time (tolerance 10 ms: one host's
 clock, logged to the millisecond); no job of a rolled-back transaction, no add that raised,
 no replaced-away version ran or has a row; every start within its bound. Prints lateness
-p50/p99/max per kind of queue, the faults, and one summary line; exits 0 only when every check
-holds, no runner exited and no producer died.
+p50/p99/max per kind of queue, the faults, and one summary line (with the most starts of
+`rated` in a second and the longest it started nothing while a job of it due waited); exits
+0 only when every check holds, no runner exited and no producer died.
 """
 
 from __future__ import annotations
@@ -193,7 +194,8 @@ def summary(
         f"rolled_back={len(ledger.rolled_back)} replaces={len(ledger.replaces)} "
         f"failed_adds={len(ledger.failed)} "
         f"zadds_failed={ledger.zadds_failed} producer_errors={sum(ledger.errors.values())} "
-        f"rated_most_in_1s={result.rate_most} {outcome} {' '.join(late)} "
+        f"rated_most_in_1s={result.rate_most} rated_longest_pause={result.rate_pause:.1f}s "
+        f"{outcome} {' '.join(late)} "
         f"elapsed={elapsed:.0f}s {'OK' if ok else 'FAILED'}"
     )
 
