@@ -146,7 +146,8 @@ class Queue(QueuePausing):
 
         def schedule(replaced: tuple[int, list[int]]) -> None:
             # In the lock: of two replaces, the later one's entry is the one left.
-            self.producer.after(new, [packed_by_queue([row], [replaced[0]])], [replaced[0]])
+            texts = [packed_by_queue([row], [replaced[0]])]
+            self.producer.after(new, texts, [replaced[0]], moved=True)
 
         job_id, dropped = queries.replace_pending(self.table, row, now, schedule)
         self.index.schedule.remove(spec.queue, dropped)  # cancelled for good: no lock needed

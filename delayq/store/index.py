@@ -99,7 +99,7 @@ class Index:
         self.schedule.add_many(queue, retries)
         self.journal.forget(queue, journaled_ids, started, self.tallies.commands(tally))
 
-    def added(self, parts: Iterable[Mapping[str, Packed]]) -> set[str]:
+    def added(self, parts: Iterable[Mapping[str, Packed]], moved: bool = False) -> set[str]:
         """New rows are committed: put their jobs on their queues' schedules, given as
         `packed_by_queue` texts, leaving out each text whose earliest job is due after its
         queue's limit; the queues found without a horizon. add_jobs.lua would keep each of
@@ -107,7 +107,10 @@ class Index:
         all, where the script reads every job's entry (jobs due in days: most of a large
         add). The limits are read after the rows were written, as the script reads its
         limit: a walk that raises a limit writes it before it reads the table, so it finds
-        the rows of a text left out here."""
+        the rows of a text left out here. `moved`: the rows were there before (a replace
+        moved them), so an entry they had may be: every text goes to the script, which
+        takes away the entry of a row moved past the limit; left there, a walk (which
+        keeps the entries it finds) would leave the job at its old time."""
         by_queue: dict[str, list[Packed]] = {}
         for part in parts:
             for queue, entries in part.items():
@@ -116,7 +119,9 @@ class Index:
         without = set()
         for queue, packs in by_queue.items():
             limit = horizons[queue].limit if queue in horizons else None
-            texts = [pack.text for pack in packs if limit is None or pack.earliest <= limit]
+            texts = [
+                pack.text for pack in packs if moved or limit is None or pack.earliest <= limit
+            ]
             if not self.schedule.add_packed(queue, texts):
                 without.add(queue)
         return without

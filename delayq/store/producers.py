@@ -59,15 +59,20 @@ class Producer:
         return new
 
     def after(
-        self, new: Sequence[str], texts: Sequence[Mapping[str, Packed]], ids: Sequence[int]
+        self,
+        new: Sequence[str],
+        texts: Sequence[Mapping[str, Packed]],
+        ids: Sequence[int],
+        moved: bool = False,
     ) -> None:
         """The rows are committed: note the `new` queues in the registry and put the jobs on
-        the schedule. A Redis error loses nothing (the rows are the jobs, and runs find them),
-        so it is a warning, and the queues are asked about again at their next add."""
+        the schedule (`moved`: rows a replace moved, as `Index.added`). A Redis error loses
+        nothing (the rows are the jobs, and runs find them), so it is a warning, and the
+        queues are asked about again at their next add."""
         try:
             if new:
                 self.index.registry.register(new)
-            lost = self.index.added(texts)
+            lost = self.index.added(texts, moved)
         except redis.RedisError as exc:
             logger.warning(
                 "jobs %s saved but not indexed (%s); a run re-indexes them once they are due",

@@ -211,3 +211,28 @@ def test_init_sets_the_limits_on_the_clock_it_is_given(make):
 
     limit = float(queue.index.client.hget(horizon_key("default"), "limit"))
     assert limit == pytest.approx(later + HOUR, abs=1)
+
+
+def test_a_job_replaced_past_the_horizon_leaves_no_entry_at_its_old_time(make, log):
+    """Added while its queue had no horizon (Redis had lost it), a job due in two hours got
+    an entry; replaced since to 90 minutes, past the limit a walk gave the queue meanwhile,
+    its old entry must go, or the walk that brings the row in keeps it (a walk leaves the
+    entries it finds) and the job runs half an hour late."""
+    producer, runner = make(), make()
+    now = time.time()
+    producer.add(H, "record", {"log": log}, queue="mail", now=now)  # the producer notes mail
+    runner.index.client.flushdb()
+
+    def replace(due: float) -> int:
+        return producer.add(
+            H, "record", {"log": log}, at=due, queue="mail", ext="order:1", replace=True, now=now
+        )
+
+    job_id = replace(now + 2 * HOUR)
+    assert schedule(runner, "mail") == {job_id: pytest.approx(now + 2 * HOUR)}
+    runner.run(now=now)  # the rebuild: mail's limit an hour ahead
+    assert replace(now + 1.5 * HOUR) == job_id
+
+    assert job_id not in schedule(runner, "mail")
+    assert runner.run(now=now + 1.5 * HOUR + 1).succeeded == 1
+    assert status(runner, job_id) == "success"
