@@ -1,7 +1,7 @@
 """Workload `databases` (only when asked for: it starts servers of its own): dispatch and
 lateness with the table on
 - `plain`: one MariaDB, reached on its port;
-- `haproxy`: the same server through HAProxy (tests/haproxy.py), the proxy's own cost;
+- `haproxy`: the same server through HAProxy (tests/support/haproxy.py), the proxy's own cost;
 - `async`: a primary replicating asynchronously to one replica;
 - `semisync`: a semi-synchronous one (rpl_semi_sync_master_enabled, AFTER_SYNC: a commit
   returns once the replica has it);
@@ -25,9 +25,9 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from tests.galera_servers import GaleraCluster
-from tests.haproxy import HAProxy
-from tests.mysql_servers import DATABASE, PASSWORD, USER, MariaDB, ReplicatedMariaDB
+from tests.support.galera_servers import GaleraCluster
+from tests.support.haproxy import HAProxy
+from tests.support.mysql_servers import DATABASE, PASSWORD, USER, MariaDB, ReplicatedMariaDB
 
 from . import dispatch, env, lateness
 from .compared import Rounds, early_or_missed, figures, lateness_words, paired, turns

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import delayq
-from delayq.store.table import Status
+from delayq.store.table.model import Status
 
 from . import env
 from .servers import PrivateMariaDB

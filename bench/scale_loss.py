@@ -11,7 +11,7 @@ import time
 import redis
 
 import delayq
-from delayq.store.keys import INDEXED_KEY
+from delayq.store.index.keys import INDEXED_KEY
 
 from . import env
 from .scale_load import QUEUES

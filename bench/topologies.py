@@ -19,10 +19,10 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from delayq.store.keys import schedule_key
-from tests.clusters import Cluster
-from tests.sentinels import SentinelGroup
-from tests.servers import PrivateRedis, free_port
+from delayq.store.index.keys import schedule_key
+from tests.support.clusters import Cluster
+from tests.support.sentinels import SentinelGroup
+from tests.support.servers import PrivateRedis, free_port
 
 from . import dispatch, env, lateness
 from .compared import Rounds, early_or_missed, lateness_words, paired, turns

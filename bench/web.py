@@ -23,8 +23,8 @@ from datetime import datetime, timezone
 
 import delayq
 from delayq.config import Settings
-from delayq.store import counts
-from delayq.store.table import Status
+from delayq.store.table import counts
+from delayq.store.table.model import Status
 
 from . import baseline, env
 

@@ -21,8 +21,8 @@ from .errors import BackendUnavailable, DelayqError
 from .queue import Queue
 from .store import embedded
 from .store.backend_errors import one_line
-from .store.database import open_database, sqlite_url
-from .store.index import Index
+from .store.index.parts import Index
+from .store.table.database import open_database, sqlite_url
 from .store.urls import open_redis
 from .threads import keep_signals_off_this_thread
 

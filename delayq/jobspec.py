@@ -23,12 +23,12 @@ from .durations import (
     seconds_of,
 )
 from .errors import BadInput
-from .store import table
-from .store.locks import LOCK_MAX
-from .store.params import may_nest_deeper, nests_deeper, payload_or_empty, too_deep
-from .store.policies import check_policy, policy_text
-from .store.recurrence import parse_schedule
-from .store.table import Job, Status
+from .store.table import model as table
+from .store.table.locks import LOCK_MAX
+from .store.table.model import Job, Status
+from .store.table.params import may_nest_deeper, nests_deeper, payload_or_empty, too_deep
+from .store.table.policies import check_policy, policy_text
+from .store.table.recurrence import parse_schedule
 from .worker.handlers import check_shape, locate
 
 PARAMS_MAX_BYTES = 65535  # what a MySQL TEXT column holds

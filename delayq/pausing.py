@@ -12,10 +12,10 @@ from .config import validate_queue_name
 from .durations import parse_concurrency, parse_rate
 from .errors import BadInput
 from .reading import QueueReads
-from .store import leases, queue_settings
 from .store.backend_errors import backend_errors
-from .store.queue_settings import UNCHANGED, QueueFlow, Unchanged
-from .store.table import Table
+from .store.table import leases, queue_settings
+from .store.table.model import Table
+from .store.table.queue_settings import UNCHANGED, QueueFlow, Unchanged
 
 # A write of queue_settings (pause, resume): (table, queues, now) -> their settings now.
 SettingsChange = Callable[[Table, Sequence[str], float], dict[str, QueueFlow]]

@@ -17,15 +17,15 @@ from .durations import Duration, Instant, parse_duration
 from .errors import BadInput
 from .jobspec import JobSpec, check_key, run_at_of, to_row
 from .pausing import QueuePausing
-from .store import chains, counts, inserts, locks, queries, queue_settings, transactions
 from .store.backend_errors import backend_errors
-from .store.database import bound_replies
-from .store.index import Index
-from .store.params import read_call
+from .store.index.parts import Index
+from .store.index.schedule import packed_by_queue
 from .store.producers import Producer
-from .store.schedule import packed_by_queue
-from .store.table import TABLE_NAME, Status, Table, create_tables, utc_stamp
-from .store.upgrade import upgrade_table
+from .store.table import chains, counts, inserts, locks, queries, queue_settings, transactions
+from .store.table.database import bound_replies
+from .store.table.model import TABLE_NAME, Status, Table, create_tables, utc_stamp
+from .store.table.params import read_call
+from .store.table.upgrade import upgrade_table
 from .worker.allowlist import check_allowlist
 from .worker.handlers import locate
 from .worker.interrupts import GracefulStop

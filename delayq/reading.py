@@ -11,11 +11,11 @@ import peewee
 from .config import Settings, validate_queue_name
 from .errors import BadInput, JobNotFound
 from .jobspec import job_view, row_view
-from .store import queries
 from .store.backend_errors import backend_errors
-from .store.index import Index
-from .store.keys import MAX_ID
-from .store.table import Job, Table
+from .store.index.keys import MAX_ID
+from .store.index.parts import Index
+from .store.table import queries
+from .store.table.model import Job, Table
 from .worker.report import RunReport
 
 if TYPE_CHECKING:  # loaded by the methods that use them, so `delayq run` does without

@@ -25,10 +25,11 @@ import redis
 
 import delayq
 from delayq.config import MAX_HORIZON, Settings
-from delayq.store import counts, embedded
-from delayq.store.database import sqlite_url
-from delayq.store.table import Job
-from tests.embedded_processes import embedded_processes_under
+from delayq.store import embedded
+from delayq.store.table import counts
+from delayq.store.table.database import sqlite_url
+from delayq.store.table.model import Job
+from tests.support.embedded_processes import embedded_processes_under
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -79,9 +80,9 @@ SERIAL_FILES = {
     "api/test_listen.py",
     "faults/test_derived_soak.py",
     "faults/test_failover_soak.py",
+    "faults/test_faults.py",
     "faults/test_galera.py",
     "faults/test_mysql_failover.py",
-    "faults/test_faults.py",
     "faults/test_outages.py",
     "faults/test_partitions.py",
     "faults/test_processes.py",
@@ -91,14 +92,14 @@ SERIAL_FILES = {
     "flow/test_flow_soak.py",
     "flow/test_locks_runners.py",
     "ops/test_requeue.py",
-    "store/test_cluster.py",
+    "project/test_readme.py",
+    "store/index/test_cluster.py",
+    "store/index/test_journal.py",
+    "store/index/test_sentinel.py",
+    "store/table/test_leases.py",
+    "store/table/test_recurring.py",
     "store/test_embedded.py",
     "store/test_embedded_fallback.py",
-    "store/test_journal.py",
-    "store/test_leases.py",
-    "store/test_recurring.py",
-    "store/test_sentinel.py",
-    "test_readme.py",
     "web/test_web_browser.py",
     "worker/test_async.py",
     "worker/test_backlog.py",
@@ -269,7 +270,7 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str
     client.close()
 
 
-# For the tests of the pending counts that triggers keep (store/counts.py): on SQLite, and on
+# For the tests of the pending counts that triggers keep (store/table/counts.py): on SQLite, and on
 # MariaDB where the server lets the application's user create them. On the suite's own
 # MariaDB, as on a managed service's primary, `delayq init` keeps none and counts are read
 # from the table's index instead.
@@ -303,7 +304,7 @@ def _drop_table(url: str) -> None:
 def changes_made(changes: list[str]) -> list[str]:
     """What `init` says it changed, less the line it says at every `init` where the server
     refuses it the triggers that keep pending counts (the suite's MariaDB, as production runs
-    it; tests/store/test_privileges.py checks that line)."""
+    it; tests/store/table/test_privileges.py checks that line)."""
     return [line for line in changes if not counts.is_notice(line)]
 
 

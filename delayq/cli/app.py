@@ -147,8 +147,8 @@ def open_queue(*, create: bool = False, **overrides: Any) -> Queue:
 def check_database_exists(settings: Settings) -> None:
     """BackendUnavailable, saying where it looked, when the SQLite file is not there; a
     malformed Redis URL is reported first, as the usage error it is."""
-    from ..store.database import sqlite_file
     from ..store.embedded import database_path
+    from ..store.table.database import sqlite_file
 
     if not settings.database_url:
         home = settings.home.resolve()

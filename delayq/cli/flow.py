@@ -11,7 +11,7 @@ import typer
 
 from ..durations import format_delta, format_instant, format_rate, parse_concurrency, parse_rate
 from ..errors import BadInput
-from ..store.queue_settings import QueueFlow
+from ..store.table.queue_settings import QueueFlow
 from .app import Command, app, open_queue, printable
 
 NamesArgument = Annotated[list[str], typer.Argument(metavar="NAME...", help="Queue names.")]

@@ -12,7 +12,7 @@ from ..config import DEFAULT_QUEUE
 from ..durations import format_instant, parse_duration, shown
 from ..errors import BadInput
 from ..jobspec import check_at, check_timeout
-from ..store.params import UNREADABLE
+from ..store.table.params import UNREADABLE
 from .app import (
     Command,
     JsonOption,

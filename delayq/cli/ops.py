@@ -13,8 +13,8 @@ import typer
 
 from ..durations import format_delta, format_instant, format_rate, parse_duration, parse_rate, shown
 from ..errors import BadInput
-from ..store.queue_settings import QueueFlow
-from ..store.table import Status
+from ..store.table.model import Status
+from ..store.table.queue_settings import QueueFlow
 from .app import (
     Command,
     JsonOption,
@@ -237,7 +237,7 @@ def list_jobs(
 def _call(view: dict[str, Any]) -> str:
     """What a row calls, and how it recurs (by cron or `every 1h`); UNREADABLE when its params
     name no class and method."""
-    from ..store.params import UNREADABLE
+    from ..store.table.params import UNREADABLE
 
     names = (view["class"], view["method"])
     call = ".".join(names) if all(isinstance(name, str) for name in names) else UNREADABLE

@@ -24,7 +24,7 @@ from .app import app, open_queue, print_json, printable
 if TYPE_CHECKING:
     from ..config import Settings
     from ..queue import Queue
-    from ..store.outcomes import Outcome
+    from ..store.table.outcomes import Outcome
     from ..worker.liveness import Liveness
     from ..worker.report import OutcomeCallback, RunReport
 

@@ -10,7 +10,7 @@ import typer
 
 from ..config import load_settings
 from ..errors import DelayqError
-from ..store import counts
+from ..store.table import counts
 from .app import Command, JsonOption, app, check_database_exists, open_queue, print_json
 
 if TYPE_CHECKING:

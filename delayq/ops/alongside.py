@@ -12,8 +12,8 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Generic, TypeVar
 
-from ..store.database import close_connection
-from ..store.table import Table
+from ..store.table.database import close_connection
+from ..store.table.model import Table
 from ..threads import keep_signals_off_this_thread
 
 T = TypeVar("T")

@@ -15,14 +15,14 @@ import redis
 from ..config import Settings, redact_url
 from ..durations import format_delta, format_instant, format_rate
 from ..errors import BadInput, ConfigError
-from ..store import counts, locks, queue_settings
 from ..store.backend_errors import one_line
-from ..store.index import Index
-from ..store.keys import INDEXED_KEY
+from ..store.index.keys import INDEXED_KEY
+from ..store.index.parts import Index
+from ..store.index.topology import Server, servers
 from ..store.producers import queues_in_use
-from ..store.table import Job, Status, Table, is_mysql, tuples
-from ..store.topology import Server, servers
-from ..store.upgrade import column_problems
+from ..store.table import counts, locks, queue_settings
+from ..store.table.model import Job, Status, Table, is_mysql, tuples
+from ..store.table.upgrade import column_problems
 from ..worker.allowlist import EMPTY_ALLOWLIST, check_entry
 from ..worker.handlers import import_prefix
 from ..worker.recovery import ORPHAN_GRACE

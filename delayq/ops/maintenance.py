@@ -17,11 +17,11 @@ from peewee import SQL, fn
 
 from ..config import Settings
 from ..errors import BadInput
-from ..store import chains
-from ..store.database import run_reconnecting
-from ..store.index import Index
-from ..store.params import read_call
-from ..store.table import Job, Status, Table, id_batches, tuples, utc_stamp
+from ..store.index.parts import Index
+from ..store.table import chains
+from ..store.table.database import run_reconnecting
+from ..store.table.model import Job, Status, Table, id_batches, tuples, utc_stamp
+from ..store.table.params import read_call
 from ..worker.handlers import locate
 from .alongside import alongside
 from .overview import JobFilter

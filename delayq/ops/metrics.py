@@ -1,5 +1,5 @@
 """Prometheus text exposition, and the metric names: counters and histograms that every run
-adds to in Redis (store/tallies.py), the queues' gauges, and the last run's own figures (or,
+adds to in Redis (store/index/tallies.py), the queues' gauges, and the last run's own figures (or,
 outside a run, when the last recorded run ended: what DelayqRunOverdue watches). It
 reads only what stays cheap at any table size: the tallies' hashes, ZCARD/ZCOUNT/the head of
 each schedule, and the running rows through the status index — never a GROUP BY over the
@@ -15,11 +15,17 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from ..store import counts, queries, queue_settings
-from ..store.index import Index
+from ..store.index.parts import Index
+from ..store.index.tallies import (
+    DURATION_BOUNDS,
+    LATENESS_BOUNDS,
+    OUTCOMES,
+    SEPARATOR,
+    bucket_field,
+)
 from ..store.producers import queues_in_use
-from ..store.table import Table
-from ..store.tallies import DURATION_BOUNDS, LATENESS_BOUNDS, OUTCOMES, SEPARATOR, bucket_field
+from ..store.table import counts, queries, queue_settings
+from ..store.table.model import Table
 from ..worker.report import RunReport
 from .overview import read_last_run
 

@@ -1,6 +1,6 @@
 """Per-minute aggregates for a dashboard: what each queue's jobs did in each of the last minutes
 (outcome counts, a lateness histogram, lateness and duration sums), read from the hashes that
-runs add to in Redis (store/tallies.py) and kept there for a day. Best-effort: the table is
+runs add to in Redis (store/index/tallies.py) and kept there for a day. Best-effort: the table is
 the truth, and a flushed Redis starts them from zero."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..store.index import Index
-from ..store.tallies import LATENESS_BOUNDS, bucket_field
+from ..store.index.parts import Index
+from ..store.index.tallies import LATENESS_BOUNDS, bucket_field
 
 __all__ = ["LATENESS_BOUNDS", "Minute", "merge", "per_minute"]
 _COUNTS = ("succeeded", "failed", "retried", "missed")  # Minute's fields that count jobs

@@ -13,13 +13,13 @@ from peewee import SQL, ModelSelect, NodeList, Value, fn
 
 from ..config import validate_queue_name, validate_text
 from ..durations import Duration, format_delta, format_rate, parse_duration
-from ..store import counts, queries, queue_settings
-from ..store.index import Index
-from ..store.keys import LAST_RUN_KEY
-from ..store.params import payload_or_empty
-from ..store.queue_settings import QueueFlow
-from ..store.registry import Registry
-from ..store.table import Job, Status, Table, due_column, tuples, utc_stamp
+from ..store.index.keys import LAST_RUN_KEY
+from ..store.index.parts import Index
+from ..store.index.registry import Registry
+from ..store.table import counts, queries, queue_settings
+from ..store.table.model import Job, Status, Table, due_column, tuples, utc_stamp
+from ..store.table.params import payload_or_empty
+from ..store.table.queue_settings import QueueFlow
 
 FAILED_WINDOW = 3600.0  # `failed_last_hour` counts failures this recent
 # Ranges of rows that grow with the table (finished rows, a due backlog) are counted up to

@@ -8,10 +8,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import cast
 
-from ..store.index import Index
-from ..store.keys import job_id_of, schedule_key, text
-from ..store.queries import overdue_pending
-from ..store.table import Status, Table, tuples
+from ..store.index.keys import job_id_of, schedule_key, text
+from ..store.index.parts import Index
+from ..store.table.model import Status, Table, tuples
+from ..store.table.queries import overdue_pending
 
 # Schedule members read at each end of a queue's schedule, and overdue pending rows compared
 # with it, without --full: a few milliseconds at any size.

@@ -10,10 +10,10 @@ import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..store import queries
-from ..store.index import Index
+from ..store.index.parts import Index
 from ..store.producers import queues_in_use
-from ..store.table import Job, Table
+from ..store.table import queries
+from ..store.table.model import Job, Table
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,10 @@ from redis.exceptions import ClusterDownError, ReadOnlyError, RedisClusterExcept
 
 from ..config import hide_secrets
 from ..errors import BackendUnavailable
-from .table import TABLE_NAME
+from .table.model import TABLE_NAME
 
 if TYPE_CHECKING:
-    from .table import Table
+    from .table.model import Table
 
 # MySQL/MariaDB client and server error numbers (pymysql's `args[0]`).
 SERVER_GONE_AWAY = 2006

@@ -16,11 +16,11 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import redis
 
-from . import queries
 from .backend_errors import one_line
-from .index import Index
-from .schedule import Packed
-from .table import Table
+from .index.parts import Index
+from .index.schedule import Packed
+from .table import queries
+from .table.model import Table
 
 logger = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ import redis
 
 from ..config import hide_secrets, redact_url
 from ..errors import ConfigError
-from . import clusters, sentinels
+from .index import clusters, sentinels
 
 REDIS_SCHEMES = ("redis", "rediss", "unix", sentinels.SCHEME, clusters.SCHEME)
 REDIS_FORMS = (

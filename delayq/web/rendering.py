@@ -16,11 +16,8 @@ from starlette.responses import HTMLResponse
 
 from ..errors import BadInput
 from ..ops.printing import printable
-from ..store.params import (
-    UNREADABLE,  # a row naming no handler: the word list and peek use
-    read_payload,
-)
-from ..store.table import Job
+from ..store.table.model import Job
+from ..store.table.params import UNREADABLE, read_payload
 from .security import csrf_token, session_nonce
 
 # A job's message longer than one line (a traceback) or than this shows collapsed to its

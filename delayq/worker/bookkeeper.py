@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from ..store.database import close_connection
-from ..store.table import Table
+from ..store.table.database import close_connection
+from ..store.table.model import Table
 from ..threads import keep_signals_off_this_thread
 
 

@@ -25,9 +25,9 @@ from .. import context
 from ..config import Settings, hide_secrets
 from ..durations import HORIZON, format_delta, seconds_of, shown
 from ..errors import BadInput, RetryLater
-from ..store.outcomes import Outcome
-from ..store.params import read_call
-from ..store.table import TEXT_MAX, ClaimedJob, Status, storable
+from ..store.table.model import TEXT_MAX, ClaimedJob, Status, storable
+from ..store.table.outcomes import Outcome
+from ..store.table.params import read_call
 from . import interrupts
 from .eventloop import EventLoopThread, under_limit
 from .handlers import Handler, HandlerName, handler_of, resolve

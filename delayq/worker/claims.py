@@ -12,14 +12,14 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from ..durations import format_instant
-from ..store import leases, queries
-from ..store.flow import FlowUnknown, restore, settings_of
-from ..store.index import Index
-from ..store.keys import job_id_of
-from ..store.outcomes import mark_missed_and_rearm
-from ..store.schedule import Claimed
-from ..store.table import ClaimedJob, Table
-from ..store.tallies import Tally, handler_label
+from ..store.index.flow import FlowUnknown, restore, settings_of
+from ..store.index.keys import job_id_of
+from ..store.index.parts import Index
+from ..store.index.schedule import Claimed
+from ..store.index.tallies import Tally, handler_label
+from ..store.table import leases, queries
+from ..store.table.model import ClaimedJob, Table
+from ..store.table.outcomes import mark_missed_and_rearm
 from .handlers import handler_of
 from .locking import Locking
 

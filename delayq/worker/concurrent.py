@@ -8,8 +8,8 @@ from __future__ import annotations
 import logging
 import time
 
-from ..store.outcomes import Outcome
-from ..store.table import ClaimedJob
+from ..store.table.model import ClaimedJob
+from ..store.table.outcomes import Outcome
 from .calls import Caller
 from .claims import Batch
 from .drains import Drain, Turn

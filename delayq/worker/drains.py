@@ -19,9 +19,9 @@ from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from ..store.flow import START_SLACK, settings_of
-from ..store.outcomes import Outcome, Written
-from ..store.table import ClaimedJob
+from ..store.index.flow import START_SLACK, settings_of
+from ..store.table.model import ClaimedJob
+from ..store.table.outcomes import Outcome, Written
 from . import locking
 from .calls import Caller
 from .claims import Batch, without_jobs_in_hand

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 import redis
 
-from ..store.index import Index
-from ..store.outcomes import Outcome, Written, write_outcomes
-from ..store.table import Status, Table
-from ..store.tallies import Tally
+from ..store.index.parts import Index
+from ..store.index.tallies import Tally
+from ..store.table.model import Status, Table
+from ..store.table.outcomes import Outcome, Written, write_outcomes
 from .bookkeeper import Bookkeeper
 
 FLUSH_MAX = 500

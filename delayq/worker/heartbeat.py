@@ -15,10 +15,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 
-from ..store import leases
-from ..store.database import close_connection
-from ..store.index import Index
-from ..store.table import Table
+from ..store.index.parts import Index
+from ..store.table import leases
+from ..store.table.database import close_connection
+from ..store.table.model import Table
 from ..threads import Periodic
 
 logger = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..config import Settings
 from ..errors import BadInput, ConfigError
-from ..store.outcomes import Outcome
+from ..store.table.outcomes import Outcome
 from ..threads import keep_signals_off_this_thread
 from .handlers import locate
 from .interrupts import RUN_STOPS

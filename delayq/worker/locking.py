@@ -1,6 +1,6 @@
 """Per-key locks in a run (`add(..., lock="order:42")`): a claimed job with a lock starts only
-once it holds the lock (store/locks.py), and lets go as its handler returns, handing the lock
-to the earliest job waiting on it (store/lock_waits.py), which goes back on its schedule at
+once it holds the lock (store/table/locks.py), and lets go as its handler returns, handing the lock
+to the earliest job waiting on it (store/index/lock_waits.py), which goes back on its schedule at
 its due time. A job that finds its lock held goes back to pending, in the lock's wait list,
 parked on the schedule until it is woken: it is not a failure and uses no retry.
 """
@@ -11,11 +11,11 @@ import json
 import logging
 from collections.abc import Mapping
 
-from ..store import leases, locks, queries
-from ..store.index import Index
-from ..store.lock_waits import PARKED_FOR, Waiter
-from ..store.schedule import packed
-from ..store.table import ClaimedJob, Table
+from ..store.index.lock_waits import PARKED_FOR, Waiter
+from ..store.index.parts import Index
+from ..store.index.schedule import packed
+from ..store.table import leases, locks, queries
+from ..store.table.model import ClaimedJob, Table
 
 logger = logging.getLogger(__name__)
 

@@ -10,11 +10,11 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
-from ..store import leases
 from ..store.backend_errors import is_lock_conflict, is_outage, is_read_only, one_line
-from ..store.index import Index
-from ..store.queue_settings import QueueFlow
-from ..store.table import Table
+from ..store.index.parts import Index
+from ..store.table import leases
+from ..store.table.model import Table
+from ..store.table.queue_settings import QueueFlow
 from .interrupts import GracefulStop
 from .liveness import Liveness
 from .report import RunReport

@@ -12,9 +12,9 @@ import uuid
 from collections.abc import Callable, Sequence
 
 from ..config import Settings
-from ..store import leases
-from ..store.index import Index
-from ..store.table import ClaimedJob, Table
+from ..store.index.parts import Index
+from ..store.table import leases
+from ..store.table.model import ClaimedJob, Table
 from .bookkeeper import Bookkeeper
 from .claims import Claimer
 from .heartbeat import HeldSlots, LeaseDeadline

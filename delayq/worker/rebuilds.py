@@ -1,5 +1,5 @@
 """Walks of the table that put pending rows on the schedule, due jobs first: a rebuild after
-Redis lost it, and each raise of a queue's horizon (store/horizons.py).
+Redis lost it, and each raise of a queue's horizon (store/index/horizons.py).
 
 Every pending row is in the table, so a Redis that lost its data (a restart without
 persistence, a FLUSHALL) costs a rebuild, never a job. A rebuild walks each queue's pending
@@ -34,13 +34,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 from redis.exceptions import LockError
 
-from ..store import queries
-from ..store.database import close_connection
-from ..store.horizons import Horizon
-from ..store.index import Index
-from ..store.keys import MAX_ID
-from ..store.queries import DueCursor
-from ..store.table import Table
+from ..store.index.horizons import Horizon
+from ..store.index.keys import MAX_ID
+from ..store.index.parts import Index
+from ..store.table import queries
+from ..store.table.database import close_connection
+from ..store.table.model import Table
+from ..store.table.queries import DueCursor
 
 logger = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """`delayq reconcile`: the schedule compared with the table both ways, up to each queue's
-horizon (store/horizons.py), at the speed the two can be read in order.
+horizon (store/index/horizons.py), at the speed the two can be read in order.
 
 Each queue's pending rows are walked in due order, a range of the (status, queue, run_at)
 index a batch at a time, beside the schedule's members due in the same span (ZRANGEBYSCORE),
@@ -8,7 +8,7 @@ from the span may be on the schedule at another score or claimed by a run (`put_
 checks), a member missing from the table's span may be a row moved meanwhile (checked
 against the table before it is removed). Every statement is one short read or a write of the
 differences: runs go on claiming and starting jobs while it works. Last, the kept pending
-counts are corrected if they are off (store/counts.py).
+counts are corrected if they are off (store/table/counts.py).
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..store import counts, queries
-from ..store.index import Index
-from ..store.keys import job_id_of
-from ..store.queries import DueCursor
-from ..store.table import Table
+from ..store.index.keys import job_id_of
+from ..store.index.parts import Index
+from ..store.table import counts, queries
+from ..store.table.model import Table
+from ..store.table.queries import DueCursor
 from .recovery import put_back_lost
 
 BATCH = 20000

@@ -19,13 +19,13 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from ..store import counts, leases, queries
-from ..store.index import Index
-from ..store.outcomes import Outcome, fail_and_rearm, write_outcomes
-from ..store.queries import DueCursor
-from ..store.registry import ServerNote
-from ..store.table import ClaimedJob, Status, Table
-from ..store.tallies import Tally, handler_label
+from ..store.index.parts import Index
+from ..store.index.registry import ServerNote
+from ..store.index.tallies import Tally, handler_label
+from ..store.table import counts, leases, queries
+from ..store.table.model import ClaimedJob, Status, Table
+from ..store.table.outcomes import Outcome, fail_and_rearm, write_outcomes
+from ..store.table.queries import DueCursor
 from . import locking
 from .group_commits import tally_of
 from .handlers import handler_of

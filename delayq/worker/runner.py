@@ -19,11 +19,11 @@ from dataclasses import replace
 
 from ..config import Settings
 from ..errors import BackendUnavailable
-from ..store import flow
-from ..store.database import close_connection, is_read_only, ping
-from ..store.index import Index
+from ..store.index import flow
+from ..store.index.parts import Index
 from ..store.producers import queues_in_use
-from ..store.table import Table
+from ..store.table.database import close_connection, is_read_only, ping
+from ..store.table.model import Table
 from ..threads import keep_signals_off_this_thread
 from . import database_failovers, interrupts, recovery
 from .bookkeeper import Bookkeeper

@@ -27,8 +27,8 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from ..store.outcomes import Outcome
-from ..store.table import ClaimedJob
+from ..store.table.model import ClaimedJob
+from ..store.table.outcomes import Outcome
 from ..threads import keep_signals_off_this_thread
 from .interrupts import JobTimeout
 

@@ -16,10 +16,10 @@ import redis
 
 import delayq
 from delayq.ops.overview import JobFilter
-from delayq.store.table import Job
-from tests.callers import open_transaction
+from delayq.store.table.model import Job
 from tests.sample_handlers.jobs import read_log
-from tests.waiting import wait_for
+from tests.support.callers import open_transaction
+from tests.support.waiting import wait_for
 
 H = "tests.sample_handlers.jobs"
 NOW = 1_800_000_000.0

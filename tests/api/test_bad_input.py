@@ -10,8 +10,8 @@ import pytest
 
 from delayq import BadInput, JobSpec, Status
 from delayq.durations import HORIZON
-from delayq.store.keys import schedule_key
-from delayq.store.table import Job
+from delayq.store.index.keys import schedule_key
+from delayq.store.table.model import Job
 
 NOW = 1_800_000_000.0
 H = "tests.sample_handlers.jobs"

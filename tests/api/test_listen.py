@@ -21,11 +21,11 @@ import redis
 
 import delayq
 from delayq.listen import Match
-from delayq.store.table import Job, Status
+from delayq.store.table.model import Job, Status
 from tests.conftest import DELAYQ, IN_CI, ROOT, STARTED
-from tests.servers import PrivateRedis, answers, free_port
-from tests.store.test_php_producer import php_or_fail_in_ci
-from tests.waiting import wait_for
+from tests.store.table.test_php_producer import php_or_fail_in_ci
+from tests.support.servers import PrivateRedis, answers, free_port
+from tests.support.waiting import wait_for
 
 FIRE = "tests.sample_handlers.timers.Timers.fire"
 NODE_DIR = ROOT / "tests" / "node"

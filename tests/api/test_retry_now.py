@@ -12,11 +12,11 @@ import time
 import pytest
 
 from delayq.errors import BadInput
-from delayq.store.keys import DEFAULT_QUEUE_KEY
-from delayq.store.table import Job, Status
+from delayq.store.index.keys import DEFAULT_QUEUE_KEY
+from delayq.store.table.model import Job, Status
 from tests.conftest import DELAYQ
 from tests.sample_handlers.jobs import read_log
-from tests.waiting import wait_for
+from tests.support.waiting import wait_for
 
 H = "tests.sample_handlers.jobs"
 NOW = 1_800_000_000.0

@@ -18,8 +18,8 @@ import delayq
 from delayq import Status
 from delayq.config import Settings
 from delayq.store import embedded
-from delayq.store.database import sqlite_url
-from delayq.store.keys import schedule_key
+from delayq.store.index.keys import schedule_key
+from delayq.store.table.database import sqlite_url
 from delayq.worker.report import RunReport
 from tests.conftest import HANDLERS, mysql_connect
 

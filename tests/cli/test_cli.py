@@ -15,8 +15,8 @@ import redis
 from typer.testing import CliRunner, Result
 
 from delayq.cli import app
-from delayq.store.database import open_database
-from delayq.store.keys import DEFAULT_QUEUE_KEY
+from delayq.store.index.keys import DEFAULT_QUEUE_KEY
+from delayq.store.table.database import open_database
 from tests.conftest import DELAYQ, changes_made
 
 HANDLERS = ("tests.sample_handlers",)

@@ -17,7 +17,7 @@ import redis
 from typer.main import get_command
 
 from delayq.cli import app
-from delayq.store.keys import DEFAULT_QUEUE_KEY
+from delayq.store.index.keys import DEFAULT_QUEUE_KEY
 from tests.conftest import DELAYQ, ROOT
 
 H = "tests.sample_handlers.jobs"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import DELAYQ, ROOT
-from tests.embedded_processes import embedded_processes_under
+from tests.support.embedded_processes import embedded_processes_under
 
 COMMANDS = [
     ["status"],

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from delayq import Status
-from delayq.store.table import Job
+from delayq.store.table.model import Job
 from tests.faults.test_processes import delayq
 from tests.ops.test_printing import HOSTILE, hidden_characters
 

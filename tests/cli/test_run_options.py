@@ -13,7 +13,7 @@ from delayq.config import Settings
 from delayq.errors import BadInput
 from delayq.worker.options import RunOptions
 from delayq.worker.report import RunReport
-from tests.invoke import invoke
+from tests.support.invoke import invoke
 
 
 def built(monkeypatch: pytest.MonkeyPatch, env: dict[str, str], *args: str) -> tuple[Any, ...]:

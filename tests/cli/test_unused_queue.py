@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 import time
 
-from delayq.store.keys import schedule_key
-from tests.invoke import invoke
+from delayq.store.index.keys import schedule_key
+from tests.support.invoke import invoke
 
 H = "tests.sample_handlers.jobs"
 

@@ -1,4 +1,4 @@
-"""The derived-state soak, short, as CI runs it (tests/derived_soak.py): eight queues fed by
+"""The derived-state soak, short, as CI runs it (tests/soaks/derived_soak.py): eight queues fed by
 long-lived producers for 100 s, three runners, a Sentinel group of its own flushed, restarted
 empty and failed over (each at least once, 12-20 s apart); nothing lost, run twice or early,
 no rolled-back or replaced-away job run, every due job started within its documented bound."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tests.faults.test_soak import counts, run_summary
-from tests.topologies import need_servers
+from tests.support.topologies import need_servers
 
 pytestmark = pytest.mark.slow
 
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 def test_short_derived_soak_keeps_every_job_through_redis_losses(mariadb_url):
     need_servers("redis-server", "redis-cli")
     summary = run_summary(
-        *("tests.derived_soak", "--window", "100", "--every", "12:20"),
+        *("tests.soaks.derived_soak", "--window", "100", "--every", "12:20"),
         *("--max-seconds", "60", "--database-url", f"{mariadb_url}_dsoak"),
     )
 

@@ -1,4 +1,4 @@
-"""The failover soak, short, as CI runs it (tests/failover_soak.py): a few hundred jobs over
+"""The failover soak, short, as CI runs it (tests/soaks/failover_soak.py): a few hundred jobs over
 four queues, two runners of `-c 8 -p 2` and a producer, through one failover of each kind
 on a Sentinel group and on a Cluster of its own; nothing lost, nothing run twice, every id
 the producer got run, each runner going on within down-after + 3 s of each promotion."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tests.faults.test_soak import counts, run_summary
-from tests.topologies import need_servers
+from tests.support.topologies import need_servers
 
 pytestmark = pytest.mark.slow
 
@@ -27,7 +27,7 @@ def test_short_failover_soak_loses_nothing_and_runs_nothing_twice(
 ):
     need_servers("redis-server", "redis-cli")
     summary = run_summary(
-        *("tests.failover_soak", "--topology", topology, "--jobs", "300"),
+        *("tests.soaks.failover_soak", "--topology", topology, "--jobs", "300"),
         *("--window", str(window), "--every", "8", "--max-seconds", "60"),
         *("--database-url", f"{mariadb_url}_soak"),
     )

@@ -15,12 +15,12 @@ import pymysql
 import pytest
 
 from delayq import Status
-from delayq.store.database import run_reconnecting
-from delayq.store.keys import schedule_key
-from delayq.store.table import Job
+from delayq.store.index.keys import schedule_key
+from delayq.store.table.database import run_reconnecting
+from delayq.store.table.model import Job
 from tests.conftest import DELAYQ
 from tests.sample_handlers.jobs import read_log
-from tests.waiting import wait_for
+from tests.support.waiting import wait_for
 
 H = "tests.sample_handlers.jobs"
 F = "tests.sample_handlers.faults"

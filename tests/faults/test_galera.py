@@ -1,4 +1,5 @@
-"""delayq on a Galera cluster of its own (tests/galera_servers.py): adds through every node at
+"""delayq on a Galera cluster of its own (tests/support/galera_servers.py): adds through every
+node at
 once all succeed, a certification conflict being run again rather than raised; `--replace`
 through two nodes at once leaves one pending job per key, and a chain's retries one pending
 attempt, since the named lock is a row write that Galera certifies (GET_LOCK is one node's
@@ -20,17 +21,17 @@ import redis
 
 import delayq
 from delayq.config import Settings
-from delayq.store import leases, mutexes
 from delayq.store.backend_errors import NODE_NOT_READY, is_outage, mysql_error_number
+from delayq.store.table import leases, mutexes
 from tests.conftest import IN_CI, ROOT
 from tests.faults.test_mysql_failover import need_mariadbd
 from tests.faults.test_soak import counts
-from tests.galera_servers import PROVIDER, GaleraCluster
-from tests.haproxy import haproxy
-from tests.mysql_servers import DATABASE
-from tests.mysql_topologies import run_query
-from tests.topologies import need_servers
-from tests.waiting import at_once, wait_for
+from tests.support.galera_servers import PROVIDER, GaleraCluster
+from tests.support.haproxy import haproxy
+from tests.support.mysql_servers import DATABASE
+from tests.support.mysql_topologies import run_query
+from tests.support.topologies import need_servers
+from tests.support.waiting import at_once, wait_for
 
 pytestmark = pytest.mark.slow
 H = "tests.sample_handlers.jobs"
@@ -198,7 +199,7 @@ def test_a_node_cut_off_from_the_others_is_an_outage_to_wait_out(cluster, queues
 def soak(entry: str) -> dict[str, str]:
     """The short Galera soak's counts, once it said OK."""
     need_galera(proxy=entry == "haproxy")
-    command = [sys.executable, "-m", "tests.mysql_failover_soak", "--topology", "galera"]
+    command = [sys.executable, "-m", "tests.soaks.mysql_failover_soak", "--topology", "galera"]
     command += ["--entry", entry, "--jobs", "600", "--window", "14", "--fault-at", "5"]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""

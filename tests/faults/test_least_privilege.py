@@ -4,7 +4,7 @@ granted ALL on its database and nothing global (no SUPER), log_bin_trust_functio
 off (the default). It finishes, saying in one line that pending counts are read from the
 index and which setting lets it keep them, and everything works; a user who may not even
 create the table gets one line and nothing is made. One mariadbd of its own for the module
-(tests/mysql_servers.py), each test on a database and user of its own."""
+(tests/support/mysql_servers.py), each test on a database and user of its own."""
 
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ import pytest
 import redis
 
 from delayq import JobSpec
-from delayq.store import counts
+from delayq.store.table import counts
 from tests.conftest import DELAYQ
 from tests.faults.test_mysql_failover import need_mariadbd
-from tests.mysql_servers import MariaDB
-from tests.topologies import need_servers, open_queue, process_env
+from tests.support.mysql_servers import MariaDB
+from tests.support.topologies import need_servers, open_queue, process_env
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""The MySQL failover soak, short, as CI runs it (tests/mysql_failover_soak.py): a MariaDB
+"""The MySQL failover soak, short, as CI runs it (tests/soaks/mysql_failover_soak.py): a MariaDB
 primary and its replica of their own, three `delayq run --loop -c 8` runners and two
 producers through one address that moves, the primary killed (or switched over) mid-soak.
 Semi-synchronous: nothing lost, nothing run twice, nothing early, every id a producer got
@@ -17,11 +17,11 @@ import peewee
 import pytest
 
 from delayq.store.backend_errors import is_outage, is_read_only
-from delayq.store.database import open_database
+from delayq.store.table.database import open_database
 from tests.conftest import DELAYQ, IN_CI, ROOT
 from tests.faults.test_soak import counts
-from tests.mysql_servers import DATABASE, PASSWORD, USER, ReplicatedMariaDB, mariadbd
-from tests.topologies import need_servers, open_queue, process_env
+from tests.support.mysql_servers import DATABASE, PASSWORD, USER, ReplicatedMariaDB, mariadbd
+from tests.support.topologies import need_servers, open_queue, process_env
 
 pytestmark = pytest.mark.slow
 
@@ -37,7 +37,13 @@ def soak(replication: str, fault: str) -> dict[str, str]:
     """The short soak's counts, once it said OK (with async replication, OK allows losses)."""
     need_servers("mariadb-install-db", "redis-server")
     need_mariadbd()
-    command = [sys.executable, "-m", "tests.mysql_failover_soak", "--replication", replication]
+    command = [
+        sys.executable,
+        "-m",
+        "tests.soaks.mysql_failover_soak",
+        "--replication",
+        replication,
+    ]
     command += ["--fault", fault, "--jobs", "600", "--window", "14", "--fault-at", "5"]
     result = subprocess.run(
         command,

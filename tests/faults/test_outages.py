@@ -27,20 +27,20 @@ import redis
 import delayq
 from delayq import Status
 from delayq.config import Settings
-from delayq.store import leases
-from delayq.store.database import RUN_REPLY_TIMEOUT
-from delayq.store.flow import restore
-from delayq.store.journal import Journal
-from delayq.store.keys import queue_key
-from delayq.store.outcomes import Outcome
+from delayq.store.index.flow import restore
+from delayq.store.index.journal import Journal
+from delayq.store.index.keys import queue_key
+from delayq.store.table import leases
+from delayq.store.table.database import RUN_REPLY_TIMEOUT
+from delayq.store.table.outcomes import Outcome
 from delayq.worker.bookkeeper import Bookkeeper
 from delayq.worker.group_commits import OutcomeBuffer
 from delayq.worker.looping import Outage
 from tests.conftest import HANDLERS, IN_CI, mysql_connect
 from tests.faults.test_processes import start
 from tests.sample_handlers.jobs import read_log
-from tests.servers import PrivateRedis, Proxy, free_port
-from tests.waiting import wait_for
+from tests.support.servers import PrivateRedis, Proxy, free_port
+from tests.support.waiting import wait_for
 
 H = "tests.sample_handlers.jobs"
 

@@ -1,5 +1,5 @@
-"""Runners on three hosts (network namespaces, tests/netns.py) share a MariaDB database and a
-Redis. Mid-run one host is cut off from Redis only, a second from MySQL only, the third from
+"""Runners on three hosts (network namespaces, tests/support/netns.py) share a MariaDB database
+and a Redis. Mid-run one host is cut off from Redis only, a second from MySQL only, the third from
 both, each while one of its handlers runs, for longer than a lease. While cut off a host
 starts nothing it had not claimed before; the jobs it held are taken over after their
 leases; once restored it claims again by itself, never having exited; nothing is lost, and
@@ -21,13 +21,13 @@ import pytest
 
 import delayq
 from delayq.config import Settings
-from delayq.store.table import Job, Status
+from delayq.store.table.model import Job, Status
 from delayq.worker.looping import SWEEP_EVERY
-from tests import netns
 from tests.conftest import DELAYQ, HANDLERS, IN_CI, ROOT, STARTED, mysql_connect
 from tests.sample_handlers.jobs import read_log
-from tests.servers import Proxy
-from tests.waiting import wait_for
+from tests.support import netns
+from tests.support.servers import Proxy
+from tests.support.waiting import wait_for
 
 LEASE = 3  # seconds: short, so a cut-off host's jobs are taken over within seconds
 MIN_CUT = LEASE + 3  # seconds a cut lasts at least

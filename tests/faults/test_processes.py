@@ -23,11 +23,11 @@ from typing import Any
 import pytest
 
 from delayq import JobSpec, Queue, Status
-from delayq.store.keys import schedule_key
-from delayq.store.table import Job
+from delayq.store.index.keys import schedule_key
+from delayq.store.table.model import Job
 from tests.conftest import DELAYQ, STARTED, mysql_connect
 from tests.sample_handlers.jobs import read_log
-from tests.waiting import wait_for
+from tests.support.waiting import wait_for
 
 H = "tests.sample_handlers.jobs"
 P = "tests.sample_handlers.procs"

@@ -43,7 +43,7 @@ def run_soak(mariadb_url: str, *options: str) -> str:
     on one server (each with its own DELAYQ_TEST_MARIADB_URL) do not drop each other's soak
     table; its summary line, asserted OK."""
     return run_summary(
-        *("tests.soak", "--jobs", "300", "--window", "12"),
+        *("tests.soaks.soak", "--jobs", "300", "--window", "12"),
         *("--max-seconds", "120", "--database-url", f"{mariadb_url}_soak"),
         *("--redis-url", soak_redis_url(), *options),
     )

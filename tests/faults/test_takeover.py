@@ -11,10 +11,10 @@ import subprocess
 import pytest
 
 from delayq import Status
-from delayq.store.table import Job
+from delayq.store.table.model import Job
 from tests.conftest import DELAYQ
 from tests.sample_handlers.jobs import read_log
-from tests.waiting import wait_for
+from tests.support.waiting import wait_for
 
 X = "tests.sample_handlers.hostile"
 LEASE = "2"  # seconds: the least DELAYQ_LEASE allows

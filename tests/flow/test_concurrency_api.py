@@ -9,9 +9,9 @@ import pytest
 
 import delayq
 from delayq.errors import BadInput
-from delayq.store import leases
-from delayq.store.keys import slots_key
-from delayq.store.table import Job, Status
+from delayq.store.index.keys import slots_key
+from delayq.store.table import leases
+from delayq.store.table.model import Job, Status
 from tests.sample_handlers.jobs import read_log
 
 H = "tests.sample_handlers.jobs"

@@ -11,13 +11,13 @@ import time
 from pathlib import Path
 
 import delayq
-from delayq.store.keys import slots_key
-from delayq.store.table import Job, Status
+from delayq.store.index.keys import slots_key
+from delayq.store.table.model import Job, Status
 from tests.faults.test_processes import start
 from tests.flow.test_limit_runners import limit
 from tests.flow.test_pause_runners import passes_go_on, stop
 from tests.sample_handlers.jobs import read_log
-from tests.waiting import wait_for
+from tests.support.waiting import wait_for
 
 H = "tests.sample_handlers.jobs"
 LEASE = 3.0  # seconds; the kill test's runners renew it every second

@@ -13,14 +13,14 @@ import time
 from collections import defaultdict
 
 import delayq
-from delayq.store.table import Job, Status
+from delayq.store.table.model import Job, Status
 from tests.faults.test_processes import start
 from tests.flow.test_concurrency_runners import most_at_once
 from tests.flow.test_limit_runners import most_in_any_second
 from tests.flow.test_pause_runners import pause, resume, stop
-from tests.invoke import invoke
 from tests.sample_handlers.jobs import read_log
-from tests.waiting import wait_for
+from tests.support.invoke import invoke
+from tests.support.waiting import wait_for
 
 H = "tests.sample_handlers.jobs"
 RATE = 20

@@ -10,8 +10,8 @@ from collections.abc import Callable
 import pytest
 
 import delayq
-from delayq.store.keys import schedule_key
-from delayq.store.table import Job, Status
+from delayq.store.index.keys import schedule_key
+from delayq.store.table.model import Job, Status
 from tests.sample_handlers.jobs import read_log
 
 H = "tests.sample_handlers.jobs"

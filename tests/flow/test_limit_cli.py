@@ -10,7 +10,7 @@ import time
 import pytest
 
 import delayq
-from tests.invoke import invoke
+from tests.support.invoke import invoke
 
 H = "tests.sample_handlers.jobs"
 

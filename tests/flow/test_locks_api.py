@@ -9,9 +9,9 @@ import pytest
 
 import delayq
 from delayq.errors import BadInput
-from delayq.store import leases, locks
-from delayq.store.lock_waits import PARKED_FOR
-from delayq.store.table import Job, Status
+from delayq.store.index.lock_waits import PARKED_FOR
+from delayq.store.table import leases, locks
+from delayq.store.table.model import Job, Status
 from delayq.worker.locking import let_go, lock_of
 from tests.sample_handlers.jobs import read_log
 
@@ -65,7 +65,7 @@ def test_jobs_wait_for_a_held_lock_and_run_in_due_order_as_it_is_handed_on(
 
 
 def claimed(queue: delayq.Queue, job: Job) -> object:
-    from delayq.store.table import ClaimedJob
+    from delayq.store.table.model import ClaimedJob
 
     return ClaimedJob(*[getattr(job, name) for name in ClaimedJob._fields])
 

@@ -11,13 +11,13 @@ import time
 from pathlib import Path
 
 import delayq
-from delayq.store.table import Job, Status
+from delayq.store.table.model import Job, Status
 from tests.faults.test_processes import start
 from tests.flow.test_concurrency_runners import LEASE, most_at_once, spans
 from tests.flow.test_pause_runners import passes_go_on, stop
-from tests.invoke import invoke
 from tests.sample_handlers.jobs import read_log
-from tests.waiting import wait_for
+from tests.support.invoke import invoke
+from tests.support.waiting import wait_for
 
 H = "tests.sample_handlers.jobs"
 SWEEP = 5.0  # a looping runner's sweep settles a dead run's jobs this often

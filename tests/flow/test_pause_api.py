@@ -10,7 +10,7 @@ import pytest
 import redis
 
 import delayq
-from delayq.store.table import Job, Status
+from delayq.store.table.model import Job, Status
 from tests.sample_handlers.jobs import read_log
 
 H = "tests.sample_handlers.jobs"

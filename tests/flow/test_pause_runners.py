@@ -14,12 +14,12 @@ from collections import Counter
 from pathlib import Path
 
 import delayq
-from delayq.store.table import Job, Status
+from delayq.store.table.model import Job, Status
 from delayq.worker.drains import PAUSE_LOOK
 from tests.faults.test_processes import start
-from tests.invoke import invoke
 from tests.sample_handlers.jobs import read_log
-from tests.waiting import wait_for
+from tests.support.invoke import invoke
+from tests.support.waiting import wait_for
 
 H = "tests.sample_handlers.jobs"
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 import redis
 
 from delayq.ops.upcoming import Upcoming
-from delayq.store.lock_waits import PARKED_FOR
+from delayq.store.index.lock_waits import PARKED_FOR
 from tests.model import truth
 from tests.model.truth import Flow, Row, what_redis_holds
 

@@ -14,8 +14,8 @@ import redis
 from delayq.store import embedded
 from tests.conftest import IN_CI
 from tests.model.world import Servers
-from tests.servers import PrivateRedis, answers, free_port
-from tests.waiting import wait_for
+from tests.support.servers import PrivateRedis, answers, free_port
+from tests.support.waiting import wait_for
 
 
 @pytest.fixture(params=["mariadb", "embedded"])

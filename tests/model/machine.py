@@ -31,8 +31,8 @@ import delayq
 from delayq import JobSpec
 from delayq.config import DEFAULT_QUEUE
 from delayq.errors import JobNotFound
-from delayq.store.counts import COUNTS_TABLE
-from delayq.store.keys import DEFAULT_QUEUE_KEY
+from delayq.store.index.keys import DEFAULT_QUEUE_KEY
+from delayq.store.table.counts import COUNTS_TABLE
 from delayq.worker.recovery import ORPHAN_GRACE, SWEEP_LIMIT
 from tests.model import checks, producers
 from tests.model.handlers import calls

@@ -17,11 +17,11 @@ import pymysql
 import delayq
 from delayq import JobSpec
 from delayq.config import DEFAULT_QUEUE
-from delayq.store.counts import COUNTS_TABLE
-from delayq.store.keys import QUEUES_KEY, schedule_key
-from tests.callers import open_transaction
+from delayq.store.index.keys import QUEUES_KEY, schedule_key
+from delayq.store.table.counts import COUNTS_TABLE
 from tests.conftest import DELAYQ, ROOT
 from tests.model.world import HANDLER, HANDLERS, HORIZON, World
+from tests.support.callers import open_transaction
 
 # How long two corrections are held at their writes, at most, before they are let go; how
 # long a held replace's row may take to be written, and the other replace to return.

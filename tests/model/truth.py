@@ -12,7 +12,7 @@ import peewee
 import redis
 
 from delayq.config import DEFAULT_QUEUE
-from delayq.store.keys import INDEXED_KEY, QUEUES_KEY, horizon_key, schedule_key
+from delayq.store.index.keys import INDEXED_KEY, QUEUES_KEY, horizon_key, schedule_key
 
 PENDING, RUNNING = 1, 2
 

@@ -16,11 +16,11 @@ import redis
 
 import delayq
 from delayq.config import MIN_HORIZON, Settings
-from delayq.store import keys
-from delayq.store.database import sqlite_url
-from delayq.store.lock_waits import wait_key
+from delayq.store.index import keys
+from delayq.store.index.lock_waits import wait_key
+from delayq.store.table.database import sqlite_url
 from tests.conftest import mysql_connect
-from tests.servers import Proxy
+from tests.support.servers import Proxy
 
 HANDLERS = ("tests.model.handlers",)
 HANDLER = "tests.model.handlers"  # the module; its function `record` is the method
@@ -162,7 +162,7 @@ QUEUE_KEY_KINDS = ("schedule", "horizon", "flow", "starts", "slots", "wake", "se
 
 
 def queue_keys(queue: str) -> dict[str, str]:
-    """{kind: key} of `queue`'s keys (store/keys.py)."""
+    """{kind: key} of `queue`'s keys (store/index/keys.py)."""
     found = {kind: keys.queue_key(queue, kind) for kind in QUEUE_KEY_KINDS}
     found["schedule"] = keys.schedule_key(queue)
     return found
@@ -171,6 +171,6 @@ def queue_keys(queue: str) -> dict[str, str]:
 def world_keys(locks: tuple[str, ...]) -> list[str]:
     """delayq's keys that are not a queue's, that live between runs: the registry of
     queues, the complete schedule's mark, the last run, the database server it saw, and the
-    lock keys' wait lists (store/keys.py, store/lock_waits.py)."""
+    lock keys' wait lists (store/index/keys.py, store/index/lock_waits.py)."""
     names = [keys.QUEUES_KEY, keys.INDEXED_KEY, keys.LAST_RUN_KEY, keys.DATABASE_SERVER_KEY]
     return names + [wait_key(lock) for lock in locks]

@@ -8,13 +8,14 @@ import pytest
 import redis
 
 from delayq.ops.sampling import SAMPLE
-from delayq.store import counts, embedded
-from delayq.store.database import sqlite_file, sqlite_url
-from delayq.store.keys import INDEXED_KEY, schedule_key
-from delayq.store.table import Job
+from delayq.store import embedded
+from delayq.store.index.keys import INDEXED_KEY, schedule_key
+from delayq.store.table import counts
+from delayq.store.table.database import sqlite_file, sqlite_url
+from delayq.store.table.model import Job
 from tests.cli.test_progress import on_a_terminal
 from tests.conftest import DELAYQ, with_kept_counts
-from tests.invoke import invoke
+from tests.support.invoke import invoke
 
 H = "tests.sample_handlers.jobs"
 
@@ -51,7 +52,7 @@ def test_a_healthy_setup_is_all_ok(queue, cli_env):
         "columns": ["ok"],
         "index": ["ok"] * 5,
         # Kept by triggers, or read from the table where the server refused them (the
-        # suite's MariaDB, as production runs it: tests/store/test_privileges.py).
+        # suite's MariaDB, as production runs it: tests/store/table/test_privileges.py).
         "counts": ["ok" if counts.installed(queue.table) else "warn"],
         "redis": ["ok"],
         "topology": ["ok"],
@@ -464,7 +465,7 @@ def test_a_bad_flag_exits_2(queue, cli_env, flag):
 
 
 def test_the_flow_line_names_paused_and_limited_queues_and_held_locks(queue, cli_env):
-    from delayq.store import locks
+    from delayq.store.table import locks
 
     assert line(invoke(cli_env, "doctor"), "flow") == ("ok", "no queue is paused or limited")
     queue.limit("sms", rate="10/s", concurrency=2)

@@ -9,8 +9,8 @@ import pytest
 
 from delayq import BadInput
 from delayq.ops.overview import JobFilter
-from delayq.store.table import Job, Status
-from tests.invoke import invoke
+from delayq.store.table.model import Job, Status
+from tests.support.invoke import invoke
 
 NOW = 1_800_000_000.0
 H = "tests.sample_handlers.jobs"

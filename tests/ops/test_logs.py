@@ -10,7 +10,7 @@ import pytest
 
 from delayq import BadInput
 from delayq.ops.logs import setup_logging
-from tests.invoke import invoke
+from tests.support.invoke import invoke
 
 H = "tests.sample_handlers.jobs"
 JOB_KEYS = {"job_id", "class", "method", "queue", "attempt", "duration", "outcome", "will_retry"}

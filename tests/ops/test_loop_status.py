@@ -8,10 +8,10 @@ import json
 import signal
 import time
 
-from delayq.store.keys import LAST_RUN_KEY
+from delayq.store.index.keys import LAST_RUN_KEY
 from tests.faults.test_processes import start
-from tests.invoke import invoke
-from tests.waiting import wait_for
+from tests.support.invoke import invoke
+from tests.support.waiting import wait_for
 
 H = "tests.sample_handlers.jobs"
 

@@ -17,18 +17,18 @@ from prometheus_client.parser import text_string_to_metric_families
 from delayq import ConfigError
 from delayq.ops.metrics import exposition
 from delayq.ops.textfile import write_file
-from delayq.store import leases, queries
-from delayq.store.keys import METRICS_HANDLERS_KEY
-from delayq.store.outcomes import Outcome
-from delayq.store.table import Job, Status
-from delayq.store.tallies import MAX_HANDLERS, OTHER_HANDLERS, label
+from delayq.store.index.keys import METRICS_HANDLERS_KEY
+from delayq.store.index.tallies import MAX_HANDLERS, OTHER_HANDLERS, label
+from delayq.store.table import leases, queries
+from delayq.store.table.model import Job, Status
+from delayq.store.table.outcomes import Outcome
 from delayq.worker.group_commits import OutcomeBuffer
 from delayq.worker.retry import MAX_LOST_LEASES
 from tests.faults.test_outages import private_redis, queue_on  # noqa: F401 - a fixture
 from tests.faults.test_processes import delayq, start
-from tests.invoke import invoke
 from tests.sample_handlers.jobs import read_log
-from tests.waiting import wait_for
+from tests.support.invoke import invoke
+from tests.support.waiting import wait_for
 
 H = "tests.sample_handlers.jobs"
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from delayq.ops.minutes import LATENESS_BOUNDS, Minute, merge, per_minute
-from delayq.store.tallies import MINUTE_TTL
+from delayq.store.index.tallies import MINUTE_TTL
 from tests.faults.test_processes import delayq
 from tests.sample_handlers.jobs import read_log
 

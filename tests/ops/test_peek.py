@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 import time
 
-from delayq.store.keys import schedule_key
-from delayq.store.table import Job, Status
-from tests.callers import open_transaction
-from tests.invoke import invoke
+from delayq.store.index.keys import schedule_key
+from delayq.store.table.model import Job, Status
+from tests.support.callers import open_transaction
+from tests.support.invoke import invoke
 
 NOW = 1_800_000_000.0
 H = "tests.sample_handlers.jobs"

@@ -10,7 +10,7 @@ import unicodedata
 import pytest
 
 from delayq.ops.printing import printable
-from tests.invoke import invoke
+from tests.support.invoke import invoke
 
 H = "tests.sample_handlers.jobs"
 HOSTILE = "a\x1b[31mred\r\x07\u202eevil[/x][bold]b:smile:"

@@ -14,12 +14,12 @@ import pytest
 from delayq import BadInput
 from delayq.ops import maintenance
 from delayq.ops.maintenance import Pace, purge, purgeable_ids
-from delayq.store.table import Job, Status, utc_stamp
+from delayq.store.table.model import Job, Status, utc_stamp
 from tests.cli.test_progress import on_a_terminal
 from tests.conftest import DELAYQ, mysql_connect
-from tests.invoke import invoke
-from tests.servers import Proxy
-from tests.waiting import wait_for
+from tests.support.invoke import invoke
+from tests.support.servers import Proxy
+from tests.support.waiting import wait_for
 
 NOW = 1_800_000_000.0
 DAY = 86400.0

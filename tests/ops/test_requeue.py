@@ -10,11 +10,11 @@ import pytest
 
 from delayq import BadInput, Status
 from delayq.ops.overview import JobFilter
-from delayq.store.keys import schedule_key
-from delayq.store.table import Job, utc_stamp
+from delayq.store.index.keys import schedule_key
+from delayq.store.table.model import Job, utc_stamp
 from tests.conftest import DELAYQ
-from tests.invoke import invoke
 from tests.sample_handlers.jobs import read_log
+from tests.support.invoke import invoke
 
 NOW = 1_800_000_000.0
 H = "tests.sample_handlers.jobs"

@@ -9,10 +9,10 @@ import time
 import pytest
 
 from delayq import JobSpec
-from delayq.store.keys import LAST_RUN_KEY, schedule_key
-from delayq.store.table import Job, Status, utc_stamp
-from tests.invoke import invoke
-from tests.sqlite_steps import sqlite_steps
+from delayq.store.index.keys import LAST_RUN_KEY, schedule_key
+from delayq.store.table.model import Job, Status, utc_stamp
+from tests.support.invoke import invoke
+from tests.support.sqlite_steps import sqlite_steps
 
 NOW = 1_800_000_000.0
 H = "tests.sample_handlers.jobs"
@@ -341,7 +341,7 @@ def test_without_triggers_pending_is_counted_to_the_bound_and_estimated_beyond(
     """Where the server refused `init` the triggers, a look at a queue of ten million pending
     rows must not count them all (1.6 s): up to the bound they are counted, beyond it the
     database's estimate is shown and named, as for the finished statuses."""
-    from delayq.store import counts
+    from delayq.store.table import counts
 
     if counts.installed(queue.table):  # the suite's MariaDB refused them already
         counts._drop_triggers(queue.table)  # as `init` leaves them where the server refused

@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from delayq.store.table import Job, Status
-from tests.invoke import invoke
+from delayq.store.table.model import Job, Status
+from tests.support.invoke import invoke
 
-UNREADABLE = "(unreadable)"  # store/params.py's, spelled out: the word is the contract
+UNREADABLE = "(unreadable)"  # store/table/params.py's, spelled out: the word is the contract
 
 NOW = 1_800_000_000.0
 H = "tests.sample_handlers.jobs"

@@ -1,4 +1,4 @@
-"""Handlers for the derived-state soak (tests/derived_soak.py): each call appends
+"""Handlers for the derived-state soak (tests/soaks/derived_soak.py): each call appends
 "start <tag> <pid> <row id> <time>" to data["log"] as it begins and "end ..." as it returns,
 so the soak counts calls, their start times and how long a lock was held from the
 handlers' own record, not from delayq's."""

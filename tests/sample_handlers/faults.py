@@ -75,7 +75,7 @@ def cancel_own_series(data: dict[str, Any]) -> str:
 def starve_heartbeat(data: dict[str, Any]) -> str:
     """Hold the interpreter for data["seconds"] so the run's heartbeat thread cannot renew
     its leases, then do what a recovering run would: take job data["victim"] back."""
-    from delayq.store.table import Job, Status
+    from delayq.store.table.model import Job, Status
 
     interval = sys.getswitchinterval()
     sys.setswitchinterval(100)

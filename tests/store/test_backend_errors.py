@@ -17,8 +17,8 @@ from delayq.store.backend_errors import (
     is_missing_table,
     mysql_error_number,
 )
-from delayq.store.database import open_database, run_reconnecting
-from delayq.store.table import Table, create_tables
+from delayq.store.table.database import open_database, run_reconnecting
+from delayq.store.table.model import Table, create_tables
 from tests.conftest import mysql_connect
 
 

@@ -30,10 +30,10 @@ import delayq
 from delayq.config import Settings
 from delayq.errors import ConfigError
 from delayq.store import embedded, watchdog
-from delayq.store.keys import schedule_key
-from tests.embedded_processes import embedded_processes_under, is_alive
+from delayq.store.index.keys import schedule_key
 from tests.sample_handlers.jobs import read_log
-from tests.waiting import wait_for
+from tests.support.embedded_processes import embedded_processes_under, is_alive
+from tests.support.waiting import wait_for
 
 HANDLERS = ("tests.sample_handlers",)
 H = "tests.sample_handlers.jobs"

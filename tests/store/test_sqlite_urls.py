@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from delayq.store.database import open_database
+from delayq.store.table.database import open_database
 from tests.conftest import DELAYQ, ROOT
-from tests.invoke import invoke
+from tests.support.invoke import invoke
 
 COMMANDS = [
     ["status"],

@@ -22,15 +22,15 @@ pytest.importorskip("starlette", reason="the web extra is not installed")
 from starlette.testclient import TestClient  # noqa: E402
 
 from delayq.ops.overview import JobFilter  # noqa: E402
-from delayq.store.table import Job, Status, utc_stamp  # noqa: E402
+from delayq.store.table.model import Job, Status, utc_stamp  # noqa: E402
 from delayq.web import create_app  # noqa: E402
 from delayq.web.charts import HEIGHT, WIDTH, Bin, lateness_chart, throughput_chart, time_axis  # noqa: E402
 from delayq.web.rendering import SUMMARY_CHARS  # noqa: E402
 from delayq.web.security import CONTENT_SECURITY_POLICY  # noqa: E402
 from delayq.web.throttle import FAILURES, MAX_ADDRESSES, WINDOW, LoginThrottle  # noqa: E402
-from tests.callers import open_transaction  # noqa: E402
-from tests.topologies import web_topology_line  # noqa: E402
-from tests.waiting import wait_for  # noqa: E402
+from tests.support.callers import open_transaction  # noqa: E402
+from tests.support.topologies import web_topology_line  # noqa: E402
+from tests.support.waiting import wait_for  # noqa: E402
 
 NOW = 1_800_000_000.0
 H = "tests.sample_handlers.jobs"

@@ -20,12 +20,12 @@ from typing import Any
 
 import pytest
 
-from delayq.store.table import Job, Status
+from delayq.store.table.model import Job, Status
 from tests.conftest import IN_CI, ROOT
 from tests.faults.test_processes import start
-from tests.invoke import invoke
-from tests.servers import free_port
-from tests.waiting import wait_for
+from tests.support.invoke import invoke
+from tests.support.servers import free_port
+from tests.support.waiting import wait_for
 
 H = "tests.sample_handlers.jobs"
 TOKEN = "correct-horse-battery-staple"

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from delayq.errors import ConfigError
-from delayq.store.keys import DEFAULT_QUEUE_KEY
-from delayq.store.table import Job, Status
+from delayq.store.index.keys import DEFAULT_QUEUE_KEY
+from delayq.store.table.model import Job, Status
 from tests.conftest import DELAYQ
-from tests.invoke import invoke
 from tests.sample_handlers.jobs import read_log
+from tests.support.invoke import invoke
 
 H = "tests.sample_handlers.jobs"
 

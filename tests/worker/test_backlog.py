@@ -11,11 +11,11 @@ from collections import Counter
 import pytest
 
 from delayq import Status
-from delayq.store.keys import queue_key
-from delayq.store.table import Job
+from delayq.store.index.keys import queue_key
+from delayq.store.table.model import Job
 from tests.faults.test_faults import run_cli, start_run, wait_for_leases_to_lapse, wait_for_line
 from tests.sample_handlers.jobs import read_log
-from tests.waiting import wait_for
+from tests.support.waiting import wait_for
 
 H = "tests.sample_handlers.jobs"
 NOW = 1_800_000_000.0

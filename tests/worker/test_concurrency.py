@@ -18,11 +18,11 @@ import pytest
 import delayq
 from delayq import JobSpec, Status
 from delayq.errors import BadInput
-from delayq.store.keys import schedule_key
+from delayq.store.index.keys import schedule_key
 from tests.conftest import DELAYQ
 from tests.faults.test_processes import start, wait_for
-from tests.invoke import invoke
 from tests.sample_handlers.jobs import read_log
+from tests.support.invoke import invoke
 
 H = "tests.sample_handlers.jobs"
 P = "tests.sample_handlers.procs"

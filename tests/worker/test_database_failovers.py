@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from delayq.store.keys import DATABASE_SERVER_KEY
-from delayq.store.primaries import server_identity
+from delayq.store.index.keys import DATABASE_SERVER_KEY
+from delayq.store.table.primaries import server_identity
 from tests.conftest import DELAYQ
 
 H = "tests.sample_handlers.jobs"

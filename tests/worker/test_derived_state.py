@@ -11,8 +11,8 @@ import time
 import pytest
 
 from delayq import JobSpec
-from delayq.store import counts
-from delayq.store.keys import QUEUES_KEY, horizon_key, schedule_key
+from delayq.store.index.keys import QUEUES_KEY, horizon_key, schedule_key
+from delayq.store.table import counts
 from delayq.worker import recovery
 from delayq.worker.rebuilds import Rebuild
 from tests.conftest import mysql_connect, with_kept_counts

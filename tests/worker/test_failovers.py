@@ -2,8 +2,8 @@
 promoted a replica: a new replication id) puts back the jobs added since that the schedule
 lacks, not yet due ones too; and for a while after, those added since its previous check
 (an old primary not yet demoted takes writes that are then dropped). On the suite's one
-server the failover is played by rewriting the note; tests/store/test_sentinel.py and
-tests/store/test_cluster.py roll back real servers."""
+server the failover is played by rewriting the note; tests/store/index/test_sentinel.py and
+tests/store/index/test_cluster.py roll back real servers."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from delayq.store.keys import queue_key, schedule_key
-from delayq.store.registry import ServerNote
-from delayq.store.table import utc_stamp
+from delayq.store.index.keys import queue_key, schedule_key
+from delayq.store.index.registry import ServerNote
+from delayq.store.table.model import utc_stamp
 from delayq.worker.recovery import LOOKBACK, WATCH
 
 H = "tests.sample_handlers.jobs"

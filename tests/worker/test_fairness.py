@@ -10,9 +10,9 @@ import pytest
 
 from delayq import JobSpec
 from delayq.errors import BadInput
-from delayq.store import leases
-from tests.invoke import invoke
+from delayq.store.table import leases
 from tests.sample_handlers.jobs import read_log
+from tests.support.invoke import invoke
 
 H = "tests.sample_handlers.jobs"
 NOW = 1_800_000_000.0

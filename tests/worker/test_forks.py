@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from delayq import Status
-from delayq.store.table import Job
+from delayq.store.table.model import Job
 from tests.conftest import DELAYQ
 from tests.sample_handlers.jobs import read_log
 

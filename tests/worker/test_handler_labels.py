@@ -11,11 +11,11 @@ import time
 from prometheus_client.parser import text_string_to_metric_families
 
 from delayq.ops.metrics import exposition
-from delayq.store import leases
-from delayq.store.table import Job, Status
+from delayq.store.table import leases
+from delayq.store.table.model import Job, Status
 from delayq.worker.handlers import UNNAMED, handler_of
 from delayq.worker.retry import MAX_LOST_LEASES
-from tests.store.test_php_params import CLASSES, REFUND, php_order, php_params
+from tests.store.table.test_php_params import CLASSES, REFUND, php_order, php_params
 
 REFUND_RUN = (("handler", f"{REFUND}.run"), ("queue", "default"))
 NO_HANDLER = (("handler", "(unreadable)"), ("queue", "default"))

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from delayq.store.table import Job, Status
+from delayq.store.table.model import Job, Status
 from tests.faults.test_processes import delayq
 from tests.sample_handlers.jobs import read_log
 

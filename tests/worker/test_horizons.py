@@ -1,4 +1,4 @@
-"""The horizon (store/horizons.py): Redis holds each queue's jobs due within the next hour,
+"""The horizon (store/index/horizons.py): Redis holds each queue's jobs due within the next hour,
 the table alone the later ones; runs raise the limit as time nears it and walk the rows it
 passes onto the schedule, so every job still runs once, on time and never early. The whole
 suite runs with the default horizon (tests/conftest.py); these tests are about it."""
@@ -12,8 +12,8 @@ import pytest
 from delayq import JobSpec
 from delayq.config import MAX_HORIZON, load_settings
 from delayq.errors import ConfigError
-from delayq.store.keys import INDEXED_KEY, horizon_key, schedule_key
-from delayq.store.table import Status
+from delayq.store.index.keys import INDEXED_KEY, horizon_key, schedule_key
+from delayq.store.table.model import Status
 
 H = "tests.sample_handlers.jobs"
 HOUR = 3600.0

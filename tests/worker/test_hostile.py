@@ -14,12 +14,12 @@ import pytest
 import redis
 
 from delayq import BadInput, JobSpec, Status
-from delayq.store import leases
-from delayq.store.keys import queue_key
-from delayq.store.table import Job
+from delayq.store.index.keys import queue_key
+from delayq.store.table import leases
+from delayq.store.table.model import Job
 from tests.conftest import DELAYQ, ROOT
 from tests.sample_handlers.jobs import read_log
-from tests.waiting import wait_for
+from tests.support.waiting import wait_for
 
 NOW = 1_800_000_000.0
 H = "tests.sample_handlers.jobs"

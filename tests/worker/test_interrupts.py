@@ -10,12 +10,12 @@ import time
 import pytest
 
 from delayq import threads
-from delayq.store.table import Job, Status
+from delayq.store.table.model import Job, Status
 from delayq.worker import interrupts
 from delayq.worker.interrupts import JobTimeout
 from tests.faults.test_processes import delayq, start
 from tests.sample_handlers.jobs import read_log
-from tests.waiting import wait_for
+from tests.support.waiting import wait_for
 
 H = "tests.sample_handlers.jobs"
 
@@ -88,7 +88,7 @@ def test_helper_threads_leave_the_run_signals_to_the_main_thread(tmp_path) -> No
     # handler, and its time limit would never fire.
     from peewee import SqliteDatabase
 
-    from delayq.store.table import Table
+    from delayq.store.table.model import Table
     from delayq.worker.bookkeeper import Bookkeeper
 
     bookkeeper = Bookkeeper(Table(SqliteDatabase(str(tmp_path / "unused.db"))))

@@ -30,7 +30,7 @@ import redis
 from delayq import JobSpec, Queue, Status
 from tests.conftest import ROOT, STARTED, mysql_connect
 from tests.sample_handlers.jobs import read_log
-from tests.waiting import wait_for
+from tests.support.waiting import wait_for
 
 K = "tests.sample_handlers.kept_clients"
 CLIENT_NAME = "delayq-test-kept-client"  # kept_clients.CLIENT_NAME, not imported: see there

@@ -8,10 +8,10 @@ import signal
 import time
 
 from delayq import Status
-from delayq.store.table import Job
+from delayq.store.table.model import Job
 from tests.faults.test_processes import start, zset
 from tests.sample_handlers.jobs import read_log
-from tests.waiting import wait_for
+from tests.support.waiting import wait_for
 
 H = "tests.sample_handlers.jobs"
 

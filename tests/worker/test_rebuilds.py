@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import pytest
 
 from delayq import JobSpec
-from delayq.store.keys import INDEXED_KEY, REBUILD_KEY, schedule_key
-from delayq.store.queries import DueCursor, pending_by_due
+from delayq.store.index.keys import INDEXED_KEY, REBUILD_KEY, schedule_key
+from delayq.store.table.queries import DueCursor, pending_by_due
 from delayq.worker import rebuilds
 from delayq.worker.rebuilds import Rebuild
 

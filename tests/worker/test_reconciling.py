@@ -9,8 +9,8 @@ import time
 import pytest
 
 from delayq import JobSpec, Status
-from delayq.store import counts
-from delayq.store.keys import queue_key, schedule_key
+from delayq.store.index.keys import queue_key, schedule_key
+from delayq.store.table import counts
 from delayq.worker import reconciling
 from tests.conftest import with_kept_counts
 

@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from delayq.store.table import Job
-from delayq.store.tallies import label
-from tests.invoke import invoke
+from delayq.store.index.tallies import label
+from delayq.store.table.model import Job
 from tests.ops.test_metrics import parse
+from tests.support.invoke import invoke
 
 MISSING = "tests.sample_handlers.no_such_module"
 

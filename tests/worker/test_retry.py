@@ -7,7 +7,7 @@ import pytest
 
 from delayq.durations import parse_duration
 from delayq.errors import BadInput, HandlerNotAllowed, NoRetry
-from delayq.store.table import ClaimedJob
+from delayq.store.table.model import ClaimedJob
 from delayq.worker.interrupts import JobTimeout
 from delayq.worker.retry import (
     DEFAULT_POLICY,

@@ -9,10 +9,10 @@ import time
 import pytest
 
 from delayq import Status
-from delayq.store import leases
-from delayq.store.keys import schedule_key
-from delayq.store.outcomes import Outcome
-from delayq.store.table import Job
+from delayq.store.index.keys import schedule_key
+from delayq.store.table import leases
+from delayq.store.table.model import Job
+from delayq.store.table.outcomes import Outcome
 from delayq.worker.retry import MAX_DEFERRALS
 from tests.faults.test_processes import delayq, statuses
 from tests.sample_handlers.jobs import read_log

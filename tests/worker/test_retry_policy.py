@@ -10,8 +10,8 @@ from datetime import timedelta
 import pytest
 
 from delayq import BadInput, JobSpec, Status
-from delayq.store.keys import schedule_key
-from delayq.store.table import Job
+from delayq.store.index.keys import schedule_key
+from delayq.store.table.model import Job
 from tests.conftest import changes_made
 from tests.faults.test_processes import delayq, statuses
 from tests.sample_handlers.jobs import read_log
@@ -199,7 +199,7 @@ def test_bad_retry_options_exit_2_with_one_line_and_write_nothing(queue, cli_env
 
 
 def test_an_outcome_journaled_by_an_earlier_version_follows_the_jobs_policy():
-    from delayq.store.table import ClaimedJob
+    from delayq.store.table.model import ClaimedJob
     from delayq.worker.recovery import journaled_outcome
 
     def journaled(policy: str | None, record: str) -> float | None:

@@ -9,8 +9,8 @@ import time
 import pytest
 
 from delayq import Status
-from delayq.store.keys import LAST_RUN_KEY, schedule_key
-from delayq.store.table import Job
+from delayq.store.index.keys import LAST_RUN_KEY, schedule_key
+from delayq.store.table.model import Job
 from delayq.worker.retry import LADDER, MAX_RETRIES
 from tests.sample_handlers.jobs import read_log
 

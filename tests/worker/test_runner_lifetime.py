@@ -15,11 +15,11 @@ import time
 import pytest
 
 from delayq import JobSpec, Status
-from delayq.store.table import Job
+from delayq.store.table.model import Job
 from tests.faults.test_processes import delayq, start
 from tests.sample_handlers import lifetime
 from tests.sample_handlers.jobs import read_log
-from tests.waiting import wait_for
+from tests.support.waiting import wait_for
 
 L = "tests.sample_handlers.lifetime"
 H = "tests.sample_handlers.jobs"

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from delayq.store.table import Job, Status
+from delayq.store.table.model import Job, Status
 from delayq.worker.hooks import load_sentry
 from tests.faults.test_processes import delayq
 from tests.sample_handlers.jobs import read_log

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import threading
 
-from delayq.store.outcomes import Outcome
-from delayq.store.table import ClaimedJob, Status
+from delayq.store.table.model import ClaimedJob, Status
+from delayq.store.table.outcomes import Outcome
 from delayq.worker.slots import Slots
-from tests.waiting import wait_for
+from tests.support.waiting import wait_for
 
 LONG = 3600.0
 

@@ -12,14 +12,14 @@ from collections import Counter
 import pytest
 
 from delayq import JobSpec, Status
-from delayq.store.database import sqlite_url
-from delayq.store.table import Job
+from delayq.store.table.database import sqlite_url
+from delayq.store.table.model import Job
 from delayq.worker import rebuilds
 from delayq.worker.rebuilds import Rebuild
 from tests.conftest import DELAYQ
 from tests.faults.test_processes import start, wait_for
-from tests.invoke import invoke
 from tests.sample_handlers.jobs import read_log
+from tests.support.invoke import invoke
 
 H = "tests.sample_handlers.jobs"
 P = "tests.sample_handlers.procs"

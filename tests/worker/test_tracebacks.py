@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from delayq.store.table import MESSAGE_MAX, TEXT_MAX, TRACEBACK_START, Job, Status
+from delayq.store.table.model import MESSAGE_MAX, TEXT_MAX, TRACEBACK_START, Job, Status
 from tests.faults.test_processes import delayq
 from tests.sample_handlers.jobs import read_log
 

@@ -1,0 +1,1 @@
+"""The table face of the store: every SQL statement delayq runs."""

@@ -1,0 +1,79 @@
+"""Retry chains: a first attempt and the retries linked to it by chain_id, and the one rule a
+manual retry follows — a chain has at most one pending attempt.
+
+Under the chain's lock, concurrent `retry` and `requeue` calls of one chain, from any
+process, queue up and each sees what the previous one wrote. The index is the caller's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple, TypeVar
+
+from ...errors import BadInput
+from .model import Job, Status, Table, status_word, utc_stamp
+from .mutexes import run_exclusive
+from .queries import chain_of, insert_next_occurrence, insert_retry
+from .recurrence import is_recurring, next_due
+
+
+class Attempt(NamedTuple):
+    """The chain's pending attempt, and where a recurring series it left goes on: (id, due)
+    of the series' next occurrence, for the caller to index."""
+
+    id: int
+    queue: str
+    series: tuple[int, float] | None = None
+
+
+T = TypeVar("T")
+
+
+def under_chain_lock(
+    table: Table, job: Job, work: Callable[[], T], then: Callable[[T], None] | None = None
+) -> T:
+    """`work()` in a transaction, holding the lock of `job`'s chain, and `then(result)` while
+    it is still held (run again whole after a deadlock or a Galera certification conflict:
+    `mutexes.run_exclusive`)."""
+    return run_exclusive(table, f"chain:{job.chain_id or job.id}", work, then)
+
+
+def retry_chain(
+    table: Table, job: Job, run_at: float, now: float, repeating: int | None = None
+) -> Attempt:
+    """The chain's one pending attempt, due at `run_at`; call under `under_chain_lock`. A
+    pending latest attempt moves ("retry now"), a finished one gets a new attempt. BadInput
+    while an attempt runs, or when `repeating` (the attempt the caller meant to repeat) is no
+    longer the latest: another requeue got there first."""
+    Job = table.model
+    latest = (chain_of(table, job) or [job])[-1]
+    if latest.status == Status.PENDING:
+        # Locked until the transaction ends: a run cannot claim it between read and move.
+        still_pending = (Job.id == latest.id) & (Job.status == Status.PENDING)
+        if (row := Job.select().where(still_pending).for_update(table.mysql).first()) is not None:
+            series = _leave_series(table, row, now)
+            moved = {"run_at": run_at, "modified": utc_stamp(now)}
+            Job.update(**moved, every=None, schedule=None).where(Job.id == row.id).execute()
+            return Attempt(row.id, row.queue, series)
+    if latest.status in (Status.PENDING, Status.RUNNING):
+        # A pending attempt that would not move was claimed meanwhile: it runs now.
+        raise BadInput(
+            f"job {job.id} is running (attempt {latest.id}); retry it once it has finished"
+        )
+    if repeating is not None and latest.id != repeating:
+        raise BadInput(
+            f"job {repeating} already has a later attempt {latest.id} "
+            f"({status_word(latest.status)}); not repeated"
+        )
+    return Attempt(insert_retry(table, latest, run_at, now), latest.queue)
+
+
+def _leave_series(table: Table, row: Job, now: float) -> tuple[int, float] | None:
+    """A pending occurrence moved by a retry runs as a one-off; its series goes on from a new
+    occurrence due when it was (or, if that is past, at the next time after now), so the
+    retry shifts neither a period's phase nor a cron time. None for a one-off job."""
+    if not is_recurring(row):
+        return None
+    due = row.run_at if row.run_at is not None and row.run_at > now else next_due(row, now)
+    occurrence = insert_next_occurrence(table, row, due, now)
+    return None if occurrence is None else (occurrence, due)

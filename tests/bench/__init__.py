@@ -1,0 +1,1 @@
+"""The bench/ commands, run small: each workload's figures and the tools that print them."""

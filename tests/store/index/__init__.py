@@ -1,0 +1,2 @@
+"""Tests of delayq/store/index/: the journal, the clock, the Sentinel and Cluster clients and
+their URLs."""

@@ -1,0 +1,2 @@
+"""What the tests share: private servers (Redis, MariaDB, Galera, Sentinel, Cluster,
+HAProxy), network namespaces, running the command line, waiting on conditions."""
