@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import peewee
@@ -30,12 +30,16 @@ from .worker.allowlist import check_allowlist
 from .worker.handlers import locate
 from .worker.interrupts import GracefulStop
 from .worker.liveness import Liveness
-from .worker.options import RunOptions
+from .worker.options import RunArguments, RunOptions
 from .worker.rebuilds import Rebuild
 from .worker.report import OutcomeCallback, RunReport
 from .worker.runner import Runner
 
-if TYPE_CHECKING:  # loaded by the methods that use them, so `delayq run` does without
+if TYPE_CHECKING:
+    # For the type checker alone: typing.Unpack is new in Python 3.11.
+    from typing_extensions import Unpack
+
+    # Loaded by the methods that use them, so `delayq run` does without.
     from .ops.maintenance import RequeueResult
     from .ops.overview import JobFilter
     from .worker.reconciling import Reconciled
@@ -243,62 +247,33 @@ class Queue(QueuePausing):
     def run(
         self,
         *,
-        since: Duration | None = None,
-        limit: int | None = None,
-        max_seconds: Duration | None = None,
-        queues: Sequence[str] | None = None,
         now: float | None = None,
         on_outcome: OutcomeCallback | None = None,
         stop: GracefulStop | None = None,
-        concurrency: int | None = None,
-        grace: Duration | None = None,
-        weights: Mapping[str, int] | None = None,
         liveness: Liveness | None = None,
+        **options: Unpack[RunArguments],
     ) -> RunReport:
-        """One pass over the due jobs, as `delayq run`; `concurrency` jobs in flight at once
-        (default DELAYQ_CONCURRENCY), `grace` seconds for them to finish on a stop signal,
-        `weights` the batches each queue takes in its turn (default 1); `liveness`: the
-        beats a `--processes` parent watches."""
-        options = RunOptions.build(
-            queues=queues,
-            weights=weights,
-            limit=limit,
-            since=since,
-            max_seconds=max_seconds,
-            concurrency=concurrency,
-            grace=grace,
-        )
-        return self.run_with(options, now=now, on_outcome=on_outcome, stop=stop, liveness=liveness)
+        """One pass over the due jobs, as `delayq run`, asked what `RunArguments` declares:
+        `queues`, `weights` (the batches each queue takes in its turn, default 1), `limit`,
+        `since`, `max_seconds`, `concurrency` jobs in flight at once (default
+        DELAYQ_CONCURRENCY), `grace` seconds for them to finish on a stop signal; `liveness`:
+        the beats a `--processes` parent watches."""
+        checked = RunOptions.build(**options)
+        return self.run_with(checked, now=now, on_outcome=on_outcome, stop=stop, liveness=liveness)
 
     def run_loop(
         self,
         *,
         duration: Duration | None = None,
-        since: Duration | None = None,
-        limit: int | None = None,
-        max_seconds: Duration | None = None,
-        queues: Sequence[str] | None = None,
         on_outcome: OutcomeCallback | None = None,
         stop: GracefulStop | None = None,
-        concurrency: int | None = None,
-        grace: Duration | None = None,
-        weights: Mapping[str, int] | None = None,
         liveness: Liveness | None = None,
+        **options: Unpack[RunArguments],
     ) -> RunReport:
         """Passes back to back for `duration` seconds (None: until stopped), sleeping until
-        the next job is due, as `delayq run --loop`."""
-        options = RunOptions.build(
-            queues=queues,
-            weights=weights,
-            limit=limit,
-            since=since,
-            max_seconds=max_seconds,
-            concurrency=concurrency,
-            grace=grace,
-            loop=True,
-            duration=duration,
-        )
-        return self.run_with(options, on_outcome=on_outcome, stop=stop, liveness=liveness)
+        the next job is due, as `delayq run --loop`; each pass asked what `run` is."""
+        checked = RunOptions.build(loop=True, duration=duration, **options)
+        return self.run_with(checked, on_outcome=on_outcome, stop=stop, liveness=liveness)
 
     @backend_errors
     def run_with(

@@ -1,6 +1,7 @@
-"""RunOptions: what one run, or a loop of runs, was asked to do. Checked once where the
-caller speaks (`delayq run`, Queue.run, Queue.run_loop), then passed whole down to the
-pass; a `--processes` child gets it back from the flags `argv` writes."""
+"""What one run, or a loop of runs, may be asked: `RunArguments`, declared here once, is what
+`delayq run`, Queue.run and Queue.run_loop take; `RunOptions.build` checks it once where the
+caller speaks, and the checked `RunOptions` is passed whole down to the pass. A
+`--processes` child gets it back from the flags `argv` writes."""
 
 from __future__ import annotations
 
@@ -8,10 +9,14 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal
+from typing import TYPE_CHECKING, TypedDict
 
 from ..config import MAX_CONCURRENCY, Settings, validate_queue_name
 from ..durations import Duration, parse_duration
 from ..errors import BadInput
+
+if TYPE_CHECKING:  # for the type checker alone: typing.Unpack is new in Python 3.11
+    from typing_extensions import Unpack
 
 MAX_WEIGHT = 100
 # The `delayq run` flag of each valued option.
@@ -23,6 +28,19 @@ FLAGS = {
     "grace": "--grace",
     "duration": "--for",
 }
+
+
+class RunArguments(TypedDict, total=False):
+    """What a run may be asked, as a caller gives it; each is checked into the `RunOptions`
+    field of the same name, and one not given (or None) leaves the setting of that name."""
+
+    queues: Sequence[str] | None  # the queues to serve; none: every queue the index knows
+    weights: Mapping[str, int] | None  # batches a queue takes in its turn while others wait
+    limit: int | None  # at most this many jobs
+    since: Duration | None  # how long overdue a job may be and still run (else missed)
+    max_seconds: Duration | None  # the time budget: no job starts after it
+    concurrency: int | None  # jobs in flight at once
+    grace: Duration | None  # how long jobs in flight may finish after a stop signal
 
 
 @dataclass(frozen=True)
@@ -43,27 +61,32 @@ class RunOptions:
     def build(
         cls,
         *,
-        queues: Sequence[str] | None = None,
-        weights: Mapping[str, int] | None = None,
-        limit: int | None = None,
-        since: Duration | None = None,
-        max_seconds: Duration | None = None,
-        concurrency: int | None = None,
-        grace: Duration | None = None,
         loop: bool = False,
         duration: Duration | None = None,
+        **given: Unpack[RunArguments],
     ) -> RunOptions:
-        """The options, or BadInput naming the one that is wrong."""
-        given = {"since": since, "max_seconds": max_seconds, "grace": grace, "duration": duration}
+        """The options, or BadInput naming the one that is wrong; `duration` is how long a
+        loop runs (None: until stopped)."""
+        unknown = set(given) - set(RunArguments.__annotations__)
+        if unknown:  # a caller's misspelt keyword: the TypedDict does not check at run time
+            raise TypeError(f"unexpected run options: {', '.join(sorted(unknown))}")
+        timed = {
+            "since": given.get("since"),
+            "max_seconds": given.get("max_seconds"),
+            "grace": given.get("grace"),
+            "duration": duration,
+        }
         seconds = {
             name: None if value is None else parse_duration(value, FLAGS[name])
-            for name, value in given.items()
+            for name, value in timed.items()
         }
+        queues, limit = given.get("queues"), given.get("limit")
+        concurrency = given.get("concurrency")
         if duration is not None and not loop:
             raise BadInput("--for needs --loop")
         if limit is not None and not _whole_between(limit, 1):
             raise BadInput("--limit must be at least 1")
-        weights = dict(weights or {})
+        weights = dict(given.get("weights") or {})
         for name in [*(queues or ()), *weights]:
             validate_queue_name(name)
         for name, weight in weights.items():
