@@ -28,6 +28,7 @@ from tests.support.topologies import (
     a_rolled_back_add_is_put_back_at_once,
     add,
     assert_each_ran_once,
+    database_url,  # noqa: F401 - a fixture
     need_servers,
     open_queue,
     process_env,

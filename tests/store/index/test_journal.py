@@ -17,8 +17,8 @@ from tests.conftest import ROOT
 WRITER = """
 import os, signal, sys, time
 import redis
-from delayq.store.index import Index
-from delayq.store.keys import queue_key
+from delayq.store.index.parts import Index
+from delayq.store.index.keys import queue_key
 client = redis.Redis.from_url(sys.argv[1])
 index = Index(client)
 for job_id in range(1000):
