@@ -22,7 +22,7 @@ from .queue import Queue
 from .store import embedded
 from .store.backend_errors import one_line
 from .store.index.parts import Index
-from .store.table.database import open_database, sqlite_url
+from .store.table.database import close_connection, open_database, sqlite_url
 from .store.urls import open_redis
 from .threads import keep_signals_off_this_thread
 
@@ -117,7 +117,8 @@ class AsyncQueue:
                         future.set_exception(exc)
         finally:
             if self._queue is not None:
-                self._queue.db.close()  # this thread's connection: peewee keeps one per thread
+                # This thread's connection: peewee keeps one per thread.
+                close_connection(self._queue.table)
 
     def _opened(self) -> Queue:
         # Opened by the first call, on a pool thread: connecting may start the embedded

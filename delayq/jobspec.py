@@ -23,9 +23,9 @@ from .durations import (
     seconds_of,
 )
 from .errors import BadInput
+from .flow.locking import check_lock
 from .store.table import model as table
-from .store.table.locks import LOCK_MAX
-from .store.table.model import Job, Status
+from .store.table.model import JobRow, Status
 from .store.table.params import may_nest_deeper, nests_deeper, payload_or_empty, too_deep
 from .store.table.policies import check_policy, policy_text
 from .store.table.recurrence import parse_schedule
@@ -90,7 +90,7 @@ def to_row(
     }
 
 
-def job_view(job: Job) -> dict[str, Any]:
+def job_view(job: JobRow) -> dict[str, Any]:
     """The contract's JSON object for a job (a PHP producer's class as it wrote it); a
     failure's message is its head line, with the traceback the runner kept beside it."""
     payload = payload_or_empty(job.params)
@@ -115,7 +115,7 @@ def job_view(job: Job) -> dict[str, Any]:
     }
 
 
-def row_view(job: Job) -> dict[str, Any]:
+def row_view(job: JobRow) -> dict[str, Any]:
     """`job_view` without the traceback, plus the queue, chain and when created and changed."""
     view = job_view(job)
     del view["traceback"]  # a list is one line per job; `show` has the traceback
@@ -165,23 +165,6 @@ def check_ext(ext: str) -> str:
     if len(ext) > table.EXT_MAX:
         raise BadInput(f"ext is {len(ext)} characters; the limit is {table.EXT_MAX}")
     return ext
-
-
-def check_lock(lock: str | None) -> str | None:
-    """A job's lock key: text of 1 to LOCK_MAX characters that UTF-8 can hold, or None."""
-    if lock is None:
-        return None
-    if not isinstance(lock, str):
-        raise BadInput("lock must be text")
-    if lock == "":
-        raise BadInput("lock is empty; name the key the jobs share, like order:42")
-    try:
-        lock.encode("utf-8")
-    except UnicodeEncodeError:
-        raise BadInput("lock is not valid UTF-8") from None
-    if len(lock) > LOCK_MAX:
-        raise BadInput(f"lock is {len(lock)} characters; the limit is {LOCK_MAX}")
-    return lock
 
 
 def check_key(ext: str) -> str:

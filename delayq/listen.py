@@ -131,7 +131,7 @@ class Bridge:
         self.queue, self.timers, self.url = queue, timers, url
         self.matches, self.queue_name = list(matches), name
         self.php_classes = dict(queue.settings.php_classes)
-        self.db = int(timers.connection_pool.connection_kwargs.get("db") or 0)
+        self.database_number = int(timers.connection_pool.connection_kwargs.get("db") or 0)
 
     def call_for(self, key: str) -> Call | None:
         if not self.matches:
@@ -217,7 +217,7 @@ class Bridge:
         set during the SCAN that follows then reach the bridge."""
         enable_notifications(self.timers)
         pubsub = self.timers.pubsub()
-        pubsub.psubscribe(f"__keyevent@{self.db}__:*")
+        pubsub.psubscribe(f"__keyevent@{self.database_number}__:*")
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             message = pubsub.get_message(timeout=1.0)

@@ -10,8 +10,6 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-import peewee
-
 from .config import DEFAULT_QUEUE, Settings, redact_url, validate_queue_name
 from .durations import Duration, Instant, parse_duration
 from .errors import BadInput
@@ -22,7 +20,7 @@ from .store.index.parts import Index
 from .store.index.schedule import packed_by_queue
 from .store.producers import Producer
 from .store.table import chains, counts, inserts, locks, queries, queue_settings, transactions
-from .store.table.database import bound_replies
+from .store.table.database import Database, bound_replies, close_connection
 from .store.table.model import TABLE_NAME, Status, Table, create_tables, utc_stamp
 from .store.table.params import read_call
 from .store.table.upgrade import upgrade_table
@@ -50,7 +48,7 @@ logger = logging.getLogger(__name__)
 class Queue(QueuePausing):
     """Add, cancel, retry, inspect, pause and run delayed jobs."""
 
-    def __init__(self, settings: Settings, db: peewee.Database, index: Index) -> None:
+    def __init__(self, settings: Settings, db: Database, index: Index) -> None:
         self.settings = settings
         self.db = db
         self.table = Table(db)
@@ -287,7 +285,7 @@ class Queue(QueuePausing):
     ) -> RunReport:
         """A pass, or with `options.loop` a loop of passes, as the options ask."""
         check_allowlist(self.settings.handlers)
-        bound_replies(self.table.db)
+        bound_replies(self.table)
         if not self._running.acquire(blocking=False):
             # Another thread runs jobs on this Queue now: this call gets a runner of its own,
             # which leaves the `on_shutdown` functions to the Queue's runner.
@@ -314,7 +312,7 @@ class Queue(QueuePausing):
         `on_rows` is told how many pending rows have been compared, after each batch."""
         from .worker.reconciling import reconcile
 
-        bound_replies(self.table.db)  # its statements are short: none waits for ever
+        bound_replies(self.table)  # its statements are short: none waits for ever
         return reconcile(self.table, self.index, on_rows or (lambda rows: None))
 
     @backend_errors
@@ -333,7 +331,7 @@ class Queue(QueuePausing):
 
         before = self._now(now) - parse_duration(older_than, "--older-than")
         statuses = maintenance.PURGEABLE if statuses is None else statuses
-        bound_replies(self.table.db)  # its statements are short: none waits for ever
+        bound_replies(self.table)  # its statements are short: none waits for ever
         if dry_run:
             return maintenance.count_purgeable(self.table, statuses, before, counted)
         return maintenance.purge(self.table, statuses, before, counted=counted)
@@ -355,7 +353,7 @@ class Queue(QueuePausing):
         if self._runner is not None and self._runner.pid == os.getpid():
             self._runner.close()
         self._runner = None
-        self.db.close()
+        close_connection(self.table)
         self.index.client.close()
 
     def __enter__(self) -> Queue:

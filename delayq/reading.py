@@ -6,8 +6,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import peewee
-
 from .config import Settings, validate_queue_name
 from .errors import BadInput, JobNotFound
 from .jobspec import job_view, row_view
@@ -15,7 +13,8 @@ from .store.backend_errors import backend_errors
 from .store.index.keys import MAX_ID
 from .store.index.parts import Index
 from .store.table import queries
-from .store.table.model import Job, Table
+from .store.table.database import ping
+from .store.table.model import JobRow, Table
 from .worker.report import RunReport
 
 if TYPE_CHECKING:  # loaded by the methods that use them, so `delayq run` does without
@@ -29,7 +28,6 @@ class QueueReads:
     """The reading half of Queue; Queue sets these attributes."""
 
     settings: Settings
-    db: peewee.Database
     table: Table
     index: Index
 
@@ -37,7 +35,7 @@ class QueueReads:
     def reach(self) -> None:
         """Ask both servers once: BackendUnavailable if either does not answer."""
         self.index.client.ping()
-        self.db.execute_sql("SELECT 1")
+        ping(self.table)
 
     @backend_errors
     def show(self, job_id: int) -> dict[str, Any]:
@@ -110,7 +108,7 @@ class QueueReads:
     def _now(self, now: float | None) -> float:
         return self.index.clock.now() if now is None else now
 
-    def _get(self, job_id: int) -> Job:
+    def _get(self, job_id: int) -> JobRow:
         # An id no column can hold names no job; asked as it is, the database would fail.
         job = queries.get_job(self.table, job_id) if 0 < job_id <= MAX_ID else None
         if job is None:

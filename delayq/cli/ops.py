@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ..durations import format_delta, format_instant, format_rate, parse_duration, parse_rate, shown
+from ..durations import format_delta, format_instant, parse_duration, shown
 from ..errors import BadInput
+from ..flow.limits import format_rate, parse_rate
 from ..store.table.model import Status
 from ..store.table.queue_settings import QueueFlow
 from .app import (

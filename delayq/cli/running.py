@@ -7,6 +7,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import asdict, dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -297,9 +298,11 @@ def _rewriting(
     if outputs.metrics_file is None or not options.loop:
         return nullcontext()
     from ..ops.textfile import Rewriter
+    from ..store.table.database import close_connection
 
     # The thread's own database connection is closed when it ends.
-    return Rewriter(outputs.metrics_file, outputs.metrics_interval, queue.metrics, queue.db.close)
+    closing = partial(close_connection, queue.table)
+    return Rewriter(outputs.metrics_file, outputs.metrics_interval, queue.metrics, closing)
 
 
 @contextmanager

@@ -139,7 +139,7 @@ def _diagnose(scope: Scope) -> list[Check]:
         rest = skipped(after_connect, "delayq could not connect")
         return [*checks, Check(FAIL, "connect", str(exc)), *rest]
     with queue:
-        servers = database_checks(queue.db, settings.database_url)
+        servers = database_checks(queue.table, settings.database_url)
         servers += redis_checks(queue.index, queue.settings, scope)
         consistency = consistency_checks(queue.table, queue.index, servers, scope)
         return [*checks, *servers, *consistency]

@@ -2,26 +2,29 @@
 and Redis reachability and versions, the table against the model, the handler allowlist,
 Redis's topology, eviction policy and persistence, the index marker, how table and index
 agree — each an ok / warn / FAIL line saying what to fix. What grows with the table is
-sampled unless `--full` (sampling.py), and the line says so. It only reads; cli/setup.py
-connects, prints the lines and turns a FAIL into exit 1."""
+sampled unless `--full` (sampling.py), and the line says so. It only reads (the database
+through store/table/inspection.py); cli/setup.py connects, prints the lines and turns a FAIL
+into exit 1."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import peewee
 import redis
 
 from ..config import Settings, redact_url
-from ..durations import format_delta, format_instant, format_rate
+from ..durations import format_delta, format_instant
 from ..errors import BadInput, ConfigError
+from ..flow.limits import format_rate
 from ..store.backend_errors import one_line
 from ..store.index.keys import INDEXED_KEY
 from ..store.index.parts import Index
 from ..store.index.topology import Server, servers
 from ..store.producers import queues_in_use
 from ..store.table import counts, locks, queue_settings
-from ..store.table.model import Job, Status, Table, is_mysql, tuples
+from ..store.table.database import ANY_DATABASE_ERROR, DATABASE_ERRORS
+from ..store.table.inspection import DatabaseServer, Inspection
+from ..store.table.model import TABLE_NAME, Table
 from ..store.table.upgrade import column_problems
 from ..worker.allowlist import EMPTY_ALLOWLIST, check_entry
 from ..worker.handlers import import_prefix
@@ -82,49 +85,48 @@ def handler_checks(prefixes: tuple[str, ...]) -> list[Check]:
     return checks
 
 
-def database_checks(db: peewee.Database, url: str | None) -> list[Check]:
+def database_checks(table: Table, url: str | None) -> list[Check]:
     """Reachability and version, then the table's columns and indexes against the model."""
     where = redact_url(url)
+    inspection = Inspection(table)
     try:
-        read_only = False
-        if is_mysql(db):
-            found, read_only = db.execute_sql("SELECT VERSION(), @@global.read_only").fetchone()
-            version = str(found) if "mariadb" in str(found).lower() else f"MySQL {found}"
-        else:
-            version = f"SQLite {db.execute_sql('SELECT sqlite_version()').fetchone()[0]}"
+        server = inspection.server()
+        version = _version_words(server)
         reached = Check(OK, "database", f"{version} at {where}")
-        if read_only:  # a replica's URL: every run would fail to write
+        if server.read_only:  # a replica's URL: every run would fail to write
             detail = f"{version} at {where} is read-only (a replica?); point the URL at the primary"
             reached = Check(FAIL, "database", detail)
-        if not db.table_exists(Job._meta.table_name):
+        if not inspection.has_table():
             missing = Check(FAIL, "table", "delay_queue does not exist; run `delayq init`")
             return [reached, missing, *skipped(DATABASE_CHECKS[1:], "delay_queue does not exist")]
-        return [reached, *_table_checks(db)]
-    except (peewee.DatabaseError, peewee.InterfaceError) as exc:
+        return [reached, *_table_checks(inspection)]
+    except DATABASE_ERRORS as exc:
         failed = Check(FAIL, "database", f"{where} cannot be used: {one_line(exc, url)}")
         return [failed, *skipped(DATABASE_CHECKS[1:], "the database cannot be used")]
 
 
-def _table_checks(db: peewee.Database) -> list[Check]:
-    table = Job._meta.table_name
-    present = {column.name for column in db.get_columns(table)}
-    expected = [field.column_name for field in Job._meta.sorted_fields]
-    missing = [name for name in expected if name not in present]
+def _version_words(server: DatabaseServer) -> str:
+    if not server.mysql:
+        return f"SQLite {server.version}"
+    return server.version if "mariadb" in server.version.lower() else f"MySQL {server.version}"
+
+
+def _table_checks(inspection: Inspection) -> list[Check]:
+    table = TABLE_NAME
+    expected, missing = inspection.columns()
     if missing:
         fix = "add them as schema.sql defines"
         checks = [Check(FAIL, "columns", f"{table} lacks {', '.join(missing)}; {fix}")]
-    elif problems := column_problems(Table(db)):
+    elif problems := column_problems(inspection.table):
         checks = [Check(FAIL, "columns", f"{table}: {'; '.join(problems)}; run `delayq init`")]
     else:
         checks = [Check(OK, "columns", f"all {len(expected)} columns of the model are present")]
-    indexes = [tuple(index.columns) for index in db.get_indexes(table)]
-    for names, _unique in Job._meta.indexes:
-        columns = tuple(Job._meta.fields[name].column_name for name in names)
+    for columns, present in inspection.indexes():
         listed = ", ".join(columns)
         create = f"CREATE INDEX job_{'_'.join(columns)} ON {table} ({listed})"
         missed = f"({listed}) is missing, so queries scan the table; {create}"
-        checks.append(verdict(columns in indexes, "index", f"({listed})", missed))
-    return [*checks, counts_check(Table(db))]
+        checks.append(verdict(present, "index", f"({listed})", missed))
+    return [*checks, counts_check(inspection.table)]
 
 
 def counts_check(table: Table) -> Check:
@@ -276,7 +278,7 @@ def consistency_checks(
             found = unscheduled_rows(table, index, queue, now - ORPHAN_GRACE, scope)
             unscheduled, capped = unscheduled + found.count, capped or found.capped
             stale += _stale_journal_fields(table, index, queue)
-    except (peewee.PeeweeException, redis.RedisError) as exc:
+    except (ANY_DATABASE_ERROR, redis.RedisError) as exc:
         detail = f"could not compare table and schedule: {one_line(exc)}"
         return [Check(FAIL, "consistency", detail)]
     return [
@@ -350,9 +352,7 @@ def _stale_journal_fields(table: Table, index: Index, queue: str) -> int:
     """Fields of the queue's journal whose job or run holds no RUNNING row: an outcome
     already in the table, or the batch order and start notes of a run that is gone."""
     fields = index.journal.fields(queue)
-    Job = table.model
-    running = Job.status == Status.RUNNING
-    held = tuples(Job.select(Job.id, Job.lease_token).where(running, Job.queue == queue))
+    held = Inspection(table).running_leases(queue)
     ids = {str(job_id) for job_id, _ in held}
     tokens = {token for _, token in held if token}
     return sum(1 for field in fields if not _is_live(field, ids, tokens))

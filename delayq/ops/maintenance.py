@@ -2,7 +2,8 @@
 Both work in batches so no statement holds locks for long, and both respect retry chains
 (purge never leaves a chain whose surviving rows end in an earlier attempt; requeue only
 repeats a chain's latest finished attempt, or moves the pending attempt that follows it to
-now), so running either twice is safe."""
+now), so running either twice is safe. Their statements are store/table/maintenance.py's;
+here, how batches are drawn, sized and paced, and what a repeat may run."""
 
 from __future__ import annotations
 
@@ -13,14 +14,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import partial
 
-from peewee import SQL, fn
-
 from ..config import Settings
 from ..errors import BadInput
 from ..store.index.parts import Index
 from ..store.table import chains
-from ..store.table.database import run_reconnecting
-from ..store.table.model import Job, Status, Table, id_batches, tuples, utc_stamp
+from ..store.table.maintenance import Maintenance
+from ..store.table.model import JobRow, Status, Table, utc_stamp
 from ..store.table.params import read_call
 from ..worker.handlers import locate
 from .alongside import alongside
@@ -115,7 +114,7 @@ def _purgeable(
     """Those of `ids` no earlier attempt of whose chain is kept: deleting a later attempt while
     an earlier failed one stays would make that one the chain's last word (and `requeue`
     would run a job that has succeeded)."""
-    kept = _kept_for_their_chain(table, ids, statuses, cutoff)
+    kept = Maintenance(table).kept_for_their_chain(ids, statuses, cutoff)
     return [job_id for job_id in ids if job_id not in kept]
 
 
@@ -138,11 +137,14 @@ def _finished_before(
     batch: rows finished at about the same time sit close together in the table, so each
     batch's DELETE finds its pages together whatever their statuses, and neither rows of
     other statuses nor younger ones are read."""
+    rows = Maintenance(table)
     width = FIRST_WINDOW
-    start = _oldest_since(table, statuses, None, cutoff)
+    start = rows.oldest_changed(statuses, None, cutoff)
     while start is not None:
         end = min(start + width, cutoff)
-        ids = _changed_between(table, statuses, start, end, width > ONE_SECOND)
+        ids = rows.changed_between(
+            statuses, start, end, WINDOW_ROWS if width > ONE_SECOND else None
+        )
         if ids is None:  # far more than a batch: a narrower window
             width /= 4
             continue
@@ -150,7 +152,7 @@ def _finished_before(
         for offset in range(0, len(ids), pace.batch):
             yield ids[offset : offset + pace.batch]
         width *= min(max(pace.batch / max(len(ids), 1), 0.5), 2.0)
-        start = _oldest_since(table, statuses, end, cutoff)  # past a gap in one step
+        start = rows.oldest_changed(statuses, end, cutoff)  # past a gap in one step
 
 
 def _finished_by_id(
@@ -162,77 +164,11 @@ def _finished_by_id(
     again at the checkpoint: the rows of a window of `modified` times lie all over a table
     whose jobs finish in another order than they were added, a page or more each, where
     neighbours by id share the table's pages and those of the indexes ordered by id."""
-    Job = table.model
-    # `status + 0`: SQLite would read the (status, modified) index, every old row of each
-    # status for each batch, rather than the table on from the last id.
-    old = (Job.status + 0).in_(list(statuses)) & (Job.modified < cutoff)
+    rows = Maintenance(table)
     after = 0
-    while ids := [
-        job_id
-        for (job_id,) in tuples(
-            Job.select(Job.id).where(Job.id > after, old).order_by(Job.id).limit(pace.batch)
-        )
-    ]:
+    while ids := rows.finished_after(statuses, cutoff, after, pace.batch):
         yield ids
         after = ids[-1]
-
-
-def _oldest_since(
-    table: Table, statuses: Sequence[Status], since: datetime | None, cutoff: datetime
-) -> datetime | None:
-    """The oldest `modified` from `since` on and before `cutoff` of a row of `statuses`."""
-    Job = table.model
-    oldest = None
-    for status in statuses:
-        after = Job.modified >= since if since is not None else Job.modified.is_null(False)
-        query = Job.select(Job.modified).where(Job.status == status, after, Job.modified < cutoff)
-        if found := tuples(query.order_by(Job.modified).limit(1)):
-            oldest = found[0][0] if oldest is None else min(oldest, found[0][0])
-    return oldest
-
-
-def _changed_between(
-    table: Table, statuses: Sequence[Status], start: datetime, end: datetime, capped: bool
-) -> list[int] | None:
-    """Ids of rows of `statuses` changed from `start` to before `end`; None if `capped` and
-    one status alone has more than WINDOW_ROWS of them. The (status, modified) index holds
-    the ids: the rows' own pages are left to the batch's DELETE, on another thread."""
-    Job = table.model
-    ids: list[int] = []
-    for status in statuses:
-        changed = (Job.status == status) & (Job.modified >= start) & (Job.modified < end)
-        query = Job.select(Job.id).where(changed)
-        found = tuples(query.limit(WINDOW_ROWS + 1) if capped else query)
-        if capped and len(found) > WINDOW_ROWS:
-            return None
-        ids += [job_id for (job_id,) in found]
-    return ids
-
-
-def _written(ids: list[int]) -> SQL:
-    """`ids` written into the statement, for `IN`: ints read from the table, so nothing to
-    escape, and a parameter each would cost four times what the row's DELETE does."""
-    return SQL(f"({', '.join(str(int(job_id)) for job_id in ids)})")
-
-
-def _kept_for_their_chain(
-    table: Table, ids: list[int], statuses: Sequence[Status], cutoff: datetime
-) -> set[int]:
-    """Those of `ids` an earlier attempt of whose chain is not purged with them: only a retry
-    (a row with a chain_id) has earlier attempts to look for."""
-    if not ids:
-        return set()
-    Job = table.model
-    earlier = Job.alias()
-    kept_earlier = earlier.select(SQL("1")).where(
-        (earlier.id == Job.chain_id) | (earlier.chain_id == Job.chain_id),
-        earlier.id < Job.id,
-        ~(earlier.status.in_(list(statuses)) & (earlier.modified < cutoff)),
-    )
-    query = Job.select(Job.id).where(
-        Job.id.in_(_written(ids)), Job.chain_id.is_null(False), fn.EXISTS(kept_earlier)
-    )
-    return {job_id for (job_id,) in tuples(query)}
 
 
 def purge(
@@ -283,7 +219,7 @@ def count_purgeable(
 def _purge_batch(table: Table, statuses: Sequence[Status], cutoff: datetime, ids: list[int]) -> int:
     """A DELETERS thread's batch: the chains' check, then the DELETE of what it leaves."""
     purgeable = _purgeable(table, ids, statuses, cutoff)
-    return _delete(table, statuses, cutoff, purgeable) if purgeable else 0
+    return Maintenance(table).delete(purgeable, statuses, cutoff) if purgeable else 0
 
 
 def _delete_one_by_one(
@@ -300,7 +236,7 @@ def _delete_one_by_one(
     began = time.monotonic()
     for ids in batches:
         deleting = time.monotonic()
-        count = _delete(table, statuses, cutoff, ids)
+        count = Maintenance(table).delete(ids, statuses, cutoff)
         deleted += count
         if counted:
             counted(count)
@@ -308,21 +244,6 @@ def _delete_one_by_one(
         time.sleep(pace.pause_after(len(ids), done - deleting, done - began))
         began = time.monotonic()
     return deleted
-
-
-def _delete(table: Table, statuses: Sequence[Status], cutoff: datetime, ids: list[int]) -> int:
-    """Delete those of `ids` still finished with one of `statuses` and changed before `cutoff`
-    (a requeue may have moved one on since it was read). A DELETE that lost a deadlock, or a
-    certification conflict on a Galera node, was rolled back whole and runs again; a lost
-    connection ends the purge (the next one finishes it)."""
-    Job = table.model
-    # SQLite would read a thousand ids' rows through the (status, modified) index, every old
-    # row of the statuses for each DELETE; `+ 0` leaves it the primary key.
-    status = Job.status if table.mysql else Job.status + 0
-    statement = Job.delete().where(
-        Job.id.in_(_written(ids)), status.in_(statuses), Job.modified < cutoff
-    )
-    return int(run_reconnecting(table.db, statement.execute, reconnect=False))
 
 
 @dataclass
@@ -341,17 +262,10 @@ def requeue(
     linked by chain_id, indexed)."""
     if not filters.statuses or not set(filters.statuses) <= set(PURGEABLE):
         raise BadInput(f"requeue needs --status from {_PURGEABLE_WORDS}")
-    Job = table.model
-    later = Job.alias()
-    # Only a chain's latest finished attempt (perhaps followed by a pending one) is repeated.
-    has_later = later.select(SQL("1")).where(
-        later.chain_id == fn.COALESCE(Job.chain_id, Job.id),
-        later.id > Job.id,
-        later.status != Status.PENDING,
-    )
     result = RequeueResult()
     php_classes = dict(settings.php_classes)
-    for rows in id_batches(filters.query(table, now).where(~fn.EXISTS(has_later)), BATCH):
+    # Only a chain's latest finished attempt (perhaps followed by a pending one) is repeated.
+    for rows in Maintenance(table).latest_finished(filters.selection(now), BATCH):
         matching = [row for row in rows if filters.matches_class(row)]
         runnable = [
             row for row in matching if _is_allowed(row, settings.handlers, php_classes, result)
@@ -369,7 +283,7 @@ def requeue(
 
 
 def _is_allowed(
-    row: Job, allowed: Sequence[str], php_classes: Mapping[str, str], result: RequeueResult
+    row: JobRow, allowed: Sequence[str], php_classes: Mapping[str, str], result: RequeueResult
 ) -> bool:
     try:
         call = read_call(row.params, php_classes)
@@ -380,7 +294,7 @@ def _is_allowed(
     return True
 
 
-def _repeat(table: Table, row: Job, now: float, result: RequeueResult) -> int | None:
+def _repeat(table: Table, row: JobRow, now: float, result: RequeueResult) -> int | None:
     """The chain's pending attempt, due now, unless it runs or a later attempt of it has
     finished meanwhile (another requeue, and a run): then None, and why in `result`."""
     try:

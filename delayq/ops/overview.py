@@ -1,23 +1,25 @@
 """The read-only questions an operator asks of the table and the schedule: how each queue
 stands (`status`), which rows match a filter (`list`), what runs next (`peek`), and what the
-last run recorded. Nothing here writes (maintenance.py does); cli/ops.py renders it all."""
+last run recorded. Nothing here writes (maintenance.py does); cli/ops.py renders it all. The
+table's figures and rows come from store/table/ (figures.py, listing.py): here, which to ask
+for, when a count gives way to an estimate, and the paging of `list`."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from peewee import SQL, ModelSelect, NodeList, Value, fn
-
 from ..config import validate_queue_name, validate_text
-from ..durations import Duration, format_delta, format_rate, parse_duration
+from ..durations import Duration, format_delta, parse_duration
+from ..flow.limits import format_rate
 from ..store.index.keys import LAST_RUN_KEY
 from ..store.index.parts import Index
 from ..store.index.registry import Registry
 from ..store.table import counts, queries, queue_settings
-from ..store.table.model import Job, Status, Table, due_column, tuples, utc_stamp
+from ..store.table.figures import Count, QueueFigures
+from ..store.table.listing import Listing, RowFilter
+from ..store.table.model import JobRow, Status, Table
 from ..store.table.params import payload_or_empty
 from ..store.table.queue_settings import QueueFlow
 
@@ -164,7 +166,7 @@ def status_report(
     hour, due times), or a range counted up to EXACT_UP_TO rows and estimated beyond (the
     finished statuses, the due backlog): a look costs the same at ten million rows as at
     none. An estimated figure is named in the queue's `estimated`."""
-    Job = table.model
+    figures = QueueFigures(table)
     wanted = set(Status if statuses is None else statuses)
     present = {
         Status(number)
@@ -187,28 +189,21 @@ def status_report(
             stats[name].running = count
     for status in present - {Status.PENDING, Status.RUNNING}:
         for name in by_status[status]:
-            rows = Job.select(Job.id).where(Job.status == status, Job.queue == name)
-            _count_into(table, stats[name], status.word, rows)
+            _count_into(stats[name], status.word, figures.with_status(name, status, EXACT_UP_TO))
     if Status.FAILED in present:
-        _failure_figures(table, stats, now)
+        _failure_figures(figures, stats, now)
     for name, entry in stats.items():
         if entry.pending:
-            _due_figures(table, name, entry, now)
+            _due_figures(figures, name, entry, now)
         entry.scheduled = index.schedule.size(name)
     return StatusReport(now, stats, read_last_run(index.registry))
 
 
-def _failure_figures(table: Table, stats: dict[str, QueueStats], now: float) -> None:
+def _failure_figures(figures: QueueFigures, stats: dict[str, QueueStats], now: float) -> None:
     """Failures of the last hour, and those retried since."""
-    Job = table.model
-    recent = (
-        Job.select(Job.queue, fn.COUNT(Job.id))
-        .where(Job.status == Status.FAILED, Job.modified >= utc_stamp(now - FAILED_WINDOW))
-        .group_by(Job.queue)
-    )
-    for name, count in tuples(recent):
+    for name, count in figures.failed_since(now - FAILED_WINDOW).items():
         stats[name].failed_last_hour = count
-    _count_retried(table, stats)
+    _count_retried(figures, stats)
 
 
 def _flow_figures(stats: dict[str, QueueStats], flows: dict[str, QueueFlow]) -> None:
@@ -219,63 +214,32 @@ def _flow_figures(stats: dict[str, QueueStats], flows: dict[str, QueueFlow]) -> 
         stats[name].concurrency = flow.concurrency
 
 
-def _count_into(table: Table, entry: QueueStats, field: str, *parts: ModelSelect[Job]) -> None:
-    """Set `field` to the number of rows of `parts` (disjoint): each exact up to EXACT_UP_TO,
-    else the server's estimate, named in `estimated`."""
-    found = [counts.bounded_count(table, rows, EXACT_UP_TO) for rows in parts]
+def _count_into(entry: QueueStats, field: str, *found: Count) -> None:
+    """Set `field` to the sum of the counts of disjoint parts, each exact up to EXACT_UP_TO,
+    else the server's estimate: then the field is named in `estimated`."""
     setattr(entry, field, sum(count for count, _ in found))
     if not all(exact for _, exact in found):
         entry.estimated.append(field)
 
 
-def _count_retried(table: Table, stats: dict[str, QueueStats]) -> None:
+def _count_retried(figures: QueueFigures, stats: dict[str, QueueStats]) -> None:
     """Failed attempts with a later attempt in their chain, a lookup per failed row, up to
     EXACT_UP_TO of them; unknown (None) beyond (SQLite counts past it: 100,000 took 0.3 s)."""
-    Job = table.model
-    Later = Job.alias("later")
-    later = Later.select(SQL("1")).where(
-        (Later.chain_id == fn.COALESCE(Job.chain_id, Job.id)) & (Later.id > Job.id)
-    )
     for name, entry in stats.items():
         if "failed" in entry.estimated or entry.failed > EXACT_UP_TO:
             entry.failed_retried = None
             entry.estimated.append("failed_retried")
         elif entry.failed:
-            entry.failed_retried = (
-                Job.select(fn.COUNT(Job.id))
-                .where(Job.status == Status.FAILED, Job.queue == name, fn.EXISTS(later))
-                .scalar()
-            )
+            entry.failed_retried = figures.retried_failures(name)
 
 
-def _due_figures(table: Table, name: str, entry: QueueStats, now: float) -> None:
-    """Ranges of (status, queue, run_at): the due backlog (counted up to EXACT_UP_TO, in two as
-    SQLite reads `run_at <= ? OR run_at IS NULL` as the whole queue), oldest and next due."""
-    Job = table.model
-    pending = (Job.status == Status.PENDING) & (Job.queue == name)
-    undated = Job.select(Job.id).where(pending, Job.run_at.is_null())
-    dated = Job.select(Job.id).where(pending, Job.run_at <= now)
-    _count_into(table, entry, "pending_due", undated, dated)
-    if oldest := _oldest_due(table, name, now):
+def _due_figures(figures: QueueFigures, name: str, entry: QueueStats, now: float) -> None:
+    """The due backlog (counted up to EXACT_UP_TO), the oldest due and the next due."""
+    _count_into(entry, "pending_due", *figures.due_backlog(name, now, EXACT_UP_TO))
+    if oldest := figures.oldest_due(name, now):
         entry.oldest_due_id, entry.oldest_due_at = oldest
         entry.oldest_due_lag = max(0.0, now - oldest[1])
-    upcoming = Job.select(fn.MIN(Job.run_at)).where(pending, Job.run_at > now).scalar()
-    entry.next_due_at = None if upcoming is None else float(upcoming)
-
-
-def _oldest_due(table: Table, queue: str, now: float) -> tuple[int, float] | None:
-    """(id, due) of the queue's pending row that has been due longest, if any is due."""
-    Job = table.model
-    pending = Job.select(Job.id, due_column(table)).where(
-        Job.status == Status.PENDING, Job.queue == queue
-    )
-    candidates = [
-        *tuples(pending.where(Job.run_at <= now).order_by(Job.run_at, Job.id).limit(1)),
-        # A producer that leaves run_at empty means "due when created": oldest id first.
-        *tuples(pending.where(Job.run_at.is_null()).order_by(Job.id).limit(1)),
-    ]
-    found = [(job_id, float(due)) for job_id, due in candidates]
-    return min(found, key=lambda candidate: candidate[1], default=None)
+    entry.next_due_at = figures.next_due(name, now)
 
 
 def read_last_run(registry: Registry) -> LastRun | None:
@@ -315,61 +279,38 @@ class JobFilter:
         if self.since is not None:
             parse_duration(self.since, "--since")
 
-    def query(self, table: Table, now: float) -> ModelSelect[Job]:
-        """The rows matching every field but the exact class (see `matches_class`)."""
-        Job = table.model
-        query = Job.select()
-        if self.statuses:
-            query = query.where(Job.status.in_(list(self.statuses)))
-        if self.queue is not None:
-            query = query.where(Job.queue == self.queue)
-        if self.ext is not None:
-            query = query.where(Job.ext_string == self.ext)
+    def selection(self, now: float) -> RowFilter:
+        """The rows matching every field but the exact class (see `matches_class`), as the
+        table selects them at `now`: `since` becomes the earliest last change it allows."""
+        earliest = [self.changed_from] if self.changed_from is not None else []
         if self.since is not None:
-            since = parse_duration(self.since, "--since")  # seconds, a timedelta or "2h"
-            query = query.where(Job.modified >= utc_stamp(now - since))
-        if self.changed_from is not None:
-            query = query.where(Job.modified >= utc_stamp(self.changed_from))
-        if self.changed_to is not None:
-            query = query.where(Job.modified < utc_stamp(self.changed_to))
-        windowed = (self.since, self.changed_from, self.changed_to) != (None, None, None)
-        if windowed and not self.statuses:
-            # A time window over every status as ranges of the (status, modified) index, one
-            # per status present (a loose index scan finds them, unknown numbers included):
-            # without a status, MySQL would walk the primary key past every row outside it.
-            present = [status for (status,) in tuples(Job.select(Job.status).distinct())]
-            query = query.where(Job.status.in_(present))
-        if self.class_path is not None:
-            # params is JSON (or a PHP producer's serialize() text), and json_extract differs by
-            # database and fails on other text: LIKE narrows, `matches_class` checks exactly.
-            as_json = json.dumps(self.class_path, ensure_ascii=False)
-            query = query.where(
-                _like(Job.params, as_json) | _like(Job.params, f'"{self.class_path}";')
-            )
-        return query
+            # `since`: seconds, a timedelta or "2h", as --since takes it.
+            earliest.append(now - parse_duration(self.since, "--since"))
+        return RowFilter(
+            statuses=tuple(self.statuses),
+            queue=self.queue,
+            ext=self.ext,
+            class_path=self.class_path,
+            changed_from=max(earliest, default=None),
+            changed_to=self.changed_to,
+        )
 
-    def matches_class(self, row: Job) -> bool:
+    def matches_class(self, row: JobRow) -> bool:
         """Whether the row names exactly this class; SQL only narrowed it down with LIKE."""
         return (
             self.class_path is None or payload_or_empty(row.params).get("class") == self.class_path
         )
 
 
-def _like(column: Any, text: str) -> NodeList:
-    escaped = text.replace("!", "!!").replace("%", "!%").replace("_", "!_")
-    return NodeList((column, SQL("LIKE"), Value(f"%{escaped}%"), SQL("ESCAPE '!'")))
-
-
 def list_jobs(
     table: Table, filters: JobFilter, now: float, limit: int, before_id: int | None = None
-) -> list[Job]:
+) -> list[JobRow]:
     """Rows matching `filters`, newest first: at most `limit`, all with ids below `before_id`."""
-    query = filters.query(table, now)
+    selection, listing = filters.selection(now), Listing(table)
     batch = max(limit, 100)
-    found: list[Job] = []
+    found: list[JobRow] = []
     while len(found) < limit:
-        page = query if before_id is None else query.where(table.model.id < before_id)
-        rows = list(page.order_by(table.model.id.desc()).limit(batch))
+        rows = listing.newest(selection, before_id, batch)
         found.extend(row for row in rows if filters.matches_class(row))
         if len(rows) < batch:
             break

@@ -1,6 +1,7 @@
 """How much of what grows with the table `delayq doctor` reads: by default a bounded sample,
 so that it answers in the same time at ten million pending jobs as at ten; with `--full`
-everything, telling a tally how far it got. doctor.py words the lines."""
+everything, telling a tally how far it got, a page at a time of what store/table/pending.py
+reads. doctor.py words the lines."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from typing import cast
 
 from ..store.index.keys import job_id_of, schedule_key, text
 from ..store.index.parts import Index
-from ..store.table.model import Status, Table, tuples
-from ..store.table.queries import overdue_pending
+from ..store.table.model import Table
+from ..store.table.pending import PendingRows
 
 # Schedule members read at each end of a queue's schedule, and overdue pending rows compared
 # with it, without --full: a few milliseconds at any size.
@@ -87,7 +88,7 @@ def unscheduled_rows(
     """PENDING rows of `queue` due before `before` that its schedule lacks: of the SAMPLE
     overdue longest, or with `scope.full` of all."""
     if not scope.full:
-        overdue = [job_id for job_id, _ in overdue_pending(table, queue, before, SAMPLE)]
+        overdue = [job_id for job_id, _ in PendingRows(table).overdue(queue, before, SAMPLE)]
         return Unscheduled(len(index.schedule.missing(queue, overdue)), len(overdue) >= SAMPLE)
     count = 0
     for ids in _overdue_pages(table, queue, before):
@@ -100,22 +101,13 @@ def _overdue_pages(table: Table, queue: str, before: float) -> Iterator[list[int
     """Ids of every PENDING row of `queue` due before `before` (or written without a due
     time), PAGE at a time, each page one range of the (status, queue, run_at) index that
     goes on where the last one stopped: none rereads what an earlier one read."""
-    Job = table.model
-    pending = (Job.status == Status.PENDING) & (Job.queue == queue)
+    pending = PendingRows(table)
     last_id = 0
-    undated = pending & Job.run_at.is_null()
-    while rows := tuples(
-        Job.select(Job.id).where(undated, Job.id > last_id).order_by(Job.id).limit(PAGE)
-    ):
-        yield [job_id for (job_id,) in rows]
-        last_id = rows[-1][0]
-    after = Job.run_at <= before
-    while rows := tuples(
-        Job.select(Job.id, Job.run_at)
-        .where(pending, Job.run_at <= before, after)
-        .order_by(Job.run_at, Job.id)
-        .limit(PAGE)
-    ):
+    while ids := pending.undated_page(queue, last_id, PAGE):
+        yield ids
+        last_id = ids[-1]
+    after: tuple[float, int] | None = None
+    while rows := pending.overdue_page(queue, before, after, PAGE):
         yield [job_id for job_id, _ in rows]
         last_id, last_at = rows[-1]
-        after = (Job.run_at > last_at) | ((Job.run_at == last_at) & (Job.id > last_id))
+        after = (last_at, last_id)

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from ..store.index.parts import Index
 from ..store.producers import queues_in_use
-from ..store.table import queries
-from ..store.table.model import Job, Table
+from ..store.table.model import JobRow, Table
+from ..store.table.pending import PendingRows
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class Upcoming:
     queue: str
     id: int
     run_at: float
-    row: Job | None
+    row: JobRow | None
     indexed: bool = True
 
 
@@ -36,11 +36,10 @@ def next_scheduled(
     first (by due time, then id): each queue's first `count` rows in due order, a range of
     the (status, queue, run_at) index, merged."""
     names = queues_in_use(table, index) if queues is None else queues
-    firsts = (_first(table, queue, count) for queue in names)
+    pending = PendingRows(table)
+    firsts = (_first(pending, queue, count) for queue in names)
     entries = list(heapq.merge(*firsts, key=lambda entry: (entry[1], entry[0])))[:count]
-    Job = table.model
-    ids = [job_id for job_id, _, _ in entries]
-    rows = {row.id: row for row in Job.select().where(Job.id.in_(ids))} if ids else {}
+    rows = pending.rows([job_id for job_id, _, _ in entries])
     return [
         Upcoming(queue, job_id, due, row, indexed=row is None or not row.unindexed)
         for job_id, due, queue in entries
@@ -48,5 +47,5 @@ def next_scheduled(
     ]
 
 
-def _first(table: Table, queue: str, count: int) -> list[tuple[int, float, str]]:
-    return [(job_id, due, queue) for job_id, due in queries.first_pending(table, queue, count)]
+def _first(pending: PendingRows, queue: str, count: int) -> list[tuple[int, float, str]]:
+    return [(job_id, due, queue) for job_id, due in pending.first(queue, count)]

@@ -18,7 +18,6 @@ from redis.exceptions import ClusterDownError, ReadOnlyError, RedisClusterExcept
 
 from ..config import hide_secrets
 from ..errors import BackendUnavailable
-from .table.model import TABLE_NAME
 
 if TYPE_CHECKING:
     from .table.model import Table
@@ -117,7 +116,7 @@ def is_missing_table(exc: BaseException, table: Table) -> bool:
     if not isinstance(exc, peewee.OperationalError):
         return False
     try:
-        return not table.db.table_exists(TABLE_NAME)
+        return not table.exists()
     except peewee.PeeweeException:
         return False
 

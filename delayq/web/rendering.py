@@ -16,7 +16,7 @@ from starlette.responses import HTMLResponse
 
 from ..errors import BadInput
 from ..ops.printing import printable
-from ..store.table.model import Job
+from ..store.table.model import JobRow
 from ..store.table.params import UNREADABLE, read_payload
 from .security import csrf_token, session_nonce
 
@@ -101,7 +101,7 @@ def seconds(value: float | None) -> str:
     return f"{value:.1f}s"
 
 
-def handler(row: Job | None) -> str:
+def handler(row: JobRow | None) -> str:
     """What a row calls, "class.method" as its writer named them (a PHP producer's class
     too, as the job's page shows it), or one word when its params name none."""
     if row is None:

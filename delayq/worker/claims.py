@@ -1,7 +1,8 @@
 """Claiming a batch: due members out of the schedule (atomically, in Redis), their rows leased
 to this run (a guarded UPDATE), their order noted for recovery; and handing unstarted jobs
 back to the schedule. A Claimer holds only what stays fixed for a run, so the main thread and
-the bookkeeping thread (leasing a backlog's next batch) can both use it.
+the bookkeeping thread (leasing a backlog's next batch) can both use it; what a claim asks of
+the queue's pause, limits and locks, it asks the queue's Gate (delayq/flow/gate.py).
 """
 
 from __future__ import annotations
@@ -12,16 +13,14 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from ..durations import format_instant
-from ..store.index.flow import FlowUnknown, restore, settings_of
+from ..flow.gate import Gate
 from ..store.index.keys import job_id_of
 from ..store.index.parts import Index
-from ..store.index.schedule import Claimed
 from ..store.index.tallies import Tally, handler_label
 from ..store.table import leases, queries
 from ..store.table.model import ClaimedJob, Table
 from ..store.table.outcomes import mark_missed_and_rearm
 from .handlers import handler_of
-from .locking import Locking
 
 logger = logging.getLogger(__name__)
 
@@ -64,22 +63,23 @@ class Claimer:
         self.lease = lease
         self.since = since  # a job due longer ago than this is missed, not run
         self.php_classes = php_classes  # to count a PHP producer's missed job by its handler
-        self.locking = Locking(table, index, token)
 
     def claim(
         self,
-        queue: str,
+        gate: Gate,
         before: list[int],
         now: float,
         size: int,
         notes_starts: bool = False,
         startable: int | None = None,
     ) -> Batch | None:
-        """Claim up to `size` due members (of a rate-limited queue, up to `startable`: what
-        the run can start at once), lease their rows and note their order after `before`
-        (the batch still running, so that recovery can tell which job was running) or, for a
-        run noting each start, that it does; None if none is due. The caller counts it."""
-        claimed = self._claim_due(queue, now, size, startable)
+        """Claim up to `size` due members of the queue of `gate` (of a rate-limited queue, up
+        to `startable`: what the run can start at once), lease their rows and note their order
+        after `before` (the batch still running, so that recovery can tell which job was
+        running) or, for a run noting each start, that it does; None if none is due. The
+        caller counts it."""
+        queue = gate.queue
+        claimed = gate.claim_due(now, size, startable, now + self.lease)
         if not claimed:
             return None
         batch = Batch(
@@ -99,18 +99,18 @@ class Claimer:
             else:
                 batch.due_by_id[job_id] = score
         try:
-            runnable, jobs = self._lease(batch, queue, now)
+            runnable, jobs = self._lease(batch, gate, now)
         except Exception:
             # The claim took them off the schedule: a database that fails the lease (a
             # failover, a primary turned read-only) would leave their rows pending with no
             # entry until the orphan sweep, 30 s on. Their rows decide, as ever.
-            self._put_back_unleased(queue, batch)
+            self._put_back_unleased(gate, batch)
             raise
         if len(jobs) < len(runnable):
             self._put_back_not_due(queue, [job.id for job in jobs], runnable, now)
         batch.dropped += len(runnable) - len(jobs)
         # A job whose lock another job holds goes back to pending, to wait for it.
-        jobs = self.locking.take(queue, jobs, batch.due_by_id, now)
+        jobs = gate.admit(jobs, batch.due_by_id, now)
         batch.jobs = without_jobs_in_hand(jobs, set(before))
         batch.jobs.sort(key=lambda job: (batch.due_by_id[job.id], job.id))
         order = before + [job.id for job in batch.jobs]
@@ -133,11 +133,11 @@ class Claimer:
         batch.noted = notes_starts or len(order) > 1
         return batch
 
-    def _lease(self, batch: Batch, queue: str, now: float) -> tuple[list[int], list[ClaimedJob]]:
+    def _lease(self, batch: Batch, gate: Gate, now: float) -> tuple[list[int], list[ClaimedJob]]:
         """Mark the claimed jobs due too long ago missed, and lease the others' rows; the
         ids tried and the jobs won."""
-        late = self._late(queue, batch.due_by_id, now)
-        batch.missed = self._mark_missed(batch, queue, late, now)
+        late = self._late(gate, batch.due_by_id, now)
+        batch.missed = self._mark_missed(batch, gate.queue, late, now)
         on_time = set(batch.due_by_id) - set(late)
         runnable = [job_id for job_id in batch.due_by_id if job_id in on_time]
         batch.leased_at = time.monotonic()
@@ -146,38 +146,25 @@ class Claimer:
         )
         return runnable, jobs
 
-    def _put_back_unleased(self, queue: str, batch: Batch) -> None:
+    def _put_back_unleased(self, gate: Gate, batch: Batch) -> None:
         """Claimed jobs whose rows the database would not lease go back on the schedule, and
         the running slots and start grants the claim took for them come free: none of them
         runs here."""
         due_by_id = batch.due_by_id
         try:
-            self.index.schedule.add_many(queue, list(due_by_id.items()))
-            if batch.slotted:
-                self.index.free_slots(queue, list(due_by_id))
-            if batch.rate_limited:
-                members = [str(job_id) for job_id in due_by_id]
-                self.index.return_grants(queue, members, batch.claimed_at)
+            self.index.schedule.add_many(gate.queue, list(due_by_id.items()))
+            gate.give_back(batch, list(due_by_id))
         except Exception as exc:  # noqa: BLE001 - the orphan sweep puts them back later
             logger.warning("could not put %d claimed jobs back yet: %s", len(due_by_id), exc)
 
-    def _claim_due(self, queue: str, now: float, size: int, startable: int | None) -> Claimed:
-        """The claim, after putting the queue's flow settings back from the table if Redis
-        lost them: a paused or limited queue must not read as free because Redis forgot it."""
-        while True:
-            try:
-                return self.index.schedule.claim_due(queue, now, size, startable, now + self.lease)
-            except FlowUnknown:
-                restore(self.table, self.index.flow, [queue])
-
-    def _late(self, queue: str, due_by_id: dict[int, float], now: float) -> list[int]:
+    def _late(self, gate: Gate, due_by_id: dict[int, float], now: float) -> list[int]:
         """The claimed jobs due longer ago than the window, counted from the queue's last
         resume for a job that fell due while it was paused: a pause never makes a job late."""
         cutoff = now - self.since
         late = [job_id for job_id, due in due_by_id.items() if due < cutoff]
         if not late:
             return []
-        resumed_at = settings_of(self.table, self.index.flow, queue).resumed_at or 0.0
+        resumed_at = gate.resumed_at()
         return [job_id for job_id in late if max(due_by_id[job_id], resumed_at) < cutoff]
 
     def hand_back(

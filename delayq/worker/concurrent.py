@@ -12,8 +12,7 @@ from ..store.table.model import ClaimedJob
 from ..store.table.outcomes import Outcome
 from .calls import Caller
 from .claims import Batch
-from .drains import Drain, Turn
-from .passes import Pass
+from .drains import Drain, Turn, TurnNeeds
 from .slots import Slots
 
 logger = logging.getLogger(__name__)
@@ -32,17 +31,17 @@ class ConcurrentDrain(Drain):
 
     notes_starts = True  # no order tells which of many jobs in flight had started
 
-    def __init__(self, run: Pass, turn: Turn, caller: Caller, slots: Slots) -> None:
-        super().__init__(run, turn, caller)
+    def __init__(self, turn: Turn, needs: TurnNeeds, caller: Caller, slots: Slots) -> None:
+        super().__init__(turn, needs, caller)
         # Group commits go to the bookkeeping thread, so slots never wait on the database.
-        self.buffer.write_on(run.bookkeeper(), notes_starts=True)
+        self.buffer.write_on(needs.bookkeeper(), notes_starts=True)
         self.slots = slots  # the runner's, with its threads
         self.drained = False  # the last claim found nothing due
         self.look_again_at = 0.0  # monotonic: when a drained schedule is asked again
         self.backlog = False  # the last claim came back full
 
     def pump(self) -> None:
-        stop = self.run.stop
+        stop = self.needs.stop
         if stop is not None:
             stop.in_flight = self._on_stop
         try:
@@ -58,7 +57,7 @@ class ConcurrentDrain(Drain):
             return "no job is running; handing the rest back"
         jobs = "job" if busy == 1 else f"{busy} jobs"
         return (
-            f"finishing the {jobs} in flight within {self.run.settings.grace:g}s, handing the "
+            f"finishing the {jobs} in flight within {self.needs.grace:g}s, handing the "
             "rest back; a second signal hands back at once what has not finished"
         )
 
@@ -78,7 +77,7 @@ class ConcurrentDrain(Drain):
             if not stopping:
                 self._claim_if_short()
                 self._start_waiting()
-            if self.run.stopping:
+            if self._stopping():
                 self._wait_out_the_grace()
                 return
             done_claiming = self.drained or self.turn.over()
@@ -88,6 +87,11 @@ class ConcurrentDrain(Drain):
 
     def busy(self) -> bool:
         return self.slots.busy > 0
+
+    def _stopping(self) -> bool:
+        """A stop signal came: nothing new starts."""
+        stop = self.needs.stop
+        return stop is not None and stop.requested
 
     def _claim_if_short(self) -> None:
         if self.upcoming is not None:
@@ -131,8 +135,8 @@ class ConcurrentDrain(Drain):
         if starting:
             # Noted before the calls can begin: recovery charges a lost lease only to a job
             # whose start it finds.
-            journal = self.run.index.journal
-            journal.note_starts(self.queue, self.run.token, [job.id for job in starting])
+            token = self.needs.leases.token
+            self.needs.journal.note_starts(self.queue, token, [job.id for job in starting])
             self.slots.start(starting)
 
     def _wait_time(self) -> float:
@@ -148,7 +152,7 @@ class ConcurrentDrain(Drain):
 
     def _collect(self, timeout: float) -> None:
         # Every turn of the main loop passes here, calls in flight or not.
-        self.run.show_progress()
+        self.needs.show_progress(None)
         finished = self._finished(timeout)
         if finished:
             self.record(finished)
@@ -165,11 +169,11 @@ class ConcurrentDrain(Drain):
         """The pass failed (a server went away): calls in flight get the grace period to end,
         and their outcomes go straight to the table, since the journal may be what is away.
         Handing them back instead would run each of them a second time."""
-        until = time.monotonic() + self.run.settings.grace
+        until = time.monotonic() + self.needs.grace
         finished: list[Outcome] = []
         try:
             while self.slots.busy and time.monotonic() < until:
-                self.run.show_progress()
+                self.needs.show_progress(None)
                 finished += self._finished(min(until - time.monotonic(), COLLECT_WAIT * 4))
         except Exception as exc:  # noqa: BLE001 - already failing: their leases settle the rest
             logger.error("could not wait for the calls in flight (%s)", exc)
@@ -190,7 +194,7 @@ class ConcurrentDrain(Drain):
 
     def _wait_out_the_grace(self) -> None:
         """A stop signal: nothing new starts; calls in flight get the grace period."""
-        until = time.monotonic() + self.run.settings.grace
+        until = time.monotonic() + self.needs.grace
         while self.slots.busy and time.monotonic() < until:
             self._collect(min(until - time.monotonic(), COLLECT_WAIT * 4))
 

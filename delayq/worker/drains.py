@@ -8,33 +8,31 @@ what each came to, and at the end hand back what did not start. Two ways to star
 
 The Drain holds what both share: the jobs claimed and not started, the batch leased ahead,
 the outcome buffer and the clean-up at the end. It owns its Turn, what it may take and what
-it did, and hands it back to the pass when it ends.
+it did, and hands it back to the pass when it ends. What it works with it is given, all in
+one TurnNeeds: it never reaches the pass that made it.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from ..store.index.flow import START_SLACK, settings_of
+from ..flow.gate import Gate
+from ..store.index.journal import Journal
 from ..store.table.model import ClaimedJob
 from ..store.table.outcomes import Outcome, Written
-from . import locking
+from .bookkeeper import Bookkeeper
 from .calls import Caller
-from .claims import Batch, without_jobs_in_hand
+from .claims import Batch, Claimer, without_jobs_in_hand
 from .group_commits import OutcomeBuffer
-from .interrupts import Abandoned
-from .passes import Pass
+from .heartbeat import HeldLeases
+from .interrupts import Abandoned, GracefulStop
 from .report import RunReport
 
 logger = logging.getLogger(__name__)
-
-# How often a drain holding jobs it has not started asks whether their queue was paused
-# meanwhile: a job claimed before `delayq pause` returned starts no later than this after it.
-PAUSE_LOOK = 0.25
 
 
 @dataclass
@@ -89,25 +87,40 @@ class Turn:
             )
 
 
+@dataclass(frozen=True)
+class TurnNeeds:
+    """What a drain is given for its queue's turn, each named for what it is: the pass makes
+    one per turn (Pass.needs_of), and the drain never reaches the pass itself."""
+
+    claimer: Claimer  # claims batches (here or on the bookkeeping thread), hands jobs back
+    gate: Gate  # the queue's pause, limits and locks, as claims and starts meet them
+    buffer: OutcomeBuffer  # the turn's outcomes on their way to a group commit
+    journal: Journal  # the batch order and start marks that recovery reads
+    leases: HeldLeases  # the pass's token, lease deadline, and renewal on the main thread
+    clock: Callable[[], float]  # the pass's clock: Redis's, or the `now` a run was given
+    bookkeeper: Callable[[], Bookkeeper]  # the runner's bookkeeping thread, started on first use
+    must_stop: Callable[[], bool]  # a stop signal, --limit reached or --max-seconds over
+    show_progress: Callable[[float | None], None]  # a sign of life to a --processes parent
+    stop: GracefulStop | None  # the stop signal's handler, told what a first signal does
+    grace: float  # how long calls in flight may take to finish once the run stops
+
+
 class Drain:
     """One queue's jobs for one turn of a pass: those claimed and not yet started wait here."""
 
     notes_starts = False  # whether each start is noted in the journal, or each batch's order
 
-    def __init__(self, run: Pass, turn: Turn, caller: Caller) -> None:
-        self.run = run
+    def __init__(self, turn: Turn, needs: TurnNeeds, caller: Caller) -> None:
         self.turn = turn
-        self.queue = queue = turn.queue
+        self.queue = turn.queue
+        self.needs = needs
         self.caller = caller
-        self.buffer = OutcomeBuffer(run.table, run.index, queue, run.token)
+        self.gate = needs.gate
+        self.buffer = needs.buffer
         self.waiting: deque[ClaimedJob] = deque()
         self.due_by_id: dict[int, float] = {}  # of the jobs waiting or in flight
         self.upcoming: Future[Batch | None] | None = None  # leased on the bookkeeping thread
         self.noted = False  # whether the journal holds this run's order or start mark
-        self.paused = False  # the queue was paused: what waits goes back, nothing starts
-        self.pause_looked_at = float("-inf")  # monotonic
-        # Of a rate-limited queue's jobs waiting: when their claim took their start grants.
-        self.granted_at: dict[int, float] = {}
 
     def drain(self) -> Turn:
         """Drain the queue for its turn; the turn, with what the drain did."""
@@ -123,9 +136,9 @@ class Drain:
             handed_back = self._hand_back_the_rest()
             self.close()
             self._flush(quietly=not completed)
-            self.run.index.journal.close()
+            self.needs.journal.close()
             if self.noted:
-                self.run.index.journal.forget_order(self.queue, self.run.token)
+                self.needs.journal.forget_order(self.queue, self.needs.leases.token)
         if abandoned:
             self.turn.abandoned = handed_back
         return self.turn
@@ -135,19 +148,8 @@ class Drain:
         if self.turn.at_limit():
             self.turn.report.stopped_early = True
             return True
-        return self._paused() or self.run.must_stop()
-
-    def _paused(self) -> bool:
-        """Whether the queue has been paused since its jobs in hand were claimed (the claim
-        itself refuses a paused queue), asked at most every PAUSE_LOOK."""
-        if self.paused or (not self.waiting and self.upcoming is None):
-            return self.paused
-        if time.monotonic() - self.pause_looked_at >= PAUSE_LOOK:
-            self.pause_looked_at = time.monotonic()
-            self.paused = settings_of(self.run.table, self.run.index.flow, self.queue).paused
-            if self.paused:
-                logger.info("queue %s was paused; handing back the jobs not started", self.queue)
-        return self.paused
+        holding = bool(self.waiting) or self.upcoming is not None
+        return self.gate.paused(holding) or self.needs.must_stop()
 
     def pump(self) -> None:
         """Start and record jobs until none is due or the run must stop."""
@@ -167,9 +169,9 @@ class Drain:
         """Claim and take up to `size` due jobs on this thread; None if none is due."""
         if size <= 0:
             return None
-        claimer, now = self.run.claimer, self.run.clock()
+        claimer, now = self.needs.claimer, self.needs.clock()
         return self.take(
-            claimer.claim(self.queue, [], now, size, self.notes_starts, self.startable())
+            claimer.claim(self.gate, [], now, size, self.notes_starts, self.startable())
         )
 
     def startable(self) -> int:
@@ -180,11 +182,11 @@ class Drain:
     def lease_ahead(self, size: int, before: list[int]) -> None:
         """Claim the next batch on the bookkeeping thread, while the jobs in hand run (none
         of a rate-limited queue: its grants would lapse while they wait)."""
-        self.upcoming = self.run.bookkeeper().submit(
-            self.run.claimer.claim,
-            self.queue,
+        self.upcoming = self.needs.bookkeeper().submit(
+            self.needs.claimer.claim,
+            self.gate,
             before,
-            self.run.clock(),
+            self.needs.clock(),
             size,
             self.notes_starts,
             0,
@@ -195,15 +197,12 @@ class Drain:
         if batch is None:
             return None
         self.turn.took(batch)
-        self.run.deadline.leased(batch.leased_at)
+        self.needs.leases.deadline.leased(batch.leased_at)
         self.noted = self.noted or batch.noted
         batch.jobs = without_jobs_in_hand(batch.jobs, self.due_by_id.keys())
         self.waiting.extend(batch.jobs)
         self.due_by_id.update((job.id, batch.due_by_id[job.id]) for job in batch.jobs)
-        if batch.slotted:
-            self.run.slots.hold(self.queue, [job.id for job in batch.jobs])
-        if batch.rate_limited:
-            self.granted_at.update((job.id, batch.claimed_at) for job in batch.jobs)
+        self.gate.took(batch, batch.jobs)
         return batch
 
     def take_upcoming(self) -> Batch | None:
@@ -216,8 +215,7 @@ class Drain:
         """Journal or write finished calls, then announce them: a hook sees a recorded one."""
         for outcome in outcomes:
             self.due_by_id.pop(outcome.job.id, None)
-            self.granted_at.pop(outcome.job.id, None)
-        self._let_go([outcome.job for outcome in outcomes])
+        self.gate.let_go([outcome.job for outcome in outcomes])
         more = bool(self.waiting) or self.busy()
         self.turn.count(self.buffer.add_many(outcomes, more_coming=more))
         for outcome in outcomes:
@@ -229,52 +227,36 @@ class Drain:
     def hold_leases(self) -> None:
         """Before starting more jobs: if the heartbeat fell behind, drop the waiting jobs
         another run has taken over meanwhile; hand back those whose start grant lapsed."""
-        if self.granted_at and self.waiting:
+        if self.waiting:
             self._hand_back_lapsed_grants()
-        if self.waiting and self.run.deadline.may_lapse():
-            held = self.run.reassert_leases(list(self.waiting))
+        leases = self.needs.leases
+        if self.waiting and leases.deadline.may_lapse():
+            held = leases.reassert(list(self.waiting))
             taken_over = [job.id for job in self.waiting if job.id not in held]
             for job_id in taken_over:  # not ours to run, nor to hand back
                 del self.due_by_id[job_id]
             # Nor are their running slots ours to free: the run that took them holds them.
-            self.run.slots.release(self.queue, taken_over)
+            self.gate.taken_over(taken_over)
             self.waiting = deque(job for job in self.waiting if job.id in held)
 
     def _hand_back_lapsed_grants(self) -> None:
-        """A rate-limited queue's waiting jobs claimed longer than half the start slack ago
-        go back to the schedule, at their places in due order: their grants cover a start
-        until START_SLACK after the claim, and the other half is the thread's to begin the
-        call. Their grants stay spent: handing them back never lets the window hold more."""
-        cutoff = self.run.clock() - START_SLACK / 2
-        lapsed = [job for job in self.waiting if self.granted_at.get(job.id, cutoff) < cutoff]
+        """A rate-limited queue's waiting jobs whose start grants are about to lapse (the
+        Gate says which) go back to the schedule, at their places in due order. Their
+        grants stay spent: handing them back never lets the window hold more."""
+        lapsed = self.gate.lapsed(self.waiting)
         if not lapsed:
             return
         ids = {job.id for job in lapsed}
         self.waiting = deque(job for job in self.waiting if job.id not in ids)
-        self.run.claimer.hand_back(self.queue, lapsed, self.due_by_id, self.run.clock())
-        self._let_go(lapsed)
+        self.needs.claimer.hand_back(self.queue, lapsed, self.due_by_id, self.needs.clock())
+        self.gate.let_go(lapsed)
         for job_id in ids:
-            del self.due_by_id[job_id], self.granted_at[job_id]
+            del self.due_by_id[job_id]
         logger.info(
             "queue %s: %d jobs not started in time for their rate grants; handed back",
             self.queue,
             len(lapsed),
         )
-
-    def _let_go(self, jobs: list[ClaimedJob]) -> None:
-        """Free the running slots and hand on the locks of jobs that ended or went back, so
-        that the next job may start at once; if Redis does not answer, each slot lapses with
-        the lease it was last renewed to (locking.py says what comes of a lock)."""
-        locking.let_go(self.run.table, self.run.index, jobs, self.run.clock())
-        released = self.run.slots.release(self.queue, [job.id for job in jobs])
-        if not released:
-            return
-        try:
-            self.run.index.free_slots(self.queue, released)
-        except Exception as exc:  # noqa: BLE001 - the slots lapse with their leases
-            logger.warning(
-                "could not free %d running slots of %s: %s", len(released), self.queue, exc
-            )
 
     def _hand_back_the_rest(self) -> int:
         """Jobs not started, the batch leased ahead and calls still running go back to
@@ -293,11 +275,11 @@ class Drain:
             )
         unfinished = list(self.waiting) + running
         self.waiting.clear()
-        self.run.claimer.hand_back(self.queue, unfinished, self.due_by_id, self.run.clock())
-        self._let_go(unfinished)
+        self.needs.claimer.hand_back(self.queue, unfinished, self.due_by_id, self.needs.clock())
+        self.gate.let_go(unfinished)
         if running:
-            started = (self.run.token, [job.id for job in running])
-            self.run.index.journal.forget(self.queue, [], started)
+            started = (self.needs.leases.token, [job.id for job in running])
+            self.needs.journal.forget(self.queue, [], started)
         return len(running)
 
     def _flush(self, quietly: bool) -> None:
@@ -334,7 +316,7 @@ class SequentialDrain(Drain):
             # while this one runs, and write its commits there too.
             room = self.turn.room(len(self.waiting))
             if len(batch.claimed) == batch.size and room > 0:
-                self.buffer.write_on(self.run.bookkeeper())
+                self.buffer.write_on(self.needs.bookkeeper())
                 self.lease_ahead(room, [job.id for job in self.waiting])
             self._call_waiting()
 
@@ -345,7 +327,7 @@ class SequentialDrain(Drain):
                 return
             job = self.waiting[0]
             self.turn.calls += 1
-            self.run.show_progress(self.caller.limit_of(job))
+            self.needs.show_progress(self.caller.limit_of(job))
             outcome = self.caller.execute(job)
             self.waiting.popleft()  # not before: a job whose call the run abandons goes back
             self.record([outcome])

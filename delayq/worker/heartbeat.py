@@ -1,8 +1,9 @@
 """Keeping a run's leases alive: a heartbeat thread, one for the runner process, renews the
 leases of the pass in progress every third of the lease, and the running slots its jobs of
-concurrency-limited queues hold (HeldSlots) with them; a LeaseDeadline, which it shares with
-the pass, says when the leases may have lapsed. The lease only has to outlive a dead run,
-not a slow job.
+concurrency-limited queues hold (HeldSlots, delayq/flow/gate.py) with them; a LeaseDeadline,
+which it shares with the pass, says when the leases may have lapsed, and the main thread
+renews what it still holds when the beats fell behind (HeldLeases). The lease only has to
+outlive a dead run, not a slow job.
 """
 
 from __future__ import annotations
@@ -10,15 +11,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 
+from ..flow.gate import HeldSlots
 from ..store.index.parts import Index
 from ..store.table import leases
 from ..store.table.database import close_connection
-from ..store.table.model import Table
+from ..store.table.model import ClaimedJob, Table
 from ..threads import Periodic
 
 logger = logging.getLogger(__name__)
@@ -60,31 +62,36 @@ class LeaseDeadline:
             return time.monotonic() > self._at - self.lease / 3
 
 
-class HeldSlots:
-    """The running slots a pass's jobs of concurrency-limited queues hold, {queue: ids}: the
-    drains add a job's as it is claimed and free it as the job ends or goes back, and the
-    heartbeat renews those held with the leases, so that a slot lapses with its lease (a
-    killed run's) and never while its job runs."""
+class HeldLeases:
+    """The leases a pass holds, as its drains meet them: the token they are held under, the
+    deadline by which they may have lapsed (the heartbeat's too), and their renewal by the
+    main thread when the heartbeat fell behind."""
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._held: dict[str, set[int]] = {}
+    def __init__(self, table: Table, token: str, clock: Callable[[], float], lease: float) -> None:
+        self.table = table
+        self.token = token
+        self.clock = clock
+        self.lease = lease
+        self.deadline = LeaseDeadline(lease)
 
-    def hold(self, queue: str, job_ids: list[int]) -> None:
-        with self._lock:
-            self._held.setdefault(queue, set()).update(job_ids)
-
-    def release(self, queue: str, job_ids: list[int]) -> list[int]:
-        """Stop holding the slots of those of `job_ids` that held one; returns them."""
-        with self._lock:
-            held = self._held.get(queue, set())
-            released = [job_id for job_id in job_ids if job_id in held]
-            held.difference_update(released)
-            return released
-
-    def held(self) -> dict[str, list[int]]:
-        with self._lock:
-            return {queue: sorted(ids) for queue, ids in self._held.items() if ids}
+    def reassert(self, jobs: Sequence[ClaimedJob]) -> set[int]:
+        """Renew the leases of `jobs` that this pass still holds, and return their ids: the
+        heartbeat fell behind, so another run may have taken some over."""
+        lease = self.lease
+        held = {job.id for job in jobs}
+        while True:
+            renewed_at = time.monotonic()
+            held = leases.still_held(self.table, sorted(held), self.token, self.clock() + lease)
+            # The lease it wrote ran from before the statement: one held up by a stalled
+            # database (a locked table) may have written a lease that had lapsed already,
+            # which another run may take over. Only a quick renewal vouches for the jobs.
+            if not held or time.monotonic() - renewed_at < lease / 3:
+                break
+        self.deadline.reasserted(renewed_at)
+        lost = len(jobs) - len(held)
+        if lost:
+            logger.warning("%d jobs of this run's batch were taken over by another run", lost)
+        return held
 
 
 @dataclass(frozen=True)
@@ -132,7 +139,9 @@ class Heartbeat(Periodic):
             for _ in range(3):
                 renewed_at = time.monotonic()
                 lease_until = watched.clock() + self.lease
-                self._hold_slots(watched.slots, lease_until)
+                # The slots before the leases: a slot must not lapse while its job, whose
+                # lease the beat renews, still runs.
+                watched.slots.renew(self.index, lease_until)
                 leases.renew_leases(self.table, watched.token, lease_until)
                 watched.deadline.renewed(renewed_at)
                 # A beat held up by a stalled database (a locked table) wrote a deadline
@@ -142,15 +151,3 @@ class Heartbeat(Periodic):
                     break
         except Exception as exc:  # noqa: BLE001 - a missed beat only shortens the lease
             logger.warning("lease heartbeat failed: %s", exc)
-
-    def _hold_slots(self, slots: HeldSlots, until: float) -> None:
-        """Renew the running slots before the leases: a slot must not lapse while its job,
-        whose lease the beat renews, still runs. If Redis does not answer, the leases are
-        renewed all the same: a job run twice is worse than a limit exceeded."""
-        held = slots.held()
-        if not held:
-            return
-        try:
-            self.index.hold_slots(held, until)
-        except Exception as exc:  # noqa: BLE001 - the claims that would use them fail too
-            logger.warning("could not renew the running slots of %s: %s", ", ".join(held), exc)

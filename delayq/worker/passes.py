@@ -1,34 +1,34 @@
 """One pass of `delayq run`: what it holds while it settles dead runs' jobs and drains each queue
-in turn, and what the drains ask of it. A Pass is small and short-lived: the runner
-(runner.py) makes one per pass and keeps whatever must outlive it.
+in turn, and what it gives each queue's drain (TurnNeeds, drains.py). A Pass is small and
+short-lived: the runner (runner.py) makes one per pass and keeps whatever must outlive it.
 """
 
 from __future__ import annotations
 
-import logging
 import signal
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from ..config import Settings
+from ..flow.gate import Gate, HeldSlots
 from ..store.index.parts import Index
-from ..store.table import leases
-from ..store.table.model import ClaimedJob, Table
+from ..store.table.model import Table
 from .bookkeeper import Bookkeeper
 from .claims import Claimer
-from .heartbeat import HeldSlots, LeaseDeadline
+from .drains import TurnNeeds
+from .group_commits import OutcomeBuffer
+from .heartbeat import HeldLeases
 from .interrupts import GracefulStop
 from .liveness import Liveness
 from .options import RunOptions
 from .report import RunReport
 
-logger = logging.getLogger(__name__)
-
 
 class Pass:
-    """One pass: its lease token and deadline, its limits, and its report. `settings` are the
-    runner's with the options' window, budget, concurrency and grace applied."""
+    """One pass: its lease token and deadline, the running slots its jobs hold, its limits, and
+    its report. `settings` are the runner's with the options' window, budget, concurrency and
+    grace applied."""
 
     def __init__(
         self,
@@ -53,8 +53,8 @@ class Pass:
         self.report = RunReport()
         self.started_at = time.monotonic()
         self.calls = 0  # jobs the drains of this pass started, counted against --limit
-        self.deadline = LeaseDeadline(settings.lease)
-        self.slots = HeldSlots()  # of its jobs of concurrency-limited queues
+        self.leases = HeldLeases(table, self.token, clock, settings.lease)
+        self.held_slots = HeldSlots()  # of its jobs of concurrency-limited queues
         self.claimer = Claimer(
             table, index, self.token, settings.lease, settings.since, dict(settings.php_classes)
         )
@@ -90,24 +90,23 @@ class Pass:
             silence = self.settings.lease if limit is None else limit
             self.liveness.promise(silence + self.settings.grace)
 
-    def reassert_leases(self, jobs: Sequence[ClaimedJob]) -> set[int]:
-        """Renew the leases of `jobs` that this pass still holds, and return their ids: the
-        heartbeat fell behind, so another run may have taken some over."""
-        lease = self.settings.lease
-        held = {job.id for job in jobs}
-        while True:
-            renewed_at = time.monotonic()
-            held = leases.still_held(self.table, sorted(held), self.token, self.clock() + lease)
-            # The lease it wrote ran from before the statement: one held up by a stalled
-            # database (a locked table) may have written a lease that had lapsed already,
-            # which another run may take over. Only a quick renewal vouches for the jobs.
-            if not held or time.monotonic() - renewed_at < lease / 3:
-                break
-        self.deadline.reasserted(renewed_at)
-        lost = len(jobs) - len(held)
-        if lost:
-            logger.warning("%d jobs of this run's batch were taken over by another run", lost)
-        return held
+    def needs_of(self, queue: str) -> TurnNeeds:
+        """What the drain of `queue`'s turn is given: the pass's claimer, leases, clock and
+        stop, and the turn's own flow gate and outcome buffer."""
+        gate = Gate(self.table, self.index, queue, self.token, self.clock, self.held_slots)
+        return TurnNeeds(
+            claimer=self.claimer,
+            gate=gate,
+            buffer=OutcomeBuffer(self.table, self.index, queue, self.token),
+            journal=self.index.journal,
+            leases=self.leases,
+            clock=self.clock,
+            bookkeeper=self.bookkeeper,
+            must_stop=self.must_stop,
+            show_progress=self.show_progress,
+            stop=self.stop,
+            grace=self.settings.grace,
+        )
 
 
 def outcome_word(report: RunReport, loop: bool = False) -> str:

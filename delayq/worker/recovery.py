@@ -19,6 +19,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from ..flow import locking
 from ..store.index.parts import Index
 from ..store.index.registry import ServerNote
 from ..store.index.tallies import Tally, handler_label
@@ -26,7 +27,6 @@ from ..store.table import counts, leases, queries
 from ..store.table.model import ClaimedJob, Status, Table
 from ..store.table.outcomes import Outcome, fail_and_rearm, write_outcomes
 from ..store.table.queries import DueCursor
-from . import locking
 from .group_commits import tally_of
 from .handlers import handler_of
 from .retry import LostLease, after_failure, after_lost_lease

@@ -19,7 +19,7 @@ from dataclasses import replace
 
 from ..config import Settings
 from ..errors import BackendUnavailable
-from ..store.index import flow
+from ..flow.settings import restore
 from ..store.index.parts import Index
 from ..store.producers import queues_in_use
 from ..store.table.database import close_connection, is_read_only, ping
@@ -224,7 +224,9 @@ class Runner:
             # limits from outside instead.
             with (
                 interrupts.time_limits() as enabled,
-                self.heartbeat.watching(each.token, beat_clock, each.deadline, each.slots),
+                self.heartbeat.watching(
+                    each.token, beat_clock, each.leases.deadline, each.held_slots
+                ),
             ):
                 alarms = enabled and each.settings.concurrency == 1
                 grace = grace_on_alarm(each.stop if alarms else None, each.settings.grace)
@@ -251,7 +253,7 @@ class Runner:
         php_classes = dict(each.settings.php_classes)
         if sweep:  # a failover to a replica behind may have left a queue's older settings
             database_failovers.check_database_server(table, index, each.clock())
-            flow.restore(table, index.flow, names)
+            restore(table, index.flow, names)
             self._check_counts(on_a_thread=each.options.loop)
         for queue in names if sweep else ():  # recover leases, re-index orphans
             now = each.clock()
@@ -270,11 +272,12 @@ class Runner:
         batch_size = each.settings.batch_size
         left = None if queues_left == 1 else each.options.weights.get(queue, 1) * batch_size
         turn = Turn(queue, batch_size, left, each.may_start())
+        needs = each.needs_of(queue)
         drain: Drain
         if each.settings.concurrency > 1:
-            drain = ConcurrentDrain(each, turn, self.caller, self.slots(each.settings.concurrency))
+            drain = ConcurrentDrain(turn, needs, self.caller, self.slots(each.settings.concurrency))
         else:
-            drain = SequentialDrain(each, turn, self.caller)
+            drain = SequentialDrain(turn, needs, self.caller)
         turn = drain.drain()
         each.calls += turn.calls
         stopped_early = each.report.stopped_early or turn.report.stopped_early

@@ -27,7 +27,7 @@ import redis
 import delayq
 from delayq import Status
 from delayq.config import Settings
-from delayq.store.index.flow import restore
+from delayq.flow.settings import restore
 from delayq.store.index.journal import Journal
 from delayq.store.index.keys import queue_key
 from delayq.store.table import leases

@@ -15,9 +15,9 @@ from collections import defaultdict
 import delayq
 from delayq.store.table.model import Job, Status
 from tests.faults.test_processes import start
-from tests.flow.test_concurrency_runners import most_at_once
-from tests.flow.test_limit_runners import most_in_any_second
-from tests.flow.test_pause_runners import pause, resume, stop
+from tests.flow.test_concurrency_limits import most_at_once
+from tests.flow.test_gate import pause, resume, stop
+from tests.flow.test_rate_limits import most_in_any_second
 from tests.sample_handlers.jobs import read_log
 from tests.support.invoke import invoke
 from tests.support.waiting import wait_for

@@ -22,6 +22,7 @@ pytest.importorskip("starlette", reason="the web extra is not installed")
 from starlette.testclient import TestClient  # noqa: E402
 
 from delayq.ops.overview import JobFilter  # noqa: E402
+from delayq.store.table.listing import filtered  # noqa: E402
 from delayq.store.table.model import Job, Status, utc_stamp  # noqa: E402
 from delayq.web import create_app  # noqa: E402
 from delayq.web.charts import HEIGHT, WIDTH, Bin, lateness_chart, throughput_chart, time_axis  # noqa: E402
@@ -324,7 +325,8 @@ def test_a_time_range_search_reads_an_index_on_modified(queue, backend, statuses
     queue.db.execute_sql(f"ANALYZE TABLE {name}").fetchall()
     day_ago = NOW - 86400
     filters = JobFilter(statuses=statuses, changed_from=day_ago - width, changed_to=day_ago)
-    sql, params = filters.query(queue.table, NOW).order_by(Job.id.desc()).limit(50).sql()
+    query = filtered(queue.table, filters.selection(NOW))
+    sql, params = query.order_by(Job.id.desc()).limit(50).sql()
     cursor = queue.db.execute_sql("EXPLAIN " + sql, params)
     columns = [column[0] for column in cursor.description]
     (row,) = [dict(zip(columns, line, strict=True)) for line in cursor.fetchall()]

@@ -2,7 +2,7 @@
 hash per queue that claim_due.lua reads, so that no run on any host claims from a paused
 queue, with no flag of its own. A queue whose hash Redis lost (a restart without persistence,
 a FLUSHALL, a failover to a replica behind) is put back from the table before it is claimed
-from: a missing hash never reads as "running".
+from (delayq/flow/settings.py: `restore`): a missing hash never reads as "running".
 """
 
 from __future__ import annotations
@@ -13,9 +13,7 @@ from importlib import resources
 import redis
 from redis.client import Pipeline
 
-from ..table import leases
-from ..table.model import Table
-from ..table.queue_settings import RUNNING, QueueFlow, flows
+from ..table.queue_settings import QueueFlow
 from .clusters import is_cluster
 from .keys import flow_key, queue_key, slots_key, starts_key, text
 
@@ -132,28 +130,6 @@ class Flow:
     def paused(self, queues: Sequence[str]) -> set[str]:
         """Those of `queues` Redis says are paused (one it lost the settings of is not here)."""
         return {queue for queue, flow in self.read(queues).items() if flow and flow.paused}
-
-
-def settings_of(table: Table, flow: Flow, queue: str) -> QueueFlow:
-    """The queue's flow settings as Redis mirrors them, put back from the table first if
-    Redis lost them."""
-    found = flow.read([queue])[queue]
-    return found if found is not None else restore(table, flow, [queue])[queue]
-
-
-def restore(table: Table, flow: Flow, queues: Sequence[str]) -> dict[str, QueueFlow]:
-    """Put the queues' settings back into Redis from the table (a queue without a row: its
-    defaults), then return what Redis holds: a change mirrored meanwhile wins. A
-    concurrency-limited queue whose settings Redis lost lost its running slots with them:
-    they come back from its running rows first, before any claim can count them."""
-    kept = flows(table, queues)
-    lost = [queue for queue, found in flow.read(queues).items() if found is None]
-    for queue in lost:
-        if kept.get(queue, RUNNING).concurrency is not None:
-            flow.hold_slots(queue, leases.running_leases(table, queue))
-    flow.mirror({queue: kept.get(queue, RUNNING) for queue in queues})
-    found = flow.read(queues)
-    return {queue: found[queue] or kept.get(queue, RUNNING) for queue in queues}
 
 
 def _field(value: float | None) -> str:

@@ -1,5 +1,7 @@
-"""Retry chains: a first attempt and the retries linked to it by chain_id, and the one rule a
-manual retry follows — a chain has at most one pending attempt.
+"""Retry chains: a first attempt and the retries linked to it by chain_id, the one rule a
+manual retry follows — a chain has at most one pending attempt — and the one relation every
+query of chains asks about: an attempt is later in its chain than another (`later_attempt`,
+`earlier_attempt`).
 
 Under the chain's lock, concurrent `retry` and `requeue` calls of one chain, from any
 process, queue up and each sees what the previous one wrote. The index is the caller's.
@@ -8,10 +10,12 @@ process, queue up and each sees what the previous one wrote. The index is the ca
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
+
+from peewee import SQL, fn
 
 from ...errors import BadInput
-from .model import Job, Status, Table, status_word, utc_stamp
+from .model import Job, JobRow, Status, Table, status_word, utc_stamp
 from .mutexes import run_exclusive
 from .queries import chain_of, insert_next_occurrence, insert_retry
 from .recurrence import is_recurring, next_due
@@ -27,10 +31,38 @@ class Attempt(NamedTuple):
 
 
 T = TypeVar("T")
+# A condition on the later (or earlier) attempt's alias, as `later_attempt` is given one.
+AttemptCondition = Callable[[Any], Any]
+
+
+def later_attempt(model: type[Job], where: AttemptCondition | None = None) -> Any:
+    """A condition on `model`'s rows: the row's chain has an attempt after it (meeting
+    `where`, if given). A failed attempt with one was retried; a finished attempt with a
+    finished one is not its chain's last word. One lookup of the chain_id index a row."""
+    later = model.alias("later")
+    found = later.select(SQL("1")).where(
+        later.chain_id == fn.COALESCE(model.chain_id, model.id), later.id > model.id
+    )
+    return fn.EXISTS(found.where(where(later)) if where is not None else found)
+
+
+def earlier_attempt(model: type[Job], where: AttemptCondition | None = None) -> Any:
+    """A condition on `model`'s rows: the row is a later attempt of a chain that has an
+    attempt before it (meeting `where`, if given) — `later_attempt`'s relation seen from
+    the later row. Only a retry (a row with a chain_id) has one; the earlier attempt is the
+    first (its id is the chain_id) or another retry (the same chain_id), each a lookup of
+    an index, where the COALESCE `later_attempt` compares with would read every row."""
+    earlier = model.alias("earlier")
+    found = earlier.select(SQL("1")).where(
+        (earlier.id == model.chain_id) | (earlier.chain_id == model.chain_id),
+        earlier.id < model.id,
+    )
+    exists = fn.EXISTS(found.where(where(earlier)) if where is not None else found)
+    return model.chain_id.is_null(False) & exists
 
 
 def under_chain_lock(
-    table: Table, job: Job, work: Callable[[], T], then: Callable[[T], None] | None = None
+    table: Table, job: JobRow, work: Callable[[], T], then: Callable[[T], None] | None = None
 ) -> T:
     """`work()` in a transaction, holding the lock of `job`'s chain, and `then(result)` while
     it is still held (run again whole after a deadlock or a Galera certification conflict:
@@ -39,14 +71,15 @@ def under_chain_lock(
 
 
 def retry_chain(
-    table: Table, job: Job, run_at: float, now: float, repeating: int | None = None
+    table: Table, job: JobRow, run_at: float, now: float, repeating: int | None = None
 ) -> Attempt:
     """The chain's one pending attempt, due at `run_at`; call under `under_chain_lock`. A
     pending latest attempt moves ("retry now"), a finished one gets a new attempt. BadInput
     while an attempt runs, or when `repeating` (the attempt the caller meant to repeat) is no
     longer the latest: another requeue got there first."""
     Job = table.model
-    latest = (chain_of(table, job) or [job])[-1]
+    attempts: list[JobRow] = list(chain_of(table, job)) or [job]
+    latest = attempts[-1]
     if latest.status == Status.PENDING:
         # Locked until the transaction ends: a run cannot claim it between read and move.
         still_pending = (Job.id == latest.id) & (Job.status == Status.PENDING)

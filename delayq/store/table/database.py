@@ -13,7 +13,15 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, unquote, urlparse
 
-from peewee import Database, InterfaceError, MySQLDatabase, OperationalError, SqliteDatabase
+from peewee import (
+    Database,
+    DatabaseError,
+    InterfaceError,
+    MySQLDatabase,
+    OperationalError,
+    PeeweeException,
+    SqliteDatabase,
+)
 
 from ...config import redact_url
 from ...errors import ConfigError
@@ -43,6 +51,11 @@ GALERA_SYNC_WAIT = 1 | 2
 # runner until the kernel's keepalive gave up, two hours on. Past InnoDB's default lock wait
 # (50 s), the longest a run's statement waits by design.
 RUN_REPLY_TIMEOUT = 120.0
+# What a database that cannot be used raises, for a caller that words the failure itself
+# (doctor's lines) rather than surfacing it at the Queue's boundary (backend_errors.py): a
+# statement's or the connection's error; and anything peewee raises, a missing driver too.
+DATABASE_ERRORS = (DatabaseError, InterfaceError)
+ANY_DATABASE_ERROR = PeeweeException
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -136,11 +149,12 @@ def close_connection(table: Table) -> None:
     table.db.close()
 
 
-def bound_replies(db: Database) -> None:
-    """Make `db`'s MySQL connections give up on a reply (or a send) after RUN_REPLY_TIMEOUT, unless
-    its URL sets `read_timeout` / `write_timeout`: for runs, purge and reconcile, whose
-    statements are short, and not for `init`, which may rebuild a large table for longer.
-    Closes this thread's connection, so the next one has them."""
+def bound_replies(table: Table) -> None:
+    """Make the MySQL connections to the table's database give up on a reply (or a send) after
+    RUN_REPLY_TIMEOUT, unless its URL sets `read_timeout` / `write_timeout`: for runs, purge
+    and reconcile, whose statements are short, and not for `init`, which may rebuild a large
+    table for longer. Closes this thread's connection, so the next one has them."""
+    db = table.db
     if not isinstance(db, MySQLDatabase):
         return
     for key in ("read_timeout", "write_timeout"):

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from datetime import datetime, timezone
 from enum import IntEnum
 from functools import cached_property
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple, Protocol, cast
 from weakref import WeakKeyDictionary
 
 from peewee import (
@@ -160,9 +160,72 @@ class Job(Model):
         )
 
 
+class JobRow(Protocol):
+    """A row of `delay_queue` as read, for code that shows or checks a job and builds no
+    query (jobspec.py's views, the web page, ops/): its columns, read-only, not the model. A
+    `Job` read from a `Table` is one; `created` and `modified` may be text on SQLite."""
+
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def params(self) -> str: ...
+
+    @property
+    def message(self) -> str | None: ...
+
+    @property
+    def ext_string(self) -> str: ...
+
+    @property
+    def retry_times(self) -> int: ...
+
+    @property
+    def status(self) -> int: ...
+
+    @property
+    def created(self) -> datetime | str | None: ...
+
+    @property
+    def modified(self) -> datetime | str | None: ...
+
+    @property
+    def run_at(self) -> float | None: ...
+
+    @property
+    def queue(self) -> str: ...
+
+    @property
+    def chain_id(self) -> int | None: ...
+
+    @property
+    def lease_until(self) -> float | None: ...
+
+    @property
+    def lease_token(self) -> str | None: ...
+
+    @property
+    def lost_leases(self) -> int: ...
+
+    @property
+    def timeout(self) -> float | None: ...
+
+    @property
+    def every(self) -> float | None: ...
+
+    @property
+    def schedule(self) -> str | None: ...
+
+    @property
+    def retry_policy(self) -> str | None: ...
+
+    @property
+    def unindexed(self) -> int | None: ...
+
+
 # Indexes an earlier delayq made that `init` drops. (modified): every job moved in it twice
 # (leased, finished) for the web page's time search over every status, which reads the
-# (status, modified) ranges of the statuses present instead (ops/overview.py).
+# (status, modified) ranges of the statuses present instead (listing.py).
 RETIRED_INDEXES = (("modified",),)
 
 
@@ -176,6 +239,11 @@ class Table:
         # A subclass per database: peewee keeps a model's database in the class, so binding
         # the shared class would move every other Queue's queries to this database too.
         self.model: type[Job] = type("Job", (Job,), {"Meta": meta, "__module__": __name__})
+
+    def exists(self) -> bool:
+        """Whether `delay_queue` is in the database now, asked each time: after an error that
+        may mean it is not, or by doctor before it reads it."""
+        return bool(self.db.table_exists(TABLE_NAME))
 
     @cached_property
     def returning(self) -> bool:

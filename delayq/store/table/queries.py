@@ -11,7 +11,7 @@ from typing import Any
 from peewee import Case, fn
 
 from ..index.schedule import packed
-from .model import ClaimedJob, Job, Status, Table, due_column, id_batches, tuples, utc_stamp
+from .model import ClaimedJob, Job, JobRow, Status, Table, due_column, id_batches, tuples, utc_stamp
 from .mutexes import run_exclusive
 from .policies import fresh_policy
 
@@ -78,7 +78,7 @@ def get_job(table: Table, job_id: int) -> Job | None:
     return table.model.get_or_none(table.model.id == job_id)
 
 
-def insert_retry(table: Table, row: Job | ClaimedJob, run_at: float, now: float) -> int:
+def insert_retry(table: Table, row: JobRow | ClaimedJob, run_at: float, now: float) -> int:
     """A new PENDING row repeating `row` as its next attempt; the old row stays as history."""
     # A retry is a one-off (every and schedule stay NULL); the series re-arms from the
     # occurrence itself.
@@ -88,7 +88,7 @@ def insert_retry(table: Table, row: Job | ClaimedJob, run_at: float, now: float)
 
 
 def _insert_after(
-    table: Table, row: Job | ClaimedJob, run_at: float, now: float, **columns: Any
+    table: Table, row: JobRow | ClaimedJob, run_at: float, now: float, **columns: Any
 ) -> int:
     """A new PENDING row that calls what `row` calls, due at `run_at`, with `columns`."""
     return table.model.insert(
@@ -371,7 +371,7 @@ def cancel(table: Table, ids: Iterable[int], now: float) -> int:
     return query.where(Job.id.in_(ids), Job.status == Status.PENDING).execute() if ids else 0
 
 
-def chain_of(table: Table, job: Job) -> list[Job]:
+def chain_of(table: Table, job: JobRow) -> list[Job]:
     """Every attempt of the job's chain (first attempt and its retries), oldest first."""
     Job = table.model
     root = job.chain_id or job.id

@@ -11,10 +11,11 @@ import pymysql
 import pytest
 
 from delayq import Status
+from delayq.flow.gate import HeldSlots
 from delayq.store.table import leases
 from delayq.store.table.database import run_reconnecting
 from delayq.store.table.model import Job
-from delayq.worker.heartbeat import Heartbeat, HeldSlots, LeaseDeadline
+from delayq.worker.heartbeat import Heartbeat, LeaseDeadline
 from delayq.worker.recovery import recover_leases
 from delayq.worker.retry import MAX_LOST_LEASES
 from tests.conftest import mysql_connect

@@ -1,9 +1,12 @@
-"""Pausing a queue under real runners: a `delayq run --loop` started before the pause starts
-none of the queue's jobs while it is paused, hands back those it claimed and had not started,
-keeps it paused after Redis lost everything, and runs each of them once after the resume.
+"""The run-time gate (delayq/flow/gate.py) under real runners, where their claims and drains
+meet a queue's pause: a `delayq run --loop` started before the pause starts none of the
+queue's jobs while it is paused, hands back those it claimed and had not started (asking at
+most every PAUSE_LOOK), keeps it paused after Redis lost everything, and runs each of them once
+after the resume; a runner with many jobs in flight does the same.
 
 A runner's passes after the pause are proven by jobs of another queue that it runs: two in
-turn, so that at least one whole pass (every queue's turn) began after the pause."""
+turn, so that at least one whole pass (every queue's turn) began after the pause. The runner
+tests of the other parts share these helpers: proving passes, pausing, resuming, stopping."""
 
 from __future__ import annotations
 
@@ -14,8 +17,8 @@ from collections import Counter
 from pathlib import Path
 
 import delayq
+from delayq.flow.gate import PAUSE_LOOK
 from delayq.store.table.model import Job, Status
-from delayq.worker.drains import PAUSE_LOOK
 from tests.faults.test_processes import start
 from tests.sample_handlers.jobs import read_log
 from tests.support.invoke import invoke

@@ -1,8 +1,9 @@
-"""Per-key locks in a run (`add(..., lock="order:42")`): a claimed job with a lock starts only
-once it holds the lock (store/table/locks.py), and lets go as its handler returns, handing the lock
-to the earliest job waiting on it (store/index/lock_waits.py), which goes back on its schedule at
-its due time. A job that finds its lock held goes back to pending, in the lock's wait list,
-parked on the schedule until it is woken: it is not a failure and uses no retry.
+"""Per-key locks (`add(..., lock="order:42")`): the key a job may carry (check_lock, as a job is
+added; lock_of, as a run leases it), and the locks in a run: a claimed job with a lock starts
+only once it holds the lock (store/table/locks.py), and lets go as its handler returns, handing
+the lock to the earliest job waiting on it (store/index/lock_waits.py), which goes back on its
+schedule at its due time. A job that finds its lock held goes back to pending, in the lock's
+wait list, parked on the schedule until it is woken: it is not a failure and uses no retry.
 """
 
 from __future__ import annotations
@@ -11,13 +12,32 @@ import json
 import logging
 from collections.abc import Mapping
 
+from ..errors import BadInput
 from ..store.index.lock_waits import PARKED_FOR, Waiter
 from ..store.index.parts import Index
 from ..store.index.schedule import packed
 from ..store.table import leases, locks, queries
+from ..store.table.locks import LOCK_MAX
 from ..store.table.model import ClaimedJob, Table
 
 logger = logging.getLogger(__name__)
+
+
+def check_lock(lock: str | None) -> str | None:
+    """A job's lock key: text of 1 to LOCK_MAX characters that UTF-8 can hold, or None."""
+    if lock is None:
+        return None
+    if not isinstance(lock, str):
+        raise BadInput("lock must be text")
+    if lock == "":
+        raise BadInput("lock is empty; name the key the jobs share, like order:42")
+    try:
+        lock.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadInput("lock is not valid UTF-8") from None
+    if len(lock) > LOCK_MAX:
+        raise BadInput(f"lock is {len(lock)} characters; the limit is {LOCK_MAX}")
+    return lock
 
 
 def lock_of(job: ClaimedJob) -> str | None:

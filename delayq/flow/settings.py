@@ -1,0 +1,137 @@
+"""Each queue's flow settings from end to end: changed (pause, resume, limit) in the table first
+and then in their Redis mirror, where every run's claim reads them; read back for the operator
+as the table holds them; and read back for a run (settings_of, restore), from the mirror, put
+back from the table first wherever Redis lost it, so a lost mirror never reads as "running".
+
+The SQL is store/table/queue_settings.py's and the Redis keys store/index/flow.py's; this
+module decides the order they are written in. The Queue's methods (pausing.py) call it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from ..config import validate_queue_name
+from ..errors import BadInput
+from ..store.index.flow import Flow
+from ..store.index.parts import Index
+from ..store.table import leases, queue_settings
+from ..store.table.model import Table
+from ..store.table.queue_settings import RUNNING, UNCHANGED, QueueFlow, Unchanged
+from .limits import parse_concurrency, parse_rate
+
+# A write of queue_settings (pause, resume): (table, queues, now) -> their settings now.
+SettingsChange = Callable[[Table, Sequence[str], float], dict[str, QueueFlow]]
+
+
+def pause(
+    table: Table, index: Index, names: Sequence[str], now: float | None = None
+) -> dict[str, QueueFlow]:
+    """Pause queues `names` from `now` (None: Redis's clock); each one's settings."""
+    return _change(table, index, queue_settings.pause, names, now)
+
+
+def resume(
+    table: Table, index: Index, names: Sequence[str], now: float | None = None
+) -> dict[str, QueueFlow]:
+    """Resume those of queues `names` that are paused, as of `now`; each one's settings."""
+    return _change(table, index, queue_settings.resume, names, now)
+
+
+def limit(
+    table: Table,
+    index: Index,
+    names: Sequence[str],
+    rate: str | None | Unchanged = UNCHANGED,
+    concurrency: int | None | Unchanged = UNCHANGED,
+    now: float | None = None,
+) -> dict[str, QueueFlow]:
+    """Limit queues `names` to `rate` ("10/s") and `concurrency` jobs running at once; None
+    lifts that limit, UNCHANGED leaves it as it is. Each one's settings."""
+    if isinstance(rate, Unchanged) and isinstance(concurrency, Unchanged):
+        raise BadInput("give rate= or concurrency= (None lifts that limit)")
+    parsed_rate = rate if rate is None or isinstance(rate, Unchanged) else parse_rate(rate)
+    slots = concurrency
+    if slots is not None and not isinstance(slots, Unchanged):
+        slots = parse_concurrency(slots)
+
+    def write(table: Table, queues: Sequence[str], at: float) -> dict[str, QueueFlow]:
+        settings = queue_settings.limit(table, queues, at, parsed_rate, slots)
+        if not isinstance(slots, Unchanged):
+            # Before the claims can count them: the jobs running already hold slots.
+            for queue in queues:
+                running = [] if slots is None else leases.running_leases(table, queue)
+                index.flow.reset_slots(queue, running)
+        return settings
+
+    return _change(table, index, write, names, now)
+
+
+def _change(
+    table: Table,
+    index: Index,
+    write: SettingsChange,
+    names: Sequence[str],
+    now: float | None,
+) -> dict[str, QueueFlow]:
+    """Write the change to the queues' settings in the table, then mirror it into Redis."""
+    queues = _queues(names)
+    # Forgotten first: whatever fails from here on, a claim finds no mirror and asks the
+    # table, which holds the change as soon as it commits.
+    index.flow.forget(queues)
+    settings = write(table, queues, index.clock.now() if now is None else now)
+    index.flow.mirror(settings)
+    return settings
+
+
+def limited(table: Table) -> dict[str, QueueFlow]:
+    """{queue: its settings} of every queue with a rate or concurrency limit, as the table
+    holds them."""
+    return {queue: flow for queue, flow in queue_settings.flows(table).items() if flow.limited}
+
+
+def paused(table: Table) -> dict[str, QueueFlow]:
+    """{queue: its settings} of every paused queue, as the table holds them."""
+    return {queue: flow for queue, flow in queue_settings.flows(table).items() if flow.paused}
+
+
+def unknown(table: Table, index: Index, names: Sequence[str]) -> list[str]:
+    """Those of queues `names` no job has used and no pause has named: neither registered,
+    nor holding a schedule entry or a pending row, nor in the settings table."""
+    queues = _queues(names)
+    known = set(index.registry.known_queues()) | set(queue_settings.flows(table))
+    return [
+        name
+        for name in queues
+        if name not in known
+        and not index.schedule.size(name)
+        and not queue_settings.holds_jobs(table, name)
+    ]
+
+
+def _queues(names: Sequence[str]) -> list[str]:
+    if not names:
+        raise BadInput("name at least one queue")
+    return [validate_queue_name(name) for name in dict.fromkeys(names)]
+
+
+def settings_of(table: Table, flow: Flow, queue: str) -> QueueFlow:
+    """The queue's flow settings as Redis mirrors them, put back from the table first if
+    Redis lost them."""
+    found = flow.read([queue])[queue]
+    return found if found is not None else restore(table, flow, [queue])[queue]
+
+
+def restore(table: Table, flow: Flow, queues: Sequence[str]) -> dict[str, QueueFlow]:
+    """Put the queues' settings back into Redis from the table (a queue without a row: its
+    defaults), then return what Redis holds: a change mirrored meanwhile wins. A
+    concurrency-limited queue whose settings Redis lost lost its running slots with them:
+    they come back from its running rows first, before any claim can count them."""
+    kept = queue_settings.flows(table, queues)
+    lost = [queue for queue, found in flow.read(queues).items() if found is None]
+    for queue in lost:
+        if kept.get(queue, RUNNING).concurrency is not None:
+            flow.hold_slots(queue, leases.running_leases(table, queue))
+    flow.mirror({queue: kept.get(queue, RUNNING) for queue in queues})
+    found = flow.read(queues)
+    return {queue: found[queue] or kept.get(queue, RUNNING) for queue in queues}
