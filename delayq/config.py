@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from .durations import parse_duration
+from .base.durations import parse_duration
 from .errors import BadInput, ConfigError
 
 MIN_WEB_TOKEN = 16

@@ -16,6 +16,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import redis
 
+from .base.threads import keep_signals_off_this_thread
 from .config import Settings, load_settings
 from .errors import BackendUnavailable, DelayqError
 from .queue import Queue
@@ -24,7 +25,6 @@ from .store.backend_errors import one_line
 from .store.index.parts import Index
 from .store.table.database import close_connection, open_database, sqlite_url
 from .store.urls import open_redis
-from .threads import keep_signals_off_this_thread
 
 
 def connect(settings: Settings | None = None, **overrides: Any) -> Queue:

@@ -10,10 +10,10 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .base.durations import Duration, Instant, parse_duration
 from .config import DEFAULT_QUEUE, Settings, redact_url, validate_queue_name
-from .durations import Duration, Instant, parse_duration
 from .errors import BadInput
-from .jobspec import JobSpec, check_key, run_at_of, to_row
+from .jobs.spec import JobSpec, check_key, run_at_of, to_row
 from .pausing import QueuePausing
 from .store.backend_errors import backend_errors
 from .store.index.parts import Index

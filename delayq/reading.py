@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from .config import Settings, validate_queue_name
 from .errors import BadInput, JobNotFound
-from .jobspec import job_view, row_view
+from .jobs.spec import job_view, row_view
 from .store.backend_errors import backend_errors
 from .store.index.keys import MAX_ID
 from .store.index.parts import Index

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from ..durations import format_delta, format_instant
+from ..base.durations import format_delta, format_instant
 from ..errors import BadInput
 from ..flow.limits import format_rate, parse_concurrency, parse_rate
 from ..store.table.queue_settings import QueueFlow

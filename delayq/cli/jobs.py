@@ -8,10 +8,10 @@ from typing import Annotated, Any
 
 import typer
 
+from ..base.durations import format_instant, parse_duration, shown
 from ..config import DEFAULT_QUEUE
-from ..durations import format_instant, parse_duration, shown
 from ..errors import BadInput
-from ..jobspec import check_at, check_timeout
+from ..jobs.spec import check_at, check_timeout
 from ..store.table.params import UNREADABLE
 from .app import (
     Command,

@@ -9,8 +9,8 @@ from typing import Annotated
 
 import typer
 
+from ..base.durations import parse_duration
 from ..config import DEFAULT_QUEUE, redact_url
-from ..durations import parse_duration
 from .app import Command, QueueOption, app, open_queue
 
 
@@ -32,7 +32,7 @@ def listen(
 ) -> None:
     """Adopt timers kept as Redis keys with a TTL as delayq jobs, one pending job per key,
     due when it expires; prints how many it adopted each time it (re)connects."""
-    from ..listen import Match, open_bridge  # the bridge only for this command
+    from ..bridges.keyspace import Match, open_bridge  # the bridge only for this command
 
     matches = [Match.parse(text) for text in match or []]
     patience = parse_duration(retry_for, "--retry-for")

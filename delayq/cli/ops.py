@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ..durations import format_delta, format_instant, parse_duration, shown
+from ..base.durations import format_delta, format_instant, parse_duration, shown
 from ..errors import BadInput
 from ..flow.limits import format_rate, parse_rate
 from ..store.table.model import Status
@@ -291,7 +291,7 @@ def peek(
 
 
 def _upcoming_view(entry: Upcoming, now: float) -> dict[str, Any]:
-    from ..jobspec import job_view
+    from ..jobs.spec import job_view
 
     row = job_view(entry.row) if entry.row else {}
     return {

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from ..base.durations import parse_duration
 from ..config import load_settings
-from ..durations import parse_duration
 from ..errors import BadInput, DelayqError
 from ..ops.logs import job_fields, setup_logging
 from ..worker.allowlist import check_allowlist

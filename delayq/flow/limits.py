@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from ..durations import shown
+from ..base.durations import shown
 from ..errors import BadInput
 
 # A rate limit's periods, and its most starts per period: its window is a sorted set in Redis.

@@ -12,9 +12,9 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Generic, TypeVar
 
+from ..base.threads import keep_signals_off_this_thread
 from ..store.table.database import close_connection
 from ..store.table.model import Table
-from ..threads import keep_signals_off_this_thread
 
 T = TypeVar("T")
 R = TypeVar("R")

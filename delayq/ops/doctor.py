@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import redis
 
+from ..base.durations import format_delta, format_instant
 from ..config import Settings, redact_url
-from ..durations import format_delta, format_instant
 from ..errors import BadInput, ConfigError
 from ..flow.limits import format_rate
 from ..store.backend_errors import one_line

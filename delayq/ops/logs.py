@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ..durations import format_instant
+from ..base.durations import format_instant
 from ..errors import BadInput, ConfigError
 
 if TYPE_CHECKING:

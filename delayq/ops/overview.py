@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..base.durations import Duration, format_delta, parse_duration
 from ..config import validate_queue_name, validate_text
-from ..durations import Duration, format_delta, parse_duration
 from ..flow.limits import format_rate
 from ..store.index.keys import LAST_RUN_KEY
 from ..store.index.parts import Index

@@ -11,8 +11,8 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from ..base.threads import Periodic
 from ..errors import ConfigError
-from ..threads import Periodic
 
 logger = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ import redis
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from ..durations import parse_duration, parse_utc_instant
+from ..base.durations import parse_duration, parse_utc_instant
 from ..errors import BadInput
 from ..ops.doctor import topology_words
 from ..ops.minutes import Minute, per_minute

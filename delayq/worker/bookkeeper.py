@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
+from ..base.threads import keep_signals_off_this_thread
 from ..store.table.database import close_connection
 from ..store.table.model import Table
-from ..threads import keep_signals_off_this_thread
 
 
 class Bookkeeper(ThreadPoolExecutor):

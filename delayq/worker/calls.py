@@ -22,8 +22,8 @@ from functools import partial
 from typing import Any
 
 from .. import context
+from ..base.durations import HORIZON, format_delta, seconds_of, shown
 from ..config import Settings, hide_secrets
-from ..durations import HORIZON, format_delta, seconds_of, shown
 from ..errors import BadInput, RetryLater
 from ..store.table.model import TEXT_MAX, ClaimedJob, Status, storable
 from ..store.table.outcomes import Outcome

@@ -12,7 +12,7 @@ import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from ..durations import format_instant
+from ..base.durations import format_instant
 from ..flow.gate import Gate
 from ..store.index.keys import job_id_of
 from ..store.index.parts import Index

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from ..durations import format_instant
+from ..base.durations import format_instant
 from ..store.index.keys import job_id_of
 from ..store.index.parts import Index
 from ..store.table.model import Table

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Awaitable, Coroutine
 from typing import Any, TypeVar
 
-from ..threads import keep_signals_off_this_thread
+from ..base.threads import keep_signals_off_this_thread
 from .interrupts import JobTimeout
 
 T = TypeVar("T")

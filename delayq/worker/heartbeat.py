@@ -16,12 +16,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 
+from ..base.threads import Periodic
 from ..flow.gate import HeldSlots
 from ..store.index.parts import Index
 from ..store.table import leases
 from ..store.table.database import close_connection
 from ..store.table.model import ClaimedJob, Table
-from ..threads import Periodic
 
 logger = logging.getLogger(__name__)
 

@@ -18,10 +18,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from ..base.threads import keep_signals_off_this_thread
 from ..config import Settings
 from ..errors import BadInput, ConfigError
 from ..store.table.outcomes import Outcome
-from ..threads import keep_signals_off_this_thread
 from .handlers import locate
 from .interrupts import RUN_STOPS
 from .tracebacks import describe

@@ -11,8 +11,8 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import TYPE_CHECKING, TypedDict
 
+from ..base.durations import Duration, parse_duration
 from ..config import MAX_CONCURRENCY, Settings, validate_queue_name
-from ..durations import Duration, parse_duration
 from ..errors import BadInput
 
 if TYPE_CHECKING:  # for the type checker alone: typing.Unpack is new in Python 3.11

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, TypeVar
 
-from ..durations import Duration
+from ..base.durations import Duration
 from ..errors import BadInput, HandlerNotAllowed, NoRetry
 from ..store.table.model import ClaimedJob
 from ..store.table.policies import POLICY_MAX, RetryPolicy, check_policy, read_policy

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
+from ..base.threads import keep_signals_off_this_thread
 from ..config import Settings
 from ..errors import BackendUnavailable
 from ..flow.settings import restore
@@ -24,7 +25,6 @@ from ..store.index.parts import Index
 from ..store.producers import queues_in_use
 from ..store.table.database import close_connection, is_read_only, ping
 from ..store.table.model import Table
-from ..threads import keep_signals_off_this_thread
 from . import database_failovers, interrupts, recovery
 from .bookkeeper import Bookkeeper
 from .calls import Caller

@@ -27,9 +27,9 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+from ..base.threads import keep_signals_off_this_thread
 from ..store.table.model import ClaimedJob
 from ..store.table.outcomes import Outcome
-from ..threads import keep_signals_off_this_thread
 from .interrupts import JobTimeout
 
 logger = logging.getLogger(__name__)

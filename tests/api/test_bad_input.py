@@ -9,7 +9,7 @@ import time
 import pytest
 
 from delayq import BadInput, JobSpec, Status
-from delayq.durations import HORIZON
+from delayq.base.durations import HORIZON
 from delayq.store.index.keys import schedule_key
 from delayq.store.table.model import Job
 

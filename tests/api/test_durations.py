@@ -1,4 +1,4 @@
-"""delayq.durations: durations as seconds, ISO 8601 instants as epoch seconds, and the
+"""delayq.base.durations: durations as seconds, ISO 8601 instants as epoch seconds, and the
 refusals (BadInput naming the option) for anything else."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from delayq.durations import (
+from delayq.base.durations import (
     format_delta,
     format_duration,
     format_instant,

@@ -20,7 +20,7 @@ import pytest
 import redis
 
 import delayq
-from delayq.listen import Match
+from delayq.bridges.keyspace import Match
 from delayq.store.table.model import Job, Status
 from tests.conftest import DELAYQ, IN_CI, ROOT, STARTED
 from tests.store.table.test_php_producer import php_or_fail_in_ci

@@ -12,7 +12,7 @@ from datetime import date, datetime, timedelta, timezone
 import pytest
 
 from delayq import BadInput, ConfigError, JobSpec
-from delayq.durations import instant_of, seconds_of
+from delayq.base.durations import instant_of, seconds_of
 from delayq.ops.overview import JobFilter
 from delayq.store.index.keys import schedule_key
 from delayq.store.table.model import Job

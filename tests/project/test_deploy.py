@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from croniter import croniter
 
+from delayq.base.durations import parse_duration
 from delayq.config import DEFAULTS
-from delayq.durations import parse_duration
 from tests.faults.test_processes import start
 from tests.sample_handlers.jobs import read_log
 from tests.support.waiting import wait_for

@@ -71,8 +71,8 @@ from urllib.parse import urlparse
 from peewee import fn
 
 import delayq
+from delayq.base.durations import parse_duration
 from delayq.config import Settings
-from delayq.durations import parse_duration
 from delayq.store.table.model import Job, Status
 from tests.conftest import mysql_connect
 from tests.soaks import derived_checks

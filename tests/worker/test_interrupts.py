@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from delayq import threads
+from delayq.base import threads
 from delayq.store.table.model import Job, Status
 from delayq.worker import interrupts
 from delayq.worker.interrupts import JobTimeout

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from delayq.durations import parse_duration
+from delayq.base.durations import parse_duration
 from delayq.errors import BadInput, HandlerNotAllowed, NoRetry
 from delayq.store.table.model import ClaimedJob
 from delayq.worker.interrupts import JobTimeout

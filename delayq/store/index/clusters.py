@@ -21,7 +21,7 @@ from redis.cluster import ClusterNode, RedisCluster
 from redis.crc import key_slot
 from redis.exceptions import RedisClusterException
 
-from ...threads import keep_signals_off_this_thread
+from ...base.threads import keep_signals_off_this_thread
 from .sentinels import BadUrl, failover_retry, servers
 
 SCHEME = "redis+cluster"

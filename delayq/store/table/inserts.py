@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import pymysql
 from peewee import DateTimeField, OperationalError
 
-from ...threads import keep_signals_off_this_thread
+from ...base.threads import keep_signals_off_this_thread
 from . import counts
 from .database import run_reconnecting
 from .model import Job, Status, Table

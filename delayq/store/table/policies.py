@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ...durations import YEAR, seconds_of, shown
+from ...base.durations import YEAR, seconds_of, shown
 from ...errors import BadInput
 
 RETRIES_LIMIT = 100  # more retries than this is a loop, not a policy

@@ -19,7 +19,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
-from ...durations import shown
+from ...base.durations import shown
 from ...errors import BadInput
 from .model import ClaimedJob, Job
 

@@ -15,7 +15,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from delayq import BackendUnavailable, BadInput
-from delayq.durations import HORIZON
+from delayq.base.durations import HORIZON
 from delayq.store.index.keys import schedule_key
 from delayq.store.table.recurrence import CronSchedule, parse_schedule
 from tests.conftest import DELAYQ, changes_made

@@ -16,17 +16,17 @@ from typing import Any
 import redis
 from redis.client import PubSub
 
-from .config import redact_url, validate_queue_name
-from .durations import format_duration
-from .errors import BackendUnavailable, BadInput, ConfigError
-from .ops.overview import JobFilter
-from .queue import Queue
-from .store.backend_errors import one_line
-from .store.index.keys import text
-from .store.table.params import Call, python_class
-from .store.urls import open_redis
-from .worker.allowlist import check_allowlist
-from .worker.handlers import locate
+from ..base.durations import format_duration
+from ..config import redact_url, validate_queue_name
+from ..errors import BackendUnavailable, BadInput, ConfigError
+from ..ops.overview import JobFilter
+from ..queue import Queue
+from ..store.backend_errors import one_line
+from ..store.index.keys import text
+from ..store.table.params import Call, python_class
+from ..store.urls import open_redis
+from ..worker.allowlist import check_allowlist
+from ..worker.handlers import locate
 
 logger = logging.getLogger(__name__)
 

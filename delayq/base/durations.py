@@ -8,7 +8,7 @@ import re
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from .errors import BadInput
+from ..errors import BadInput
 
 # What the API takes wherever it takes a length of time or a moment.
 Duration = float | int | timedelta | str

@@ -10,8 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from .config import DEFAULT_QUEUE, Settings, validate_queue_name
-from .durations import (
+from ..base.durations import (
     HORIZON,
     MAX_DURATION,
     YEAR,
@@ -22,14 +21,15 @@ from .durations import (
     instant_of,
     seconds_of,
 )
-from .errors import BadInput
-from .flow.locking import check_lock
-from .store.table import model as table
-from .store.table.model import JobRow, Status
-from .store.table.params import may_nest_deeper, nests_deeper, payload_or_empty, too_deep
-from .store.table.policies import check_policy, policy_text
-from .store.table.recurrence import parse_schedule
-from .worker.handlers import check_shape, locate
+from ..config import DEFAULT_QUEUE, Settings, validate_queue_name
+from ..errors import BadInput
+from ..flow.locking import check_lock
+from ..store.table import model as table
+from ..store.table.model import JobRow, Status
+from ..store.table.params import may_nest_deeper, nests_deeper, payload_or_empty, too_deep
+from ..store.table.policies import check_policy, policy_text
+from ..store.table.recurrence import parse_schedule
+from ..worker.handlers import check_shape, locate
 
 PARAMS_MAX_BYTES = 65535  # what a MySQL TEXT column holds
 MIN_EVERY = 1.0
