@@ -39,7 +39,8 @@ CREATE TABLE IF NOT EXISTS `delay_queue` (
 
 -- Pending rows by queue, kept by the triggers below as rows enter and leave status 1,
 -- whoever writes them: `delayq status` reads it instead of counting millions of rows.
--- Each connection adds to its own slot (its id modulo 64); a queue's count is the sum.
+-- Each connection adds to its own count row (`slot`: its id modulo 64); a queue's count is
+-- the sum of its rows.
 -- delayq's multi-row INSERTs set @delayq_counted and add their rows in one statement.
 -- Run `delayq init` after this file on a table that already holds rows: it counts them.
 CREATE TABLE IF NOT EXISTS `delay_queue_counts` (

@@ -1,7 +1,7 @@
 """Workload 6, io: N due jobs that each wait on I/O (sleep 50 ms, then one INCR), drained by
 one process with 16 jobs in flight: delayq `run --concurrency 16`, huey (16 worker
-threads), dramatiq (16 worker threads, 1 process). The limit is what 16 slots can do at all,
-16 / 50 ms = 320 jobs/s; each figure is shown against it and against the best peer, all
+threads), dramatiq (16 worker threads, 1 process). The limit is what 16 jobs in flight can do
+at all, 16 / 50 ms = 320 jobs/s; each figure is shown against it and against the best peer, all
 measured in the same run."""
 
 from __future__ import annotations

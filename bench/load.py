@@ -1,6 +1,6 @@
-"""Workload 8, load: lateness with every slot mostly busy. Jobs that each wait 50 ms fall
-due evenly at 80 % of what 16 slots can do (256 jobs/s) while `delayq run --loop
---concurrency 16` is up; each records (start - due) first. A job due while the slots are
+"""Workload 8, load: lateness with the pool mostly busy. Jobs that each wait 50 ms fall
+due evenly at 80 % of what 16 in flight can do (256 jobs/s) while `delayq run --loop
+--concurrency 16` is up; each records (start - due) first. A job due while all 16 are
 busy should start as soon as one frees, not after a whole batch: p50, p99 and max in ms.
 """
 
@@ -13,7 +13,7 @@ from .sizes import Sizes
 IN_FLIGHT = 16
 WAIT = 0.05
 USE = 0.8
-P99_TARGET_MS = 100.0  # a few jobs' wait behind a full set of slots
+P99_TARGET_MS = 100.0  # a few jobs' wait behind a full pool
 
 
 def run(sizes: Sizes) -> Result:
@@ -31,7 +31,7 @@ def run(sizes: Sizes) -> Result:
         runs.append(lateness.summarize(recorded, n))
     ours = lateness.combine(runs)
     line = (
-        f"load      N={n} at {number(rate)}/s (80% of {IN_FLIGHT} slots of {WAIT * 1000:g} ms): "
+        f"load      N={n} at {number(rate)}/s (80% of {IN_FLIGHT} x {WAIT * 1000:g} ms): "
         f"delayq p50 {number(ours['p50_ms'])} ms, p99 {number(ours['p99_ms'])} ms, max "
         f"{number(ours['max_ms'])} ms, early {ours['early']:.0f}, missed {ours['missing']:.0f}"
     )

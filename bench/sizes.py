@@ -20,7 +20,7 @@ class Sizes:
     lateness_peers: tuple[str, ...]
     io: int  # due jobs that each wait 50 ms, drained with 16 in flight
     aio: int  # due jobs that each await 50 ms, drained with 200 in flight
-    load_jobs: int  # jobs of 50 ms due at 80 % of 16 slots, while a --loop run is up
+    load_jobs: int  # jobs of 50 ms due at 80 % of 16 in flight, while a --loop run is up
     flow: int  # due jobs drained under each kind of flow control
     dispatch_peers: tuple[str, ...] = ("huey", "rq")
     repeat: int = 3

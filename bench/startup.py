@@ -4,7 +4,7 @@ from the spawn of its worker process to its exit, so its start counts against th
 The floor is the least any Python worker on Redis pays (the interpreter and `import
 redis`, which huey, dramatiq and arq import too); the empty run is a whole `delayq run` with
 nothing due. A run's rate without its own start, n / (wall - empty run), shows how near
-the limit its slots keep once started."""
+the limit its pool keeps once started."""
 
 from __future__ import annotations
 

@@ -36,7 +36,7 @@ def connect(settings: Settings | None = None, **overrides: Any) -> Queue:
     if settings.redis_url:
         try:
             client = open_redis(settings.redis_url)
-        except redis.RedisError as exc:  # a Cluster's client asks its nodes for the slots now
+        except redis.RedisError as exc:  # a Cluster's client asks its nodes for the hash slots now
             raise BackendUnavailable(f"Redis error: {one_line(exc, settings.redis_url)}") from exc
     else:
         client = embedded.open_client(settings.home, settings.embedded_idle)
@@ -122,7 +122,7 @@ class AsyncQueue:
 
     def _opened(self) -> Queue:
         # Opened by the first call, on a pool thread: connecting may start the embedded
-        # server or ask a Cluster for its slots, which the event loop must not wait for.
+        # server or ask a Cluster for its hash slots, which the event loop must not wait for.
         with self._opening:
             if self._queue is None:
                 self._queue = connect(self.settings)

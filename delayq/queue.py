@@ -1,37 +1,38 @@
-"""Queue: the one façade over table + index that the CLI and application code both call. It
-checks input before anything is written and turns database and Redis errors into
-BackendUnavailable, so callers see one clear failure."""
+"""Queue: the one façade over table + index that the CLI, the web page and application code
+call — the whole public API in one class. Each method checks what it is given before anything
+is written, turns database and Redis errors into BackendUnavailable (one clear failure), and
+hands the work to the part that owns it:
+
+- adding jobs: jobs/adding.py (`Adder`); changing and finding jobs added: jobs/changes.py;
+- reading them: the table face (store/table/) and the operator's reads (ops/);
+- pausing and limiting queues: flow/settings.py;
+- running jobs: worker/runners.py, with the options worker/options.py declares and checks;
+- setting up and tidying: ops/setup.py, ops/maintenance.py, worker/reconciling.py.
+"""
 
 from __future__ import annotations
 
-import logging
-import os
-import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .base.durations import Duration, Instant, parse_duration
-from .config import DEFAULT_QUEUE, Settings, redact_url, validate_queue_name
-from .errors import BadInput
-from .jobs.spec import JobSpec, check_key, run_at_of, to_row
-from .pausing import QueuePausing
+from .config import DEFAULT_QUEUE, Settings, redact_url
+from .flow import settings as flow_settings
+from .jobs import changes
+from .jobs.adding import Adder
+from .jobs.spec import JobSpec, job_view, run_at_of
 from .store.backend_errors import backend_errors
 from .store.index.parts import Index
-from .store.index.schedule import packed_by_queue
-from .store.producers import Producer
-from .store.table import chains, counts, inserts, locks, queries, queue_settings, transactions
-from .store.table.database import Database, bound_replies, close_connection
-from .store.table.model import TABLE_NAME, Status, Table, create_tables, utc_stamp
-from .store.table.params import read_call
-from .store.table.upgrade import upgrade_table
+from .store.table import queries
+from .store.table.database import Database, bound_replies, close_connection, ping
+from .store.table.model import Status, Table
+from .store.table.queue_settings import UNCHANGED, QueueFlow, Unchanged
 from .worker.allowlist import check_allowlist
-from .worker.handlers import locate
 from .worker.interrupts import GracefulStop
 from .worker.liveness import Liveness
 from .worker.options import RunArguments, RunOptions
-from .worker.rebuilds import Rebuild
 from .worker.report import OutcomeCallback, RunReport
-from .worker.runner import Runner
+from .worker.runners import Runners
 
 if TYPE_CHECKING:
     # For the type checker alone: typing.Unpack is new in Python 3.11.
@@ -39,40 +40,24 @@ if TYPE_CHECKING:
 
     # Loaded by the methods that use them, so `delayq run` does without.
     from .ops.maintenance import RequeueResult
-    from .ops.overview import JobFilter
+    from .ops.overview import JobFilter, StatusReport
+    from .ops.upcoming import Upcoming
     from .worker.reconciling import Reconciled
 
-logger = logging.getLogger(__name__)
 
-
-class Queue(QueuePausing):
+class Queue:
     """Add, cancel, retry, inspect, pause and run delayed jobs."""
 
     def __init__(self, settings: Settings, db: Database, index: Index) -> None:
         self.settings = settings
-        self.db = db
+        self.db = db  # for a caller's own SQL on delayq's database; delayq's is the table's
         self.table = Table(db)
         self.index = index
-        self.producer = Producer(self.table, index, settings.redis_url)
-        # The runner of the jobs this Queue runs, made by the first run and kept until `close`:
-        # the handlers' event loop and clients live as long as it does.
-        self._runner: Runner | None = None
-        self._running = threading.Lock()
+        # Each call hands the parts the settings as they are then: a caller may replace them.
+        self._adder = Adder(self.table, index, settings.redis_url)
+        self._runners = Runners(self.table, index)
 
-    @backend_errors
-    def serve(self, queues: Iterable[str]) -> list[str]:
-        """Note `queues` as queues a run serves, so that `status` lists them; return those no
-        job has used yet: neither registered nor holding a schedule entry (a producer of its
-        own may ZADD without registering). Such a name may be a typo, or a queue whose jobs
-        come later, so the caller warns and runs on."""
-        known = set(self.index.registry.known_queues())
-        unused = [
-            name
-            for name in dict.fromkeys(queues)
-            if name not in known and not self.index.schedule.size(name)
-        ]
-        self.index.registry.register(name for name in queues if name not in known)
-        return unused
+    # Setting up.
 
     @backend_errors
     def init(self, *, schedule_lost: bool = False, now: float | None = None) -> list[str]:
@@ -80,23 +65,27 @@ class Queue(QueuePausing):
         date, and index every pending job; one line per change made. `schedule_lost`: upgrade
         the seed's table though Redis holds none of its due times (its waiting jobs become
         missed)."""
-        clock = self.index.clock.now if now is None else lambda: now
-        changes = [f"created table {TABLE_NAME}"]
-        if not create_tables(self.table):
-            changes = upgrade_table(self.table, self.index, clock(), schedule_lost)
-            changes += counts.install(self.table) + queue_settings.install(self.table)
-            changes += locks.install(self.table)
-        else:  # the counts come with the table; only a failure to keep them is news
-            changes += [line for line in counts.install(self.table) if not counts.added(line)]
-            queue_settings.install(self.table)
-            locks.install(self.table)
-        complete = self.index.registry.is_complete()
-        # Also raises the horizons that are near, and gives one to a queue that has none.
-        count = Rebuild(self.table, self.index).rebuild_all(lambda: None, clock)
-        if not complete:
-            changes.append(f"built the schedule index from {count} pending job(s)")
-        return changes
+        from .ops.setup import initialise
 
+        clock = self.index.clock.now if now is None else lambda: now
+        return initialise(self.table, self.index, clock, schedule_lost)
+
+    @backend_errors
+    def reach(self) -> None:
+        """Ask both servers once: BackendUnavailable if either does not answer."""
+        self.index.client.ping()
+        ping(self.table)
+
+    def describe(self) -> str:
+        """Where this queue keeps its data, with passwords hidden."""
+        return (
+            f"database {redact_url(self.settings.database_url)}, "
+            f"redis {redact_url(self.settings.redis_url)}"
+        )
+
+    # Adding and changing jobs.
+
+    @backend_errors
     def add(
         self,
         class_path: str,
@@ -132,28 +121,9 @@ class Queue(QueuePausing):
             class_path, method, data, delay, at, ext, queue, timeout, every, cron, tz, retries,
             retry_delays, lock,
         )  # fmt: skip
-        if replace:
-            if using is not None:
-                raise BadInput("replace=True cannot be used with using=: it takes delayq's lock")
-            return self._replace(spec, now, check)
-        return self.add_many([spec], check=check, now=now, using=using)[0]
-
-    @backend_errors
-    def _replace(self, spec: JobSpec, now: float | None, check: bool) -> int:
-        if not spec.ext:
-            raise BadInput("--replace needs --ext: the key of the job to replace")
-        now = self._now(now)
-        row = to_row(spec, now, self.settings, set(), check=check)
-        new = self.producer.before([spec.queue], now)
-
-        def schedule(replaced: tuple[int, list[int]]) -> None:
-            # In the lock: of two replaces, the later one's entry is the one left.
-            texts = [packed_by_queue([row], [replaced[0]])]
-            self.producer.after(new, texts, [replaced[0]], moved=True)
-
-        job_id, dropped = queries.replace_pending(self.table, row, now, schedule)
-        self.index.schedule.remove(spec.queue, dropped)  # cancelled for good: no lock needed
-        return job_id
+        return self._adder.add(
+            self.settings, spec, replace=replace, check=check, now=now, using=using
+        )
 
     @backend_errors
     def add_many(
@@ -168,30 +138,7 @@ class Queue(QueuePausing):
         for `add`. `using`: a connection to delayq's database (DB-API, peewee, SQLAlchemy or
         Django) whose open transaction the rows join: they run once it commits, never if it
         rolls back."""
-        now = self._now(now)
-        located: set[tuple[str, str]] = set()
-        stamp = utc_stamp(now)
-
-        def to_rows(part: Sequence[JobSpec]) -> list[dict[str, Any]]:
-            return [to_row(spec, now, self.settings, located, stamp, check) for spec in part]
-
-        specs = list(specs)
-        if using is not None:  # a run's sweep indexes them once they commit
-            return transactions.add_through(self.table, using, to_rows(specs))
-        if len(specs) <= 1:
-            rows = to_rows(specs)  # checked before the database is touched
-            if not rows:
-                return []
-            new = self.producer.before([rows[0]["queue"]], now)
-            ids = [inserts.insert_one(self.table, rows[0])]
-            texts = [packed_by_queue(rows, ids)]
-        else:
-            queues = [validate_queue_name(spec.queue) for spec in specs]
-            new = self.producer.before(queues, now)
-            # The schedule's entries are packed part by part while the next part is written.
-            ids, texts = inserts.insert_many(self.table, specs, to_rows, packed_by_queue)
-        self.producer.after(new, texts, ids)
-        return ids
+        return self._adder.add_many(self.settings, specs, check=check, now=now, using=using)
 
     @backend_errors
     def cancel(
@@ -203,22 +150,8 @@ class Queue(QueuePausing):
         now: float | None = None,
     ) -> int:
         """Cancel one pending job by id, or every pending job with business key `ext`."""
-        if (job_id is None) == (ext is None):
-            raise BadInput("cancel takes a job id or --ext, not both and not neither")
-        key = None if ext is None else check_key(ext)
-        if queue is not None:
-            validate_queue_name(queue)
-        now = self._now(now)
-        if key is None:
-            job = self._get(job_id or 0)
-            targets = [(job.id, job.queue)] if job.status == Status.PENDING else []
-        else:
-            queries.stop_series(self.table, key, queue)  # first, so no re-arm slips past
-            targets = queries.pending_by_ext(self.table, key, queue)
-        count = queries.cancel(self.table, [job_id for job_id, _ in targets], now)
-        for name in {name for _, name in targets}:
-            self.index.schedule.remove(name, [job_id for job_id, q in targets if q == name])
-        return count
+        key = changes.check_cancel(job_id, ext, queue)
+        return changes.cancel(self.table, self.index, job_id, key, queue, self._now(now))
 
     @backend_errors
     def retry(self, job_id: int, *, delay: Duration = 0.0, now: float | None = None) -> int:
@@ -227,20 +160,131 @@ class Queue(QueuePausing):
         attempt runs; concurrent retries take the chain's lock in turn, leaving one pending."""
         now = self._now(now)
         run_at = run_at_of(delay, None, now)
-        job = self._get(job_id)
-        call = read_call(job.params, dict(self.settings.php_classes))
-        locate(call.class_path, call.method, self.settings.handlers)
+        return changes.retry(self.settings, self.table, self.index, job_id, run_at, now)
 
-        def schedule(attempt: chains.Attempt) -> None:
-            # In the lock: retries of a chain reach the index in the order they reach the table.
-            self.index.schedule.add(attempt.queue, attempt.id, run_at)
-            if attempt.series is not None:
-                self.index.schedule.add(attempt.queue, *attempt.series)
+    # Reading jobs and queues.
 
-        def retried() -> chains.Attempt:
-            return chains.retry_chain(self.table, job, run_at, now)
+    @backend_errors
+    def show(self, job_id: int) -> dict[str, Any]:
+        """The contract's view of one job (jobs/spec.py's job_view)."""
+        return job_view(changes.existing(self.table, job_id))
 
-        return chains.under_chain_lock(self.table, job, retried, schedule).id
+    @backend_errors
+    def schedule_of(self, job_id: int) -> str | None:
+        """The cron expression and zone the job recurs by, or None."""
+        return changes.existing(self.table, job_id).schedule
+
+    @backend_errors
+    def history(self, job_id: int) -> list[dict[str, Any]]:
+        """Every attempt in the job's retry chain, oldest first."""
+        first = changes.existing(self.table, job_id)
+        return [job_view(row) for row in queries.chain_of(self.table, first)]
+
+    @backend_errors
+    def status(self, *, now: float | None = None) -> StatusReport:
+        """Every queue's counts, backlog and next due time, and what the last run recorded."""
+        from .ops import overview
+
+        return overview.status_report(self.table, self.index, self._now(now))
+
+    @backend_errors
+    def list_jobs(
+        self,
+        filters: JobFilter,
+        *,
+        limit: int = 50,
+        before_id: int | None = None,
+        now: float | None = None,
+    ) -> list[dict[str, Any]]:
+        """Rows matching `filters`, newest first, as `list --json` shows them."""
+        from .ops import overview
+
+        overview.check_page(limit, before_id)
+        return overview.list_views(self.table, filters, self._now(now), limit, before_id)
+
+    @backend_errors
+    def peek(self, count: int = 10, *, queues: Sequence[str] | None = None) -> list[Upcoming]:
+        """The next `count` jobs due across `queues` (default all), without claiming: those on
+        the schedule, those due beyond its horizon (in the table alone), and those added with
+        `using=` that a run has not indexed yet."""
+        from .ops import upcoming
+
+        names = upcoming.check_peek(count, queues)
+        return upcoming.next_scheduled(self.table, self.index, names, count)
+
+    @backend_errors
+    def metrics(self, report: RunReport | None = None) -> bytes:
+        """The Prometheus exposition (`delayq metrics`); with a run's report, its figures too."""
+        from .ops.metrics import exposition  # prometheus_client only when asked for
+
+        return exposition(self.table, self.index, self.index.clock.now(), report)
+
+    @backend_errors
+    def due_count(self, queues: Sequence[str] | None = None) -> int:
+        """How many jobs are due now on the schedule of `queues` (default: all)."""
+        names = list(queues) if queues else self.index.registry.known_queues()
+        return self.index.schedule.due_count(names, self.index.clock.now())
+
+    # Pausing and limiting queues.
+
+    @backend_errors
+    def pause(self, *names: str, now: float | None = None) -> dict[str, QueueFlow]:
+        """Stop every run, on every host, from starting the jobs of queues `names`: no claim
+        takes them once this returns, and a run holding some it has not started hands them
+        back within a second. Jobs running finish; adds and cancels go on; a queue paused
+        already stays paused since its first pause. Its due jobs are never missed while it
+        is paused. Returns each queue's settings."""
+        return flow_settings.pause(self.table, self.index, names, now)
+
+    @backend_errors
+    def resume(self, *names: str, now: float | None = None) -> dict[str, QueueFlow]:
+        """Let runs start the jobs of queues `names` again; the overdue window of a job that
+        fell due while its queue was paused counts from now. A queue not paused is left as it
+        is. Returns each queue's settings."""
+        return flow_settings.resume(self.table, self.index, names, now)
+
+    @backend_errors
+    def limit(
+        self,
+        *names: str,
+        rate: str | None | Unchanged = UNCHANGED,
+        concurrency: int | None | Unchanged = UNCHANGED,
+        now: float | None = None,
+    ) -> dict[str, QueueFlow]:
+        """Limit queues `names` across every run on every host together: to at most `rate`
+        job starts in any window of its period ("10/s", "600/m", "36000/h"), and to at most
+        `concurrency` of their jobs running at once (4). None lifts that limit; one not given
+        stays as it is. A job a limit holds back stays pending in its place and starts as
+        soon as the limit allows. Returns each queue's settings."""
+        return flow_settings.limit(self.table, self.index, names, rate, concurrency, now)
+
+    @backend_errors
+    def limited(self) -> dict[str, QueueFlow]:
+        """{queue: its settings} of every queue with a rate or concurrency limit, as the
+        table holds them."""
+        return flow_settings.limited(self.table)
+
+    @backend_errors
+    def paused(self) -> dict[str, QueueFlow]:
+        """{queue: its settings} of every paused queue, as the table holds them."""
+        return flow_settings.paused(self.table)
+
+    @backend_errors
+    def unknown(self, names: Sequence[str]) -> list[str]:
+        """Those of `names` no job has used and no pause has named: neither registered, nor
+        holding a schedule entry or a pending row, nor in the settings table. A typo, most
+        likely; or a queue whose first job is yet to come."""
+        return flow_settings.unknown(self.table, self.index, names)
+
+    # Running jobs.
+
+    @backend_errors
+    def serve(self, queues: Iterable[str]) -> list[str]:
+        """Note `queues` as queues a run serves, so that `status` lists them; return those no
+        job has used yet: neither registered nor holding a schedule entry (a producer of its
+        own may ZADD without registering). Such a name may be a typo, or a queue whose jobs
+        come later, so the caller warns and runs on."""
+        return self.index.served(queues)
 
     def run(
         self,
@@ -286,25 +330,11 @@ class Queue(QueuePausing):
         """A pass, or with `options.loop` a loop of passes, as the options ask."""
         check_allowlist(self.settings.handlers)
         bound_replies(self.table)
-        if not self._running.acquire(blocking=False):
-            # Another thread runs jobs on this Queue now: this call gets a runner of its own,
-            # which leaves the `on_shutdown` functions to the Queue's runner.
-            runner = Runner(self.settings, self.table, self.index)
-            try:
-                return runner.run(
-                    options, now=now, on_outcome=on_outcome, stop=stop, liveness=liveness
-                )
-            finally:
-                runner.close(shutdown=False)
-        try:
-            if self._runner is None or self._runner.pid != os.getpid():
-                # Made anew in a child forked after a run: the parent's threads are not here.
-                self._runner = Runner(self.settings, self.table, self.index)
-            return self._runner.run(
-                options, now=now, on_outcome=on_outcome, stop=stop, liveness=liveness
-            )
-        finally:
-            self._running.release()
+        return self._runners.run(
+            self.settings, options, now=now, on_outcome=on_outcome, stop=stop, liveness=liveness
+        )
+
+    # Tidying.
 
     @backend_errors
     def reconcile(self, on_rows: Callable[[int], None] | None = None) -> Reconciled:
@@ -330,11 +360,8 @@ class Queue(QueuePausing):
         from .ops import maintenance
 
         before = self._now(now) - parse_duration(older_than, "--older-than")
-        statuses = maintenance.PURGEABLE if statuses is None else statuses
         bound_replies(self.table)  # its statements are short: none waits for ever
-        if dry_run:
-            return maintenance.count_purgeable(self.table, statuses, before, counted)
-        return maintenance.purge(self.table, statuses, before, counted=counted)
+        return maintenance.purge_before(self.table, statuses, before, dry_run, counted)
 
     @backend_errors
     def requeue(
@@ -350,9 +377,7 @@ class Queue(QueuePausing):
         """End the runner, if this Queue ran jobs (its threads, the handlers' `on_shutdown`
         functions and their event loop), and close the database connection and the Redis
         pool."""
-        if self._runner is not None and self._runner.pid == os.getpid():
-            self._runner.close()
-        self._runner = None
+        self._runners.close()
         close_connection(self.table)
         self.index.client.close()
 
@@ -362,9 +387,5 @@ class Queue(QueuePausing):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def describe(self) -> str:
-        """Where this queue keeps its data, with passwords hidden."""
-        return (
-            f"database {redact_url(self.settings.database_url)}, "
-            f"redis {redact_url(self.settings.redis_url)}"
-        )
+    def _now(self, now: float | None) -> float:
+        return self.index.clock.now() if now is None else now

@@ -108,7 +108,7 @@ SERIAL_FILES = {
     "worker/test_hooks.py",
     "worker/test_interrupts.py",
     "worker/test_lapsed_leases.py",
-    "worker/test_slots.py",
+    "worker/test_pool.py",
     "worker/test_supervisor.py",
 }
 

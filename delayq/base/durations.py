@@ -19,9 +19,9 @@ YEAR = 365 * 86400
 # Longer than anything delayq waits for or looks back over, short enough that `now` minus
 # it is still a date every database and datetime can hold.
 MAX_DURATION = 100 * YEAR
-# The latest a job may fall due: a due time further out is a unit mix-up (milliseconds
+# The furthest a job may be due: a due time further out is a unit mix-up (milliseconds
 # for seconds) or a sentinel like year 9999, and would only break what shows it.
-HORIZON = 10 * YEAR
+FURTHEST_AHEAD = 10 * YEAR
 _DURATION = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([smhdw]?)\s*$", re.IGNORECASE)
 
 
@@ -90,13 +90,16 @@ def shown(value: Any, limit: int = 40) -> str:
 
 
 def check_due(run_at: float, now: float, name: str = "the due time") -> float:
-    """`run_at` if it can be a job's due time: after 1970 and at most HORIZON after `now`."""
+    """`run_at` if it can be a job's due time: after 1970 and at most FURTHEST_AHEAD after
+    `now`."""
     if not math.isfinite(run_at):
         raise BadInput(f"{name} must be a finite time, not {run_at}")
     if run_at < 0:
         raise BadInput(f"{name} is before 1970; give a time after 1970-01-01")
-    if run_at > now + HORIZON:
-        raise BadInput(f"{name} is more than {HORIZON // YEAR} years ahead, the furthest allowed")
+    if run_at > now + FURTHEST_AHEAD:
+        raise BadInput(
+            f"{name} is more than {FURTHEST_AHEAD // YEAR} years ahead, the furthest allowed"
+        )
     return run_at
 
 

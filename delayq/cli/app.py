@@ -169,7 +169,7 @@ def check_database_exists(settings: Settings) -> None:
 def _check_redis_url(url: str | None) -> None:
     """The error connect() would give for this Redis URL, if any: ConfigError for a malformed
     one, BackendUnavailable for a Cluster whose nodes do not answer (its client asks them for
-    their slots at once; any other connects lazily, so nothing is reached)."""
+    their hash slots at once; any other connects lazily, so nothing is reached)."""
     import redis
 
     from ..store.backend_errors import one_line

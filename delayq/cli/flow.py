@@ -11,7 +11,7 @@ import typer
 
 from ..base.durations import format_delta, format_instant
 from ..errors import BadInput
-from ..flow.limits import format_rate, parse_concurrency, parse_rate
+from ..flow.limits import format_rate, parse_concurrency_limit, parse_rate
 from ..store.table.queue_settings import QueueFlow
 from .app import Command, app, open_queue, printable
 
@@ -82,18 +82,18 @@ def limit(
         )
     if rate is not None:
         parse_rate(rate)  # refused before any server is asked
-    slots = None if concurrency is None else parse_concurrency(concurrency)
+    concurrency_limit = None if concurrency is None else parse_concurrency_limit(concurrency)
     queue = open_queue()
     if not new:
         _refuse_unknown(queue.unknown(names), "limit", _NEW_HINT.replace("pause", "limit"))
     if clear:
         settings = queue.limit(*names, rate=None, concurrency=None)
     elif rate is None:
-        settings = queue.limit(*names, concurrency=slots)
-    elif slots is None:
+        settings = queue.limit(*names, concurrency=concurrency_limit)
+    elif concurrency_limit is None:
         settings = queue.limit(*names, rate=rate)
     else:
-        settings = queue.limit(*names, rate=rate, concurrency=slots)
+        settings = queue.limit(*names, rate=rate, concurrency=concurrency_limit)
     for name, flow in settings.items():
         typer.echo(f"{printable(name)}: {describe_limits(name, flow)}")
 

@@ -33,18 +33,19 @@ def parse_rate(text: str) -> tuple[int, float]:
     return count, _RATE_PERIODS[unit]
 
 
-MAX_CONCURRENCY = 10_000
+MAX_CONCURRENCY_LIMIT = 10_000
 
 
-def parse_concurrency(value: object) -> int:
+def parse_concurrency_limit(value: object) -> int:
     """A concurrency limit, 4 or "4", → 4: how many of a queue's jobs may run at once."""
     text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
     if not (isinstance(text, str) and text.isascii() and text.isdigit()):
         raise BadInput(f"invalid concurrency {shown(value)}: expected a whole number, like 4")
-    count = int(text) if len(text) <= 9 else MAX_CONCURRENCY + 1
-    if not 1 <= count <= MAX_CONCURRENCY:
+    count = int(text) if len(text) <= 9 else MAX_CONCURRENCY_LIMIT + 1
+    if not 1 <= count <= MAX_CONCURRENCY_LIMIT:
         raise BadInput(
-            f"invalid concurrency {shown(value)}: it must be between 1 and {MAX_CONCURRENCY:,}"
+            f"invalid concurrency {shown(value)}: it must be between 1 and "
+            f"{MAX_CONCURRENCY_LIMIT:,}"
         )
     return count
 

@@ -4,7 +4,8 @@ as the table holds them; and read back for a run (settings_of, restore), from th
 back from the table first wherever Redis lost it, so a lost mirror never reads as "running".
 
 The SQL is store/table/queue_settings.py's and the Redis keys store/index/flow.py's; this
-module decides the order they are written in. The Queue's methods (pausing.py) call it.
+module decides the order they are written in. The Queue's pause, resume and limit methods
+call it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from ..store.index.parts import Index
 from ..store.table import leases, queue_settings
 from ..store.table.model import Table
 from ..store.table.queue_settings import RUNNING, UNCHANGED, QueueFlow, Unchanged
-from .limits import parse_concurrency, parse_rate
+from .limits import parse_concurrency_limit, parse_rate
 
 # A write of queue_settings (pause, resume): (table, queues, now) -> their settings now.
 SettingsChange = Callable[[Table, Sequence[str], float], dict[str, QueueFlow]]
@@ -43,24 +44,23 @@ def limit(
     index: Index,
     names: Sequence[str],
     rate: str | None | Unchanged = UNCHANGED,
-    concurrency: int | None | Unchanged = UNCHANGED,
+    concurrency_limit: int | None | Unchanged = UNCHANGED,
     now: float | None = None,
 ) -> dict[str, QueueFlow]:
-    """Limit queues `names` to `rate` ("10/s") and `concurrency` jobs running at once; None
-    lifts that limit, UNCHANGED leaves it as it is. Each one's settings."""
-    if isinstance(rate, Unchanged) and isinstance(concurrency, Unchanged):
+    """Limit queues `names` to `rate` ("10/s") and to `concurrency_limit` jobs running at
+    once; None lifts that limit, UNCHANGED leaves it as it is. Each one's settings."""
+    if isinstance(rate, Unchanged) and isinstance(concurrency_limit, Unchanged):
         raise BadInput("give rate= or concurrency= (None lifts that limit)")
     parsed_rate = rate if rate is None or isinstance(rate, Unchanged) else parse_rate(rate)
-    slots = concurrency
-    if slots is not None and not isinstance(slots, Unchanged):
-        slots = parse_concurrency(slots)
+    if concurrency_limit is not None and not isinstance(concurrency_limit, Unchanged):
+        concurrency_limit = parse_concurrency_limit(concurrency_limit)
 
     def write(table: Table, queues: Sequence[str], at: float) -> dict[str, QueueFlow]:
-        settings = queue_settings.limit(table, queues, at, parsed_rate, slots)
-        if not isinstance(slots, Unchanged):
+        settings = queue_settings.limit(table, queues, at, parsed_rate, concurrency_limit)
+        if not isinstance(concurrency_limit, Unchanged):
             # Before the claims can count them: the jobs running already hold slots.
             for queue in queues:
-                running = [] if slots is None else leases.running_leases(table, queue)
+                running = [] if concurrency_limit is None else leases.running_leases(table, queue)
                 index.flow.reset_slots(queue, running)
         return settings
 

@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from ..base.durations import (
-    HORIZON,
+    FURTHEST_AHEAD,
     MAX_DURATION,
     YEAR,
     Duration,
@@ -179,9 +179,10 @@ def check_every(every: Duration | None) -> float | None:
     if every is None:
         return None
     every = seconds_of(every, "--every")
-    if not MIN_EVERY <= every <= HORIZON:
+    if not MIN_EVERY <= every <= FURTHEST_AHEAD:
         raise BadInput(
-            f"--every must be between {MIN_EVERY:g} second and {HORIZON // YEAR} years, not {every}"
+            f"--every must be between {MIN_EVERY:g} second and "
+            f"{FURTHEST_AHEAD // YEAR} years, not {every}"
         )
     return every
 
@@ -225,8 +226,8 @@ def check_timeout(timeout: Duration | None, name: str = "timeout") -> float | No
 def run_at_of(
     delay: Duration | None, at: Instant | None, now: float, since: float | None = None
 ) -> float:
-    """The due time of a new job, within check_due's horizon and, given the run's window
-    `since`, not so far past that a run could only mark it missed."""
+    """The due time of a new job, no further ahead than a job may be due (check_due) and,
+    given the run's window `since`, not so far past that a run could only mark it missed."""
     if delay is not None and at is not None:
         raise BadInput("give delay= or at=, not both")
     if at is not None:
@@ -238,8 +239,9 @@ def run_at_of(
 
 
 def check_at(at: Instant, now: float, since: float | None, name: str) -> float:
-    """Epoch seconds of `at`, refused outside the horizon or before the run's window `since`
-    (the job could only end missed); `name` is how the user wrote it: `at=` or `--at`."""
+    """Epoch seconds of `at`, refused further ahead than a job may be due, or before the run's
+    window `since` (the job could only end missed); `name` is how the user wrote it: `at=` or
+    `--at`."""
     run_at = check_due(instant_of(at, name), now, name)
     if since is not None and run_at < now - since:
         raise BadInput(

@@ -86,7 +86,7 @@ def handler_checks(prefixes: tuple[str, ...]) -> list[Check]:
 
 
 def database_checks(table: Table, url: str | None) -> list[Check]:
-    """Reachability and version, then the table's columns and indexes against the model."""
+    """Reachability and version, then the table's columns and SQL indexes against the model."""
     where = redact_url(url)
     inspection = Inspection(table)
     try:
@@ -130,7 +130,7 @@ def _table_checks(inspection: Inspection) -> list[Check]:
 
 
 def counts_check(table: Table) -> Check:
-    """Which way pending counts are kept: by triggers, or read from the index at each look
+    """Which way pending counts are kept: by triggers, or read from the SQL index at each look
     (a warn: exact, but slower at millions of rows), with what would let `init` make them."""
     by_triggers, words = counts.keeping(table)
     return Check(OK if by_triggers else WARN, "counts", words)
@@ -217,7 +217,8 @@ def _topology_check(found: list[Server], where: str) -> Check:
         not alone,
         "topology",
         words,
-        f"{words}; with no replica, {', '.join(alone)} takes its slots down with it when it fails",
+        f"{words}; with no replica, {', '.join(alone)} takes its hash slots down with it when "
+        "it fails",
     )
 
 

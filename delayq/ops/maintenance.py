@@ -1,5 +1,5 @@
 """The bulk writes an operator asks for: purging old finished rows and requeueing failed ones.
-Both work in batches so no statement holds locks for long, and both respect retry chains
+Both work in batches so no statement holds row locks for long, and both respect retry chains
 (purge never leaves a chain whose surviving rows end in an earlier attempt; requeue only
 repeats a chain's latest finished attempt, or moves the pending attempt that follows it to
 now), so running either twice is safe. Their statements are store/table/maintenance.py's;
@@ -43,7 +43,7 @@ AIM = 0.2
 DELETERS = 2
 MIN_BATCH, MAX_BATCH = 100, 20_000
 SHARE = 0.1
-# SQLite has one writer at a time, and a writer that finds the lock taken polls for it, up to
+# SQLite has one writer at a time, and a writer that finds its write lock taken polls for it, up to
 # 100 ms apart (its busy handler): purge leaves a gap longer than that after each DELETE, or
 # a run's claim may wait through many batches (p99 5.6 s at 1M beside a purge without it).
 SQLITE_PAUSE = 0.15
@@ -133,7 +133,7 @@ def _finished_before(
 ) -> Iterator[list[int]]:
     """Ids of rows of `statuses` changed before `cutoff`, oldest first,
     `pace.batch` at a time in id order. They are read a window of modified times at a time,
-    one range of the (status, modified) index per status, the window sized to hold about a
+    one range of the (status, modified) SQL index per status, the window sized to hold about a
     batch: rows finished at about the same time sit close together in the table, so each
     batch's DELETE finds its pages together whatever their statuses, and neither rows of
     other statuses nor younger ones are read."""
@@ -163,7 +163,7 @@ def _finished_by_id(
     reads the table once. SQLite writes each page a DELETE changes to its WAL whole, and
     again at the checkpoint: the rows of a window of `modified` times lie all over a table
     whose jobs finish in another order than they were added, a page or more each, where
-    neighbours by id share the table's pages and those of the indexes ordered by id."""
+    neighbours by id share the table's pages and those of the SQL indexes ordered by id."""
     rows = Maintenance(table)
     after = 0
     while ids := rows.finished_after(statuses, cutoff, after, pace.batch):
@@ -181,7 +181,7 @@ def purge(
     """Delete what `purgeable_ids` yields, one short statement per batch, pausing after each
     for a share of the time it took; returns the count, telling `counted` as it goes. On
     MySQL, DELETERS connections check and delete batches while this thread reads the next
-    batches' ids from the (status, modified) index."""
+    batches' ids from the (status, modified) SQL index."""
     _check_purgeable(statuses)
     pace = pace or Pace.of(table)
     cutoff = utc_stamp(before)
@@ -202,6 +202,21 @@ def purge(
         if counted:
             counted(done.result)
     return deleted
+
+
+def purge_before(
+    table: Table,
+    statuses: Sequence[Status] | None,
+    before: float,
+    dry_run: bool,
+    counted: Counted | None = None,
+) -> int:
+    """`purge` of the finished rows of `statuses` (None: every finished status) last changed
+    before `before`, or with `dry_run` what it would delete, counted the same way."""
+    statuses = PURGEABLE if statuses is None else statuses
+    if dry_run:
+        return count_purgeable(table, statuses, before, counted)
+    return purge(table, statuses, before, counted=counted)
 
 
 def count_purgeable(
@@ -231,7 +246,7 @@ def _delete_one_by_one(
     counted: Counted | None,
 ) -> int:
     """SQLite's purge: one writer at a time, so each DELETE in turn, then a pause long
-    enough for a run waiting on the lock to take it."""
+    enough for a run waiting on SQLite's write lock to take it."""
     deleted = 0
     began = time.monotonic()
     for ids in batches:
@@ -298,7 +313,7 @@ def _repeat(table: Table, row: JobRow, now: float, result: RequeueResult) -> int
     """The chain's pending attempt, due now, unless it runs or a later attempt of it has
     finished meanwhile (another requeue, and a run): then None, and why in `result`."""
     try:
-        attempt = chains.under_chain_lock(
+        attempt = chains.under_chain_mutex(
             table, row, lambda: chains.retry_chain(table, row, now, now, repeating=row.id)
         )
     except BadInput as exc:

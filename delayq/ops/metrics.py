@@ -2,7 +2,7 @@
 adds to in Redis (store/index/tallies.py), the queues' gauges, and the last run's own figures (or,
 outside a run, when the last recorded run ended: what DelayqRunOverdue watches). It
 reads only what stays cheap at any table size: the tallies' hashes, ZCARD/ZCOUNT/the head of
-each schedule, and the running rows through the status index — never a GROUP BY over the
+each schedule, and the running rows through the status SQL index — never a GROUP BY over the
 whole table. Writing the file is textfile.py's."""
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ def _flow(table: Table, names: list[str]) -> list[GaugeMetricFamily]:
         "0.1667); absent without a limit.",
         labels=["queue"],
     )
-    concurrency = GaugeMetricFamily(
+    concurrency_limit = GaugeMetricFamily(
         "delayq_queue_concurrency_limit",
         "The most of the queue's jobs `delayq limit` lets all runners together run at once; "
         "absent without a limit.",
@@ -151,8 +151,8 @@ def _flow(table: Table, names: list[str]) -> list[GaugeMetricFamily]:
         if flow.rate is not None:
             rate.add_metric([queue], flow.rate[0] / flow.rate[1])
         if flow.concurrency is not None:
-            concurrency.add_metric([queue], float(flow.concurrency))
-    return [paused, since, rate, concurrency]
+            concurrency_limit.add_metric([queue], float(flow.concurrency))
+    return [paused, since, rate, concurrency_limit]
 
 
 def _last_run(report: RunReport, now: float) -> list[GaugeMetricFamily]:

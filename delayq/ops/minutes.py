@@ -47,10 +47,10 @@ class Minute:
         if total == 0:
             return None
         rank, below = q * total, 0
-        for index, count in enumerate(self.lateness_buckets):
+        for position, count in enumerate(self.lateness_buckets):
             if count and below + count >= rank:
-                lower = LATENESS_BOUNDS[index - 1] if index else 0.0
-                upper = LATENESS_BOUNDS[index]
+                lower = LATENESS_BOUNDS[position - 1] if position else 0.0
+                upper = LATENESS_BOUNDS[position]
                 if math.isinf(upper):
                     return lower
                 return lower + (upper - lower) * (rank - below) / count

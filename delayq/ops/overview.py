@@ -12,8 +12,10 @@ from typing import Any
 
 from ..base.durations import Duration, format_delta, parse_duration
 from ..config import validate_queue_name, validate_text
+from ..errors import BadInput
 from ..flow.limits import format_rate
-from ..store.index.keys import LAST_RUN_KEY
+from ..jobs.spec import row_view
+from ..store.index.keys import LAST_RUN_KEY, MAX_ID
 from ..store.index.parts import Index
 from ..store.index.registry import Registry
 from ..store.table import counts, queries, queue_settings
@@ -23,12 +25,13 @@ from ..store.table.model import JobRow, Status, Table
 from ..store.table.params import payload_or_empty
 from ..store.table.queue_settings import QueueFlow
 
+MAX_PAGE = 10_000  # rows `list` or `peek` shows at once; more is a page of its own
 FAILED_WINDOW = 3600.0  # `failed_last_hour` counts failures this recent
 # Ranges of rows that grow with the table (finished rows, a due backlog) are counted up to
 # this many, in milliseconds, and estimated beyond.
 EXACT_UP_TO = 10_000
 KNOWN_STATUSES = frozenset(status.value for status in Status)
-# What the web page's overview counts, each a range of an index so that it answers in
+# What the web page's overview counts, each a range of an SQL index so that it answers in
 # milliseconds at millions of rows: unlike `status`, it leaves the count of finished rows (a
 # walk over the whole table) to the CLI and the search; failed rows are worth counting.
 LIVE_STATUSES = (Status.PENDING, Status.RUNNING, Status.FAILED)
@@ -58,8 +61,8 @@ class QueueStats:
     paused_at: float | None = None
     resumed_at: float | None = None
     # `delayq limit`: at most this many starts in any window of its period ("10/s"), for all
-    # runs together; None: no rate limit. `concurrency`: at most this many of its jobs
-    # running at once, for all runs together; None: no such limit.
+    # runs together; None: no rate limit. `concurrency`: its concurrency limit, at most this
+    # many of its jobs running at once, for all runs together; None: no such limit.
     rate: str | None = None
     concurrency: int | None = None
     # The fields above that are the database's estimate, not a count (see status_report).
@@ -162,7 +165,7 @@ def status_report(
     """Stats of every queue the table or the index knows, and the last run; only the rows of
     `statuses` (all when None) are counted. Each figure is a kept count (pending; without
     triggers, counted as the finished statuses are), a range of
-    an index whose size follows the jobs in flight or recent (running, failures of the last
+    an SQL index whose size follows the jobs in flight or recent (running, failures of the last
     hour, due times), or a range counted up to EXACT_UP_TO rows and estimated beyond (the
     finished statuses, the due backlog): a look costs the same at ten million rows as at
     none. An estimated figure is named in the queue's `estimated`."""
@@ -300,6 +303,21 @@ class JobFilter:
         return (
             self.class_path is None or payload_or_empty(row.params).get("class") == self.class_path
         )
+
+
+def check_page(limit: int, before_id: int | None) -> None:
+    """BadInput unless `list` may show `limit` rows below `before_id`."""
+    if not 1 <= limit <= MAX_PAGE:
+        raise BadInput(f"--limit must be between 1 and {MAX_PAGE}")
+    if before_id is not None and not 1 <= before_id <= MAX_ID:
+        raise BadInput(f"--before-id must be between 1 and {MAX_ID}")
+
+
+def list_views(
+    table: Table, filters: JobFilter, now: float, limit: int, before_id: int | None
+) -> list[dict[str, Any]]:
+    """`list_jobs`'s rows as `list --json` shows them."""
+    return [row_view(row) for row in list_jobs(table, filters, now, limit, before_id)]
 
 
 def list_jobs(

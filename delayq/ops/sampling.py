@@ -99,7 +99,7 @@ def unscheduled_rows(
 
 def _overdue_pages(table: Table, queue: str, before: float) -> Iterator[list[int]]:
     """Ids of every PENDING row of `queue` due before `before` (or written without a due
-    time), PAGE at a time, each page one range of the (status, queue, run_at) index that
+    time), PAGE at a time, each page one range of the (status, queue, run_at) SQL index that
     goes on where the last one stopped: none rereads what an earlier one read."""
     pending = PendingRows(table)
     last_id = 0

@@ -10,10 +10,13 @@ import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..config import validate_queue_name
+from ..errors import BadInput
 from ..store.index.parts import Index
 from ..store.producers import queues_in_use
 from ..store.table.model import JobRow, Table
 from ..store.table.pending import PendingRows
+from .overview import MAX_PAGE
 
 
 @dataclass(frozen=True)
@@ -29,12 +32,21 @@ class Upcoming:
     indexed: bool = True
 
 
+def check_peek(count: int, queues: Sequence[str] | None) -> list[str] | None:
+    """The queues to peek into (None: every queue in use), once `count` is a page's size."""
+    if not 1 <= count <= MAX_PAGE:
+        raise BadInput(f"peek needs a count between 1 and {MAX_PAGE}")
+    # None: every queue the registry knows, and always the default one, whose schedule's
+    # key is the contract's, so producers ZADD it directly.
+    return [validate_queue_name(name) for name in queues] if queues else None
+
+
 def next_scheduled(
     table: Table, index: Index, queues: Sequence[str] | None, count: int
 ) -> list[Upcoming]:
     """The first `count` pending jobs across `queues` (None: every queue in use), soonest
     first (by due time, then id): each queue's first `count` rows in due order, a range of
-    the (status, queue, run_at) index, merged."""
+    the (status, queue, run_at) SQL index, merged."""
     names = queues_in_use(table, index) if queues is None else queues
     pending = PendingRows(table)
     firsts = (_first(pending, queue, count) for queue in names)

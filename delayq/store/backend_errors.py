@@ -66,8 +66,9 @@ def mysql_error_number(exc: BaseException) -> int | None:
     return None
 
 
-# A Redis that is failing over: a replica refusing writes, a Cluster with slots that no master
-# serves yet or in migration, a client (not a RedisError) that finds no node for a slot.
+# A Redis that is failing over: a replica refusing writes, a Cluster with hash slots that no
+# master serves yet or in migration, a client (not a RedisError) that finds no node for a
+# hash slot.
 FAILING_OVER = (ReadOnlyError, ClusterDownError, TryAgainError, RedisClusterException)
 
 

@@ -27,7 +27,7 @@ logger = logging.getLogger(__name__)
 
 def queues_in_use(table: Table, index: Index, note: bool = False) -> list[str]:
     """Every queue a run visits or a look shows: those with pending or running rows, as the
-    table's (status, queue, run_at) index says (one lookup a queue), those the registry
+    table's (status, queue, run_at) SQL index says (one lookup a queue), those the registry
     names (noted by producers and `run --queue`), and the default queue. With `note`, the
     table's queues the registry lacks (it lost them with Redis's data, or a producer writing
     rows itself never noted them) are noted there again."""

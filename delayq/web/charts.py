@@ -84,7 +84,7 @@ def bins_of(read: list[Minute], window: str) -> list[Bin]:
     grouped: dict[int, list[Minute]] = {}
     for minute in read:
         grouped.setdefault(int((minute.start - first) // span), []).append(minute)
-    merged = [(first + span * slot, merge(grouped[slot])) for slot in sorted(grouped)]
+    merged = [(first + span * number, merge(grouped[number])) for number in sorted(grouped)]
     return [
         Bin(start, total.succeeded + total.failed, total.failed, *_quantiles(total))
         for start, total in merged
@@ -97,12 +97,12 @@ def throughput_chart(bins: list[Bin]) -> Chart:
     top = float(max((item.finished for item in bins), default=0)) or 1.0
     step = WIDTH / max(len(bins), 1)
     columns = []
-    for index, item in enumerate(bins):
+    for position, item in enumerate(bins):
         succeeded = round(HEIGHT * (item.finished - item.failed) / top, 1)
         failed = round(round(HEIGHT * item.finished / top, 1) - succeeded, 1)
         columns.append(
             Column(
-                x=round(index * step, 1),
+                x=round(position * step, 1),
                 width=round(max(step - 1, 1), 1),
                 label=f"{_label(item.start)}: {item.finished} finished,"
                 f" {item.finished - item.failed} succeeded, {item.failed} failed",
@@ -122,20 +122,20 @@ def lateness_chart(bins: list[Bin]) -> Chart:
     step = WIDTH / max(len(bins), 1)
     lines = {
         name: " ".join(
-            f"{index * step + step / 2:.1f},{_y(value, top):.1f}"
-            for index, item in enumerate(bins)
+            f"{position * step + step / 2:.1f},{_y(value, top):.1f}"
+            for position, item in enumerate(bins)
             if (value := getattr(item, name)) is not None
         )
         for name in ("p50", "p99")
     }
     columns = [
         Column(
-            x=round(index * step, 1),
+            x=round(position * step, 1),
             width=round(max(step, 1), 1),
             label=f"{_label(item.start)}: p50 {_ms(item.p50)}, p99 {_ms(item.p99)}",
             parts=(Part("hover", 0.0, HEIGHT),),
         )
-        for index, item in enumerate(bins)
+        for position, item in enumerate(bins)
         if item.p99 is not None
     ]
     return Chart(columns, lines, top)

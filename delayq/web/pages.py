@@ -57,7 +57,7 @@ def overview(request: Request) -> Response:
 
 @backend_errors
 def _read_overview(queue: Queue, window: str) -> tuple[StatusReport, list[Minute]]:
-    """The queues' live figures (index ranges only) and the window's per-minute aggregates."""
+    """The queues' live figures (SQL index ranges only) and the window's per-minute aggregates."""
     report = status_report(queue.table, queue.index, queue.index.clock.now(), LIVE_STATUSES)
     return report, per_minute(queue, minutes=charts.WINDOWS[window][0])
 

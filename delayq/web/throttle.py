@@ -50,8 +50,8 @@ class LoginThrottle:
 
     def _forget_the_quiet(self) -> None:
         """Drop addresses with no failure in the window; if all are busy, the oldest."""
-        horizon = self.clock() - self.window
-        for address in [a for a, times in self._failed.items() if times[-1] <= horizon]:
+        window_start = self.clock() - self.window
+        for address in [a for a, times in self._failed.items() if times[-1] <= window_start]:
             del self._failed[address]
         while len(self._failed) >= MAX_ADDRESSES:
             del self._failed[next(iter(self._failed))]

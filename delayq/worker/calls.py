@@ -22,7 +22,7 @@ from functools import partial
 from typing import Any
 
 from .. import context
-from ..base.durations import HORIZON, format_delta, seconds_of, shown
+from ..base.durations import FURTHEST_AHEAD, format_delta, seconds_of, shown
 from ..config import Settings, hide_secrets
 from ..errors import BadInput, RetryLater
 from ..store.table.model import TEXT_MAX, ClaimedJob, Status, storable
@@ -48,8 +48,8 @@ logger = logging.getLogger(__name__)
 
 
 class Caller:
-    """Calls the handlers of a runner process, on the main thread one at a time or on its
-    slots. It lives as long as the runner: the handlers it resolved and the event loop of
+    """Calls the handlers of a runner process, on the main thread one at a time or in its
+    pool. It lives as long as the runner: the handlers it resolved and the event loop of
     async handlers serve every pass, so a client a handler keeps between calls stays usable.
     A pass lends it its clock, its callback and whether SIGALRM may stop a handler
     (`serving`)."""
@@ -173,7 +173,7 @@ class Caller:
         return self._outcome(job, call, started, Status.SUCCESS, message)
 
     def _event_loop(self) -> EventLoopThread:
-        with self._loop_lock:  # slots may meet their first async handler at once
+        with self._loop_lock:  # the pool's threads may meet their first async handler at once
             if self._loop is None:
                 self._loop = EventLoopThread()
             return self._loop
@@ -324,7 +324,7 @@ def _deferral(delay: object) -> float:
     if type(delay) not in (int, float, str, timedelta):
         raise BadInput(f"RetryLater takes seconds, a timedelta or a duration, not {shown(delay)}")
     seconds = seconds_of(delay, "RetryLater's delay")
-    if not 0 <= seconds <= HORIZON:
+    if not 0 <= seconds <= FURTHEST_AHEAD:
         raise BadInput(f"RetryLater's delay must be between 0 and 10 years, not {seconds:g}s")
     return seconds
 

@@ -4,7 +4,7 @@ what each came to, and at the end hand back what did not start. Two ways to star
 - SequentialDrain (the default): one at a time on the main thread under SIGALRM's time
   limit; in a backlog (a full claim) the next batch is leased, and the group commits
   written, on the bookkeeping thread while this one runs.
-- ConcurrentDrain (`--concurrency N`, concurrent.py): each job on a free slot (slots.py).
+- ConcurrentDrain (`--concurrency N`, concurrent.py): each job in the runner's pool (pool.py).
 
 The Drain holds what both share: the jobs claimed and not started, the batch leased ahead,
 the outcome buffer and the clean-up at the end. It owns its Turn, what it may take and what

@@ -121,7 +121,8 @@ class Heartbeat(Periodic):
     def watching(
         self, token: str, clock: Callable[[], float], deadline: LeaseDeadline, slots: HeldSlots
     ) -> Iterator[None]:
-        """Renew the leases and `slots` of run `token` until the block ends (once `start`ed)."""
+        """Renew the leases and `slots` of the pass with lease token `token` until the block
+        ends (once `start`ed)."""
         with self._lock:
             self._watched = Watched(token, clock, deadline, slots)
         try:

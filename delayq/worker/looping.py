@@ -129,12 +129,15 @@ def _next_start(index: Index, names: list[str]) -> float | None:
     flows = index.flow.read(names)
     heads = index.schedule.heads([name for name in names if not _paused(flows[name])])
     rates = {name: rate for name in heads if (rate := _rate(flows[name])) is not None}
-    slots = {name: count for name in heads if (count := _concurrency(flows[name])) is not None}
-    if rates or slots:
+    concurrency_limits = {
+        name: limit for name in heads if (limit := _concurrency_limit(flows[name])) is not None
+    }
+    if rates or concurrency_limits:
         now = index.clock.now()
         free_at = index.flow.rate_free_at(rates, now) if rates else {}
-        for name, at in (index.flow.slots_free_at(slots, now) if slots else {}).items():
-            free_at[name] = max(at, free_at.get(name, at))
+        if concurrency_limits:
+            for name, at in index.flow.slots_free_at(concurrency_limits, now).items():
+                free_at[name] = max(at, free_at.get(name, at))
         heads.update((name, max(heads[name], at)) for name, at in free_at.items())
     return min(heads.values()) if heads else None
 
@@ -147,7 +150,7 @@ def _rate(flow: QueueFlow | None) -> tuple[int, float] | None:
     return None if flow is None else flow.rate
 
 
-def _concurrency(flow: QueueFlow | None) -> int | None:
+def _concurrency_limit(flow: QueueFlow | None) -> int | None:
     return None if flow is None else flow.concurrency
 
 

@@ -3,7 +3,7 @@ Redis lost it, and each raise of a queue's horizon (store/index/horizons.py).
 
 Every pending row is in the table, so a Redis that lost its data (a restart without
 persistence, a FLUSHALL) costs a rebuild, never a job. A rebuild walks each queue's pending
-rows in due order up to its horizon's limit, a range of the (status, queue, run_at) index a
+rows in due order up to its horizon's limit, a range of the (status, queue, run_at) SQL index a
 batch at a time, and puts them back, noting after each batch how far it has gone. The first
 run that finds the index incomplete takes the rebuild's lock and puts back every queue's due
 rows before its pass claims (a few batches: seconds at millions of pending rows), then the

@@ -2,7 +2,7 @@
 horizon (store/index/horizons.py), at the speed the two can be read in order.
 
 Each queue's pending rows are walked in due order, a range of the (status, queue, run_at)
-index a batch at a time, beside the schedule's members due in the same span (ZRANGEBYSCORE),
+SQL index a batch at a time, beside the schedule's members due in the same span (ZRANGEBYSCORE),
 so both sides are read once, in order, and only the differences are looked up: a row missing
 from the span may be on the schedule at another score or claimed by a run (`put_back_lost`
 checks), a member missing from the table's span may be a row moved meanwhile (checked

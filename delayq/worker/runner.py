@@ -3,7 +3,7 @@ looping, each `--processes` child, a Queue that runs jobs), and the passes it ma
 
 The Runner keeps what must outlive a pass: the Caller with the handlers it resolved and the
 event loop of async handlers (so a client a handler keeps between calls stays usable), the
-failure hooks and their cap, the heartbeat, bookkeeping and slot threads. A pass (passes.py)
+failure hooks and their cap, the heartbeat, bookkeeping and pool threads. A pass (passes.py)
 is small: a lease token, a deadline, limits and a report; each queue's turn is a drain
 (drains.py), which hands back what it did.
 """
@@ -37,9 +37,9 @@ from .liveness import Liveness
 from .looping import SWEEP_EVERY, LoopRecord, Outage, sleep_until_due
 from .options import RunOptions
 from .passes import Pass, outcome_word
+from .pool import Pool
 from .rebuilds import Rebuild
 from .report import OutcomeCallback, RunReport
-from .slots import Slots
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ class Runner:
         self.caller = Caller(settings, load_reporters(settings))
         self.heartbeat = Heartbeat(table, index, settings.lease)  # started by the first pass
         self._bookkeeper: Bookkeeper | None = None  # started when a drain first asks
-        self._slots: Slots | None = None  # made when a pass first runs jobs concurrently
+        self._pool: Pool | None = None  # made when a pass first runs jobs concurrently
         self.rebuild = Rebuild(table, index)  # of the schedule, when Redis lost it
         self._counts_check: threading.Thread | None = None  # an hourly one, when its turn came
         self.passes = 0
@@ -82,8 +82,8 @@ class Runner:
         # URL would pass unnoticed, every minute, until a job falls due.
         self._refuse_read_only()
         clock = (lambda: now) if now is not None else self.index.clock.now
-        each = self._new_pass(options, clock, stop, liveness)
-        return self._execute(each, on_outcome, record=True)
+        pass_ = self._new_pass(options, clock, stop, liveness)
+        return self._execute(pass_, on_outcome, record=True)
 
     def close(self, shutdown: bool = True) -> None:
         """End the runner: its threads, then, if it ran a pass, the handlers' `on_shutdown`
@@ -92,8 +92,8 @@ class Runner:
         self.rebuild.close()
         if self._counts_check is not None:  # a count cut short is rolled back: no harm
             self._counts_check.join(timeout=COUNTS_CHECK_JOIN)
-        if self._slots is not None:
-            self._slots.close()
+        if self._pool is not None:
+            self._pool.close()
         self._close_bookkeeper()
         self.heartbeat.stop()
         if self.passes:
@@ -131,12 +131,12 @@ class Runner:
                 swept = outage.let_go(self.table, self.index.clock.now)
                 sweep = swept or time.monotonic() - last_sweep >= SWEEP_EVERY
                 budget = replace(options, max_seconds=min(asked.max_seconds, remaining))
-                each = self._new_pass(budget, self.index.clock.now, stop, liveness)
+                pass_ = self._new_pass(budget, self.index.clock.now, stop, liveness)
                 try:
-                    report = self._execute(each, on_outcome, record=False, sweep=sweep)
+                    report = self._execute(pass_, on_outcome, record=False, sweep=sweep)
                 except Exception as exc:
                     outage.wait_out(exc, remaining)  # re-raises what is not an outage
-                    outage.held.append(each.token)
+                    outage.held.append(pass_.token)
                     continue
                 outage.end()
                 if sweep:
@@ -187,7 +187,7 @@ class Runner:
 
     def _execute(
         self,
-        each: Pass,
+        pass_: Pass,
         on_outcome: OutcomeCallback | None,
         record: bool,
         sweep: bool = True,  # recover leases and re-index orphans before claiming
@@ -196,101 +196,101 @@ class Runner:
         loop notes itself instead, as one run: its last pass's budget is no limit it was
         given)."""
         self.passes += 1
-        started_at = each.clock()
-        each.show_progress()
+        started_at = pass_.clock()
+        pass_.show_progress()
         try:
-            self._serve(each, on_outcome, sweep)
+            self._serve(pass_, on_outcome, sweep)
         except Exception as exc:
             self._close_bookkeeper()  # its connection may be what failed: a fresh one next
             if record:
-                self._record(each, started_at, f"failed: {type(exc).__name__}")
+                self._record(pass_, started_at, f"failed: {type(exc).__name__}")
             raise
-        if each.stop is not None and each.stop.requested:
-            each.report.interrupted = each.stop.signum
-        each.report.wall = each.report.elapsed
+        if pass_.stop is not None and pass_.stop.requested:
+            pass_.report.interrupted = pass_.stop.signum
+        pass_.report.wall = pass_.report.elapsed
         if record:
-            self._record(each, started_at, outcome_word(each.report))
-        return each.report
+            self._record(pass_, started_at, outcome_word(pass_.report))
+        return pass_.report
 
-    def _serve(self, each: Pass, on_outcome: OutcomeCallback | None, sweep: bool) -> None:
+    def _serve(self, pass_: Pass, on_outcome: OutcomeCallback | None, sweep: bool) -> None:
         # A reading of Redis's clock falls due once a minute; the heartbeat must not wait on
         # it: a host cut off from Redis only lost its running job when one did (a run at a
         # given `now` keeps that clock).
         index = self.index
-        beat_clock = index.clock.known if each.clock == index.clock.now else each.clock
+        beat_clock = index.clock.known if pass_.clock == index.clock.now else pass_.clock
         self.heartbeat.start()
         try:
-            # SIGALRM reaches only the main thread: with many in flight, slots enforce time
+            # SIGALRM reaches only the main thread: with many in flight, the pool enforces time
             # limits from outside instead.
             with (
                 interrupts.time_limits() as enabled,
                 self.heartbeat.watching(
-                    each.token, beat_clock, each.leases.deadline, each.held_slots
+                    pass_.token, beat_clock, pass_.leases.deadline, pass_.held_slots
                 ),
             ):
-                alarms = enabled and each.settings.concurrency == 1
-                grace = grace_on_alarm(each.stop if alarms else None, each.settings.grace)
-                with self.caller.serving(each.clock, alarms, on_outcome), grace:
-                    self._sweep_and_drain(each, sweep)
+                alarms = enabled and pass_.settings.concurrency == 1
+                grace = grace_on_alarm(pass_.stop if alarms else None, pass_.settings.grace)
+                with self.caller.serving(pass_.clock, alarms, on_outcome), grace:
+                    self._sweep_and_drain(pass_, sweep)
         except Abandoned:  # between two drains: no job was running
             logger.warning("a second stop signal: no job was running; the run stops")
         finally:
-            each.report.elapsed = time.monotonic() - each.started_at
+            pass_.report.elapsed = time.monotonic() - pass_.started_at
 
-    def _sweep_and_drain(self, each: Pass, sweep: bool) -> None:
+    def _sweep_and_drain(self, pass_: Pass, sweep: bool) -> None:
         """Settle dead runs' jobs, then serve the queues in turn, each its weight in batches a
         turn, so a backlog in one delays another queue's due jobs by about one batch, not by
         the whole backlog."""
-        table, index, report = self.table, self.index, each.report
+        table, index, report = self.table, self.index, pass_.report
         # Which queues exist is the table's answer, read with each sweep; between sweeps the
         # registry's, which producers note a new queue in (or one Redis lost) as they add.
         in_use = queues_in_use(table, index, note=True) if sweep else None
-        report.reindexed += self.rebuild.due_first(each.clock, each.show_progress)
+        report.reindexed += self.rebuild.due_first(pass_.clock, pass_.show_progress)
         complete = index.registry.is_complete()
         # On every pass, not only with the sweep: a committed job is due to start within 1 s.
-        recovery.index_committed(table, index, each.clock())
-        names = list(each.options.queues) or in_use or index.registry.known_queues()
-        php_classes = dict(each.settings.php_classes)
+        recovery.index_committed(table, index, pass_.clock())
+        names = list(pass_.options.queues) or in_use or index.registry.known_queues()
+        php_classes = dict(pass_.settings.php_classes)
         if sweep:  # a failover to a replica behind may have left a queue's older settings
-            database_failovers.check_database_server(table, index, each.clock())
+            database_failovers.check_database_server(table, index, pass_.clock())
             restore(table, index.flow, names)
-            self._check_counts(on_a_thread=each.options.loop)
+            self._check_counts(on_a_thread=pass_.options.loop)
         for queue in names if sweep else ():  # recover leases, re-index orphans
-            now = each.clock()
+            now = pass_.clock()
             recovered = recovery.recover_leases(table, index, queue, now, php_classes)
             report.recovered += recovered.requeued + recovered.journaled
             report.failed += recovered.poisoned
             report.reindexed += recovery.reindex_after_failover(table, index, queue, now)
             if complete:  # while a rebuild goes on, the rows it has yet to reach are no orphans
                 report.reindexed += recovery.reindex_orphans(table, index, queue, now)
-        while names and not each.must_stop():  # the queues that may have more
-            names = [queue for queue in names if self._take_turn(each, queue, len(names))]
+        while names and not pass_.must_stop():  # the queues that may have more
+            names = [queue for queue in names if self._take_turn(pass_, queue, len(names))]
 
-    def _take_turn(self, each: Pass, queue: str, queues_left: int) -> bool:
+    def _take_turn(self, pass_: Pass, queue: str, queues_left: int) -> bool:
         """Drain `queue` for one turn (all of it when no other queue waits); whether it
         stopped because its turn was over, so it may have more."""
-        batch_size = each.settings.batch_size
-        left = None if queues_left == 1 else each.options.weights.get(queue, 1) * batch_size
-        turn = Turn(queue, batch_size, left, each.may_start())
-        needs = each.needs_of(queue)
+        batch_size = pass_.settings.batch_size
+        left = None if queues_left == 1 else pass_.options.weights.get(queue, 1) * batch_size
+        turn = Turn(queue, batch_size, left, pass_.may_start())
+        needs = pass_.needs_of(queue)
         drain: Drain
-        if each.settings.concurrency > 1:
-            drain = ConcurrentDrain(turn, needs, self.caller, self.slots(each.settings.concurrency))
+        if pass_.settings.concurrency > 1:
+            drain = ConcurrentDrain(turn, needs, self.caller, self.pool(pass_.settings.concurrency))
         else:
             drain = SequentialDrain(turn, needs, self.caller)
         turn = drain.drain()
-        each.calls += turn.calls
-        stopped_early = each.report.stopped_early or turn.report.stopped_early
-        each.report.merge(turn.report)
-        each.report.stopped_early = stopped_early
+        pass_.calls += turn.calls
+        stopped_early = pass_.report.stopped_early or turn.report.stopped_early
+        pass_.report.merge(turn.report)
+        pass_.report.stopped_early = stopped_early
         if turn.abandoned is not None:  # the stop was asked for already: no turn follows
             logger.warning("a second stop signal: %s", _handed_back(turn.abandoned))
         return turn.over()
 
-    def _record(self, each: Pass, started_at: float, outcome: str) -> None:
+    def _record(self, pass_: Pass, started_at: float, outcome: str) -> None:
         try:
-            elapsed = each.report.elapsed
-            self.index.registry.record_run(started_at, elapsed, outcome, each.report.ran)
+            elapsed = pass_.report.elapsed
+            self.index.registry.record_run(started_at, elapsed, outcome, pass_.report.ran)
         except Exception as exc:  # noqa: BLE001 - a run is not failed by its own bookkeeping
             logger.warning("could not record the run for `delayq status`: %s", exc)
 
@@ -318,13 +318,13 @@ class Runner:
             self._bookkeeper = Bookkeeper(self.table)
         return self._bookkeeper
 
-    def slots(self, size: int) -> Slots:
-        """The runner's `size` slots; a pass asking for another number gets fresh ones."""
-        if self._slots is None or self._slots.size != size:
-            if self._slots is not None:
-                self._slots.close()
+    def pool(self, size: int) -> Pool:
+        """The runner's pool of `size`; a pass asking for another size gets a fresh one."""
+        if self._pool is None or self._pool.size != size:
+            if self._pool is not None:
+                self._pool.close()
             caller = self.caller
-            self._slots = Slots(
+            self._pool = Pool(
                 size,
                 caller.execute,
                 caller.crashed,
@@ -332,7 +332,7 @@ class Runner:
                 caller.coroutine_for,
                 caller.event_loop,
             )
-        return self._slots
+        return self._pool
 
     def _close_bookkeeper(self) -> None:
         if self._bookkeeper is not None:

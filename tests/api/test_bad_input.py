@@ -9,7 +9,7 @@ import time
 import pytest
 
 from delayq import BadInput, JobSpec, Status
-from delayq.base.durations import HORIZON
+from delayq.base.durations import FURTHEST_AHEAD
 from delayq.store.index.keys import schedule_key
 from delayq.store.table.model import Job
 
@@ -40,24 +40,24 @@ BAD_TIMES = {
     "at-minus-inf": {"at": -math.inf},
     "at-before-1970": {"at": -1.0},
     "at-year-9999": {"at": 253_370_764_800.0},
-    "at-beyond-horizon": {"at": NOW + HORIZON + 1},
+    "at-beyond-furthest-ahead": {"at": NOW + FURTHEST_AHEAD + 1},
     "at-huge-int": {"at": 10**400},
     "at-text": {"at": "next tuesday"},
     "delay-nan": {"delay": math.nan},
     "delay-inf": {"delay": math.inf},
     "delay-negative": {"delay": -1.0},
-    "delay-beyond-horizon": {"delay": HORIZON + 1},
+    "delay-beyond-furthest-ahead": {"delay": FURTHEST_AHEAD + 1},
     "delay-1e30": {"delay": 1e30},
     "every-nan": {"every": math.nan},
     "every-inf": {"every": math.inf},
-    "every-beyond-horizon": {"every": HORIZON + 1},
+    "every-beyond-furthest-ahead": {"every": FURTHEST_AHEAD + 1},
     "timeout-inf": {"timeout": math.inf},
     "timeout-1e30": {"timeout": 1e30},
 }
 
 
 @pytest.mark.parametrize("fields", BAD_TIMES.values(), ids=BAD_TIMES.keys())
-def test_add_refuses_a_time_outside_the_horizon_and_writes_nothing(queue, fields):
+def test_add_refuses_a_time_no_job_may_be_due_at_and_writes_nothing(queue, fields):
     with pytest.raises(BadInput):
         queue.add(H, "echo", now=NOW, **fields)
     with pytest.raises(BadInput):
@@ -69,20 +69,20 @@ def test_add_refuses_a_time_outside_the_horizon_and_writes_nothing(queue, fields
     assert stored(queue) == (0, 0)
 
 
-def test_the_edges_of_the_horizon_are_accepted(queue):
+def test_the_earliest_and_the_furthest_a_job_may_be_due_are_accepted(queue):
     # Added in 1970 itself: later, a due time of 0 is before the window a run looks back over.
     first = queue.add(H, "echo", at=0.0, now=60.0)
-    last = queue.add(H, "echo", at=NOW + HORIZON, every=HORIZON, now=NOW)
+    last = queue.add(H, "echo", at=NOW + FURTHEST_AHEAD, every=FURTHEST_AHEAD, now=NOW)
 
-    assert (queue.show(first)["run_at"], queue.show(last)["run_at"]) == (0.0, NOW + HORIZON)
+    assert (queue.show(first)["run_at"], queue.show(last)["run_at"]) == (0.0, NOW + FURTHEST_AHEAD)
 
 
-def test_retry_refuses_a_delay_beyond_the_horizon(queue):
+def test_retry_refuses_a_delay_beyond_the_furthest_a_job_may_be_due(queue):
     job_id = queue.add(H, "echo", now=NOW)
     queue.run(now=NOW + 1)
 
     with pytest.raises(BadInput, match="10 years ahead"):
-        queue.retry(job_id, delay=HORIZON + 1, now=NOW + 2)
+        queue.retry(job_id, delay=FURTHEST_AHEAD + 1, now=NOW + 2)
 
     assert Job.select().count() == 1
 

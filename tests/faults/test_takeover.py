@@ -21,7 +21,7 @@ LEASE = "2"  # seconds: the least DELAYQ_LEASE allows
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.parametrize("args", [[], ["--concurrency", "2"]], ids=["one-at-a-time", "slots"])
+@pytest.mark.parametrize("args", [[], ["--concurrency", "2"]], ids=["one-at-a-time", "pool"])
 @pytest.mark.parametrize("every", [None, 3600], ids=["once", "recurring"])
 def test_a_stalled_runs_late_outcome_is_refused_and_logged(
     queue, cli_env, log, tmp_path, args, every

@@ -1,7 +1,7 @@
 """A queue's limits as the user writes them (delayq/flow/limits.py: parse_rate,
-parse_concurrency), through the API and the command line: a bad rate or concurrency is refused
-before anything is written (BadInput; on the command line one line on stderr and exit 2, as are
-`delayq limit`'s other refusals), and a limit must name what it sets."""
+parse_concurrency_limit), through the API and the command line: a bad rate or concurrency
+limit is refused before anything is written (BadInput; on the command line one line on stderr
+and exit 2, as are `delayq limit`'s other refusals), and a limit must name what it sets."""
 
 from __future__ import annotations
 

@@ -49,15 +49,15 @@ class Notifier:
         return f"sent {data['to']}"
 
 
-def slot_threads() -> int:
-    """How many of a run's slot threads are alive in this process."""
-    return sum(1 for thread in threading.enumerate() if thread.name == "delayq-slot")
+def pool_threads() -> int:
+    """How many of a runner's pool threads are alive in this process."""
+    return sum(1 for thread in threading.enumerate() if thread.name == "delayq-pool")
 
 
-async def count_slot_threads(data: dict[str, Any]) -> None:
-    """Log how many slot threads exist while this coroutine runs."""
+async def count_pool_threads(data: dict[str, Any]) -> None:
+    """Log how many pool threads exist while this coroutine runs."""
     await asyncio.sleep(0.05)
-    _append(data["log"], f"slot threads {slot_threads()}")
+    _append(data["log"], f"pool threads {pool_threads()}")
 
 
 async def ignores_cancel(data: dict[str, Any]) -> str:

@@ -1,1 +1,1 @@
-"""Tests of delayq/worker: a run, its slots, leases, handlers, retries and time limits."""
+"""Tests of delayq/worker: a run, its pool, leases, handlers, retries and time limits."""

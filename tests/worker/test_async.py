@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from delayq import JobSpec, Status
-from tests.sample_handlers.aio import slot_threads
+from tests.sample_handlers.aio import pool_threads
 from tests.sample_handlers.jobs import read_log
 from tests.worker.test_concurrency import most_at_once, statuses
 
@@ -36,7 +36,7 @@ def test_current_job_inside_a_coroutine_is_its_own_job(queue, log):
     assert [queue.show(job_id)["message"] for job_id in ids] == [f"job {i}" for i in ids]
 
 
-# 100 in flight: past slots.GATHER_FROM, the main thread collects finished tasks in groups.
+# 100 in flight: past pool.GATHER_FROM, the main thread collects finished tasks in groups.
 @pytest.mark.parametrize("concurrency", [10, 100])
 def test_async_handlers_overlap_up_to_the_concurrency(queue, log, concurrency):
     count = 3 * concurrency
@@ -54,9 +54,9 @@ def test_async_handlers_overlap_up_to_the_concurrency(queue, log, concurrency):
 
 
 def test_async_calls_take_no_thread(queue, log):
-    before = slot_threads()  # threads other tests left stuck in a handler, if any
+    before = pool_threads()  # threads other tests left stuck in a handler, if any
     queue.add_many(
-        [JobSpec(A, "count_slot_threads", {"log": log}) for _ in range(12)], now=time.time() - 1
+        [JobSpec(A, "count_pool_threads", {"log": log}) for _ in range(12)], now=time.time() - 1
     )
 
     report = queue.run(concurrency=8)
@@ -67,7 +67,7 @@ def test_async_calls_take_no_thread(queue, log):
     assert max(counts) <= before
 
 
-def test_async_and_plain_handlers_share_one_queue_and_its_slots(queue, log):
+def test_async_and_plain_handlers_share_one_queue_and_its_pool(queue, log):
     specs = [JobSpec(A, "slow", {"log": log, "n": f"a{n}", "seconds": 0.2}) for n in range(4)]
     specs += [JobSpec(H, "slow", {"log": log, "n": f"s{n}", "seconds": 0.2}) for n in range(4)]
     specs += [
@@ -99,7 +99,7 @@ def test_an_async_handler_past_its_limit_is_cancelled_on_the_main_thread(queue, 
     assert read_log(log) == ["start 1", "cancelled 1"]
 
 
-def test_an_async_handler_past_its_limit_is_cancelled_in_a_slot(queue, log):
+def test_an_async_handler_past_its_limit_is_cancelled_in_the_pool(queue, log):
     hung = queue.add(A, "slow", {"log": log, "n": 1, "seconds": 30}, timeout=1, now=time.time())
     quick = queue.add(A, "slow", {"log": log, "n": 2, "seconds": 0}, now=time.time())
 
@@ -125,10 +125,10 @@ def test_an_async_handler_that_swallows_its_cancellation_is_still_timed_out(queu
 def test_an_async_handler_s_own_timeout_is_its_failure_not_the_time_limit(queue, log):
     one = queue.add(A, "upstream_timeout", {}, timeout=60, now=time.time())
     queue.run()  # one at a time: awaited on the loop for the main thread
-    slotted = queue.add(A, "upstream_timeout", {}, timeout=60, now=time.time())
+    pooled = queue.add(A, "upstream_timeout", {}, timeout=60, now=time.time())
     queue.run(concurrency=2)  # a task of its own on the loop
 
-    for job_id in (one, slotted):
+    for job_id in (one, pooled):
         message = queue.show(job_id)["message"]
         assert message.startswith("TimeoutError"), message
         assert "JobTimeout" not in message

@@ -74,7 +74,7 @@ def test_concurrency_one_calls_one_handler_at_a_time(queue, log):
     assert most_at_once(log) == 1
 
 
-def test_many_jobs_through_few_slots_keep_their_results_and_retries(queue, log):
+def test_many_jobs_through_a_small_pool_keep_their_results_and_retries(queue, log):
     specs = [JobSpec(H, "record", {"log": log, "n": n}) for n in range(300)]
     specs += [JobSpec(H, "fail", {"log": log, "n": n}) for n in range(20)]
     queue.add_many(specs, now=time.time() - 1)
@@ -88,7 +88,7 @@ def test_many_jobs_through_few_slots_keep_their_results_and_retries(queue, log):
     assert statuses(queue) == Counter({"success": 300, "failed": 20, "pending": 20})
 
 
-def test_a_limit_counts_the_jobs_started_across_slots(queue, log):
+def test_a_limit_counts_the_jobs_started_across_the_pool(queue, log):
     slow_jobs(queue, log, 10, 0.05)
 
     report = queue.run(concurrency=4, limit=5)
@@ -99,7 +99,7 @@ def test_a_limit_counts_the_jobs_started_across_slots(queue, log):
     assert queue.index.client.zcard(schedule_key("default")) == 5
 
 
-def test_a_handler_past_its_time_limit_is_given_up_on_and_its_slot_replaced(queue, log):
+def test_a_handler_past_its_time_limit_is_given_up_on_and_its_thread_replaced(queue, log):
     [hung] = slow_jobs(queue, log, 1, 30, timeout=1)
     quick = queue.add_many(
         [JobSpec(H, "record", {"log": log, "n": n}) for n in range(6)], now=time.time()
@@ -117,7 +117,7 @@ def test_a_handler_past_its_time_limit_is_given_up_on_and_its_slot_replaced(queu
     assert "done 0" not in read_log(log)  # the hung call is still asleep in its thread
 
 
-def test_stuck_threads_stop_the_run_once_every_slot_is_stuck(queue, log):
+def test_stuck_threads_stop_the_run_once_every_pool_thread_is_stuck(queue, log):
     hung = slow_jobs(queue, log, 2, 30, timeout=1)
     later = queue.add(H, "record", {"log": log, "n": "later"}, now=time.time())
 
@@ -188,7 +188,7 @@ def started(log: str) -> int:
     return sum(1 for line in read_log(log) if line.startswith("start"))
 
 
-# Plain handlers on slot threads, and async ones as tasks on the run's event loop.
+# Plain handlers on pool threads, and async ones as tasks on the run's event loop.
 SLOW_KINDS = pytest.mark.parametrize("handlers", [H, "tests.sample_handlers.aio"])
 
 
@@ -226,7 +226,7 @@ def test_calls_still_running_after_the_grace_period_are_handed_back(queue, cli_e
 
 
 @pytest.mark.slow
-def test_two_concurrent_runs_with_many_slots_run_each_job_exactly_once(queue, cli_env, log):
+def test_two_concurrent_runs_with_large_pools_run_each_job_exactly_once(queue, cli_env, log):
     count = 400
     queue.add_many(
         [JobSpec(P, "record_pid", {"log": log, "n": n}) for n in range(count)],

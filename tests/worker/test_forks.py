@@ -39,7 +39,7 @@ def run_to_the_end(env: dict[str, str], *args: str) -> subprocess.CompletedProce
     return subprocess.CompletedProcess(runner.args, runner.returncode, stdout, stderr)
 
 
-@pytest.mark.parametrize("args", [[], ["--concurrency", "2"]], ids=["one-at-a-time", "slots"])
+@pytest.mark.parametrize("args", [[], ["--concurrency", "2"]], ids=["one-at-a-time", "pool"])
 @pytest.mark.parametrize("method", ["fork", "fork_async"])
 def test_a_forked_child_returning_into_the_run_leaves_and_the_batch_runs_once(
     queue, cli_env, log, args, method

@@ -25,7 +25,7 @@ NOW = 1_800_000_000.0
 H = "tests.sample_handlers.jobs"
 X = "tests.sample_handlers.hostile"
 ESCAPED = "\\udcff"  # how a lone surrogate is stored: visible, and valid UTF-8
-MODES = pytest.mark.parametrize("concurrency", [1, 3], ids=["one-at-a-time", "slots"])
+MODES = pytest.mark.parametrize("concurrency", [1, 3], ids=["one-at-a-time", "pool"])
 
 
 def _retries_of(job_id: int) -> list[Job]:
@@ -191,7 +191,7 @@ def test_a_row_with_data_nested_too_deeply_fails_for_good_and_the_run_goes_on(
     assert queue.show(after)["status"] == "success"
 
 
-@pytest.mark.parametrize("args", [[], ["--concurrency", "2"]], ids=["one-at-a-time", "slots"])
+@pytest.mark.parametrize("args", [[], ["--concurrency", "2"]], ids=["one-at-a-time", "pool"])
 def test_delayq_run_goes_on_past_a_handler_raising_keyboardinterrupt(queue, cli_env, log, args):
     # `delayq run` routes SIGINT to its graceful stop: a KeyboardInterrupt is the handler's own.
     raising = [

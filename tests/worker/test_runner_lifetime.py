@@ -1,5 +1,5 @@
 """What lives as long as the runner and what lives for a pass: async handlers share one event
-loop across passes; the heartbeat, bookkeeping and slot threads are started once; the
+loop across passes; the heartbeat, bookkeeping and pool threads are started once; the
 `on_shutdown` functions run when the runner ends. And what a runner says when stopped: at
 `-c 3` a stop signal speaks of the jobs in flight, and a second one hands back what has not
 finished; the `-v` summary of a loop names its wall and busy times."""
@@ -23,7 +23,7 @@ from tests.support.waiting import wait_for
 
 L = "tests.sample_handlers.lifetime"
 H = "tests.sample_handlers.jobs"
-RUNNER_THREADS = ("delayq-heartbeat", "delayq-bookkeeper", "delayq-slot", "delayq-asyncio")
+RUNNER_THREADS = ("delayq-heartbeat", "delayq-bookkeeper", "delayq-pool", "delayq-asyncio")
 
 
 def runner_threads() -> dict[str, set[int]]:
@@ -61,7 +61,7 @@ def test_the_runner_threads_are_started_once_and_end_with_the_queue(make_queue, 
 
     for kind in RUNNER_THREADS:
         started = set().union(*(alive.get(kind, set()) for alive in ours))
-        most = 3 if kind == "delayq-slot" else 1
+        most = 3 if kind == "delayq-pool" else 1
         assert 1 <= len(started) <= most, (kind, started)  # the same ones, pass after pass
     queue.close()
     started = set().union(*(idents for alive in ours for idents in alive.values()))

@@ -216,8 +216,8 @@ def test_a_child_whose_job_cannot_be_stopped_is_killed_past_limit_and_grace(queu
     assert_killed_once_and_charged_once(queue, log, frozen, stuck, stderr)
 
 
-def test_a_child_frozen_whole_is_killed_and_its_slots_jobs_recovered(queue, cli_env, log):
-    # The GIL held in C: with --concurrency the main loop stops too, not only the slot.
+def test_a_child_frozen_whole_is_killed_and_its_pool_s_jobs_recovered(queue, cli_env, log):
+    # The GIL held in C: with --concurrency the main loop stops too, not only the pool's thread.
     frozen, stuck, stderr = stuck_child_scenario(
         queue, cli_env, log, "hog_once", "--concurrency", "2"
     )

@@ -1,10 +1,10 @@
 """redis+cluster:// URLs: seed nodes of a Redis Cluster, and a client that routes each
-command to the master holding its key's slot and follows MOVED, ASK and failovers.
+command to the master holding its key's hash slot and follows MOVED, ASK and failovers.
 
 Every script delayq runs touches one queue's keys, which share the queue's hash slot
 (keys.py); the global keys are only ever read or written one at a time. What differs from
 one server is handled where it differs: scripts are not pipelined (schedule.py), a run on
-queues in several slots waits for wake-ups on each master (schedule.py), and the journal
+queues in several hash slots waits for wake-ups on each master (schedule.py), and the journal
 keeps a connection to each queue's master (journal.py).
 """
 
@@ -31,7 +31,7 @@ CLUSTER_PORT = 6379
 def open_cluster(netloc: str, path: str, query: str, **options: Any) -> redis.Redis:
     """A client on the cluster whose seed nodes the parts urlsplit gave of
     redis+cluster://[[user]:password@]host:port[,host:port...] name (BadUrl says what is
-    wrong with them); connects at once, to learn the slots (redis-py asks the seeds for the
+    wrong with them); connects at once, to learn the hash slots (redis-py asks the seeds for the
     topology when the client is made).
 
     The retry policy carries a command across a master's failover: a refused connection
@@ -62,27 +62,27 @@ def is_cluster(client: object) -> bool:
     return isinstance(client, RedisCluster)
 
 
-class SlotWaits:
-    """Waiting for a wake-up on lists in several slots of a Cluster, where one BLPOP takes
-    the keys of one slot only: a BLPOP a slot, each on a thread of its own, and the first
-    reply ends the wait. A BLPOP still blocked when a wait ends stays, and the next wait
-    reads its reply, so a wake-up it pops after all is not lost."""
+class HashSlotWaits:
+    """Waiting for a wake-up on lists in several hash slots of a Cluster, where one BLPOP
+    takes the keys of one hash slot only: a BLPOP a hash slot, each on a thread of its own,
+    and the first reply ends the wait. A BLPOP still blocked when a wait ends stays, and the
+    next wait reads its reply, so a wake-up it pops after all is not lost."""
 
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
-        self._blocked: set[tuple[str, ...]] = set()  # the slots' key groups with a BLPOP out
+        self._blocked: set[tuple[str, ...]] = set()  # the hash slots' key groups with a BLPOP out
         self._replies: queue.SimpleQueue[tuple[tuple[str, ...], object]] = queue.SimpleQueue()
 
     def wait(self, keys: Sequence[str], timeout: float) -> bool:
         """Whether a wake-up came on one of `keys` within `timeout` seconds."""
-        by_slot: dict[int, list[str]] = {}
+        by_hash_slot: dict[int, list[str]] = {}
         for key in keys:
-            by_slot.setdefault(key_slot(key.encode()), []).append(key)
-        if len(by_slot) == 1:
+            by_hash_slot.setdefault(key_slot(key.encode()), []).append(key)
+        if len(by_hash_slot) == 1:
             return self.client.blpop(keys, timeout=timeout) is not None
         deadline = time.monotonic() + timeout
         while True:
-            for group in map(tuple, by_slot.values()):
+            for group in map(tuple, by_hash_slot.values()):
                 if group not in self._blocked:
                     self._blocked.add(group)
                     remaining = max(deadline - time.monotonic(), 0.001)

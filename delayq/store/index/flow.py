@@ -104,11 +104,11 @@ class Flow:
 
     def slots_free_at(self, limits: Mapping[str, int], now: float) -> dict[str, float]:
         """{queue: when a running slot is next free} of the concurrency-limited queues
-        `limits` ({queue: concurrency}): now, or when the lease that fills its last slot
-        lapses (a slot its job frees before then wakes a looping run); one round trip."""
+        `limits` ({queue: its concurrency limit}): now, or when the lease that fills its last
+        slot lapses (a slot its job frees before then wakes a looping run); one round trip."""
         pipe = self.client.pipeline(transaction=False)
-        for queue, concurrency in limits.items():
-            pipe.zrevrangebyscore(slots_key(queue), "+inf", f"({now!r}", concurrency - 1, 1, True)
+        for queue, limit in limits.items():
+            pipe.zrevrangebyscore(slots_key(queue), "+inf", f"({now!r}", limit - 1, 1, True)
         return {
             queue: found[0][1] if found else now
             for queue, found in zip(limits, pipe.execute(), strict=True)
@@ -146,7 +146,7 @@ def _parsed(
     resumed_at: Field,
     count: Field,
     period: Field,
-    concurrency: Field,
+    concurrency_limit: Field,
 ) -> QueueFlow | None:
     if version is None or paused_at is None:
         return None
@@ -156,7 +156,7 @@ def _parsed(
         int(text(version)),
         _integer(count),
         _time(period),
-        _integer(concurrency),
+        _integer(concurrency_limit),
     )
 
 

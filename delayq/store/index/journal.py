@@ -29,7 +29,7 @@ class Journal:
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
         # The journal's connection on each server it writes to: one, or on a Cluster one on
-        # each master holding a queue's slot; by id() of the connection pool.
+        # each master holding a queue's hash slot; by id() of the connection pool.
         self._connections: dict[int, tuple[ConnectionPool, Connection]] = {}
         self._pools: dict[str, ConnectionPool] = {}  # the pool each queue's last write took
         self._lock = threading.Lock()
@@ -52,8 +52,9 @@ class Journal:
         self._hset(queue, [(b"%d" % job_id, record.encode()) for job_id, record in records])
 
     def note_starts(self, queue: str, token: str, job_ids: Sequence[int]) -> None:
-        """Write down, without waiting for Redis, that run `token` starts these jobs' handlers:
-        with many jobs in flight no order tells which had started when the run died."""
+        """Write down, without waiting for Redis, that the pass with lease token `token`
+        starts these jobs' handlers: with many jobs in flight no order tells which had
+        started when the run died."""
         self._hset(queue, [(start_field(token, job_id), b"1") for job_id in job_ids])
 
     def _hset(self, queue: str, pairs: list[tuple[bytes, bytes]]) -> None:
@@ -64,8 +65,8 @@ class Journal:
     def note_order(
         self, pipe: Pipeline, queue: str, token: str, order: Sequence[int], notes_starts: bool
     ) -> None:
-        """Add to `pipe` the note of the order run `token` will call a batch in (see
-        `orders`), or that it notes each job it starts (`note_starts`)."""
+        """Add to `pipe` the note of the order the pass with lease token `token` will call a
+        batch in (see `orders`), or that it notes each job it starts (`note_starts`)."""
         key = journal_key(queue)
         if notes_starts:
             pipe.hset(key, f"starts:{token}", "1")
@@ -100,7 +101,7 @@ class Journal:
             pool = self._pool_for(queue)
             before = self._pools.get(queue)
             if before is not None and before is not pool:
-                self._give_up(before)  # the queue's slot moved to another master
+                self._give_up(before)  # the queue's hash slot moved to another master
             self._pools[queue] = pool
             held = self._connections.get(id(pool))
             # A Sentinel pool that found a new primary after a failover no longer owns a
@@ -145,7 +146,7 @@ class Journal:
         started: tuple[str, Sequence[int]] | None,
         also: Sequence[tuple[str, ...]] = (),
     ) -> None:
-        """Drop these jobs' outcomes and the start notes (run token, ids) once the table has
+        """Drop these jobs' outcomes and the start notes (lease token, ids) once the table has
         them, and send the commands `also` in the same write (the tallies of those outcomes:
         no round trip of their own). Sent on the journal's own connection, Redis applies it
         after every HSET sent before it: a late HSET can never re-add what this removes."""
@@ -162,7 +163,8 @@ class Journal:
         self.client.hdel(journal_key(queue), f"order:{token}", f"starts:{token}")
 
     def started(self, queue: str, token: str, job_ids: Sequence[int]) -> set[int] | None:
-        """Those of `job_ids` whose start run `token` noted, or None if it noted no starts."""
+        """Those of `job_ids` whose start the pass with lease token `token` noted, or None if
+        it noted no starts."""
         pipe = self.client.pipeline(transaction=False)
         pipe.hexists(journal_key(queue), f"starts:{token}")
         pipe.hmget(journal_key(queue), [start_field(token, job_id) for job_id in job_ids])

@@ -54,8 +54,8 @@ class Index:
         """The claimed members are now leased (or dropped) in the table: forget the claims,
         free the running slots of those `unslotted` and give back the start grants of those
         `ungranted` (not leased: none of them starts), taken by the claim at `claimed_at`,
-        and note the order run `token` will call the batch in, or that it notes each job it
-        starts; one round trip."""
+        and note the order the pass with lease token `token` will call the batch in, or
+        that it notes each job it starts; one round trip."""
         pipe = self.client.pipeline(transaction=False)
         self.schedule.drop_claims(pipe, queue, members)
         self.flow.free_slots(pipe, queue, unslotted)
@@ -94,7 +94,7 @@ class Index:
         tally: Tally | None = None,
     ) -> None:
         """Outcomes reached the table: put their retries on the schedule (one round trip),
-        then forget their journal and the start notes (run token, ids) of their jobs, with
+        then forget their journal and the start notes (lease token, ids) of their jobs, with
         their tally in that same write on the journal's connection (no round trip)."""
         self.schedule.add_many(queue, retries)
         self.journal.forget(queue, journaled_ids, started, self.tallies.commands(tally))
@@ -125,3 +125,13 @@ class Index:
             if not self.schedule.add_packed(queue, texts):
                 without.add(queue)
         return without
+
+    def served(self, queues: Iterable[str]) -> list[str]:
+        """Note `queues` as queues a run serves, so that `status` lists them; those no job
+        has used yet: neither registered nor holding a schedule entry (a producer of its own
+        may ZADD without registering)."""
+        queues = list(dict.fromkeys(queues))
+        known = set(self.registry.known_queues())
+        unused = [name for name in queues if name not in known and not self.schedule.size(name)]
+        self.registry.register(name for name in queues if name not in known)
+        return unused

@@ -17,7 +17,7 @@ import redis
 from redis.client import Pipeline
 from redis.commands.core import Script
 
-from .clusters import SlotWaits, is_cluster
+from .clusters import HashSlotWaits, is_cluster
 from .flow import START_SLACK, FlowUnknown
 from .keys import (
     QUEUES_KEY,
@@ -59,9 +59,9 @@ class Schedule:
         self.client = client
         self._claim_due = load_script(client, "claim_due")
         self._add_jobs = load_script(client, "add_jobs")
-        # A Cluster runs no script inside a pipeline, and blocks on one slot's keys at once.
+        # A Cluster runs no script inside a pipeline, and blocks on one hash slot's keys at once.
         self._cluster = is_cluster(client)
-        self._wake_waits = SlotWaits(client) if self._cluster else None
+        self._wake_waits = HashSlotWaits(client) if self._cluster else None
 
     def add(self, queue: str, job_id: int, run_at: float) -> bool:
         return self.add_many(queue, [(job_id, run_at)])

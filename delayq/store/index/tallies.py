@@ -43,9 +43,9 @@ UNNAMED = UNREADABLE
 SEPARATOR = "|"
 
 
-def bucket_field(histogram: str, index: int) -> str:
-    """The field counting a histogram's bucket `index` ("lateness" or "duration")."""
-    return f"{histogram}_bucket:{index}"
+def bucket_field(histogram: str, position: int) -> str:
+    """The field counting a histogram's bucket at `position` ("lateness" or "duration")."""
+    return f"{histogram}_bucket:{position}"
 
 
 Number = TypeVar("Number", int, float)

@@ -3,7 +3,7 @@ manual retry follows — a chain has at most one pending attempt — and the one
 query of chains asks about: an attempt is later in its chain than another (`later_attempt`,
 `earlier_attempt`).
 
-Under the chain's lock, concurrent `retry` and `requeue` calls of one chain, from any
+Under the chain's mutex, concurrent `retry` and `requeue` calls of one chain, from any
 process, queue up and each sees what the previous one wrote. The index is the caller's.
 """
 
@@ -38,7 +38,7 @@ AttemptCondition = Callable[[Any], Any]
 def later_attempt(model: type[Job], where: AttemptCondition | None = None) -> Any:
     """A condition on `model`'s rows: the row's chain has an attempt after it (meeting
     `where`, if given). A failed attempt with one was retried; a finished attempt with a
-    finished one is not its chain's last word. One lookup of the chain_id index a row."""
+    finished one is not its chain's last word. One lookup of the chain_id SQL index a row."""
     later = model.alias("later")
     found = later.select(SQL("1")).where(
         later.chain_id == fn.COALESCE(model.chain_id, model.id), later.id > model.id
@@ -51,7 +51,7 @@ def earlier_attempt(model: type[Job], where: AttemptCondition | None = None) -> 
     attempt before it (meeting `where`, if given) — `later_attempt`'s relation seen from
     the later row. Only a retry (a row with a chain_id) has one; the earlier attempt is the
     first (its id is the chain_id) or another retry (the same chain_id), each a lookup of
-    an index, where the COALESCE `later_attempt` compares with would read every row."""
+    an SQL index, where the COALESCE `later_attempt` compares with would read every row."""
     earlier = model.alias("earlier")
     found = earlier.select(SQL("1")).where(
         (earlier.id == model.chain_id) | (earlier.chain_id == model.chain_id),
@@ -61,19 +61,19 @@ def earlier_attempt(model: type[Job], where: AttemptCondition | None = None) -> 
     return model.chain_id.is_null(False) & exists
 
 
-def under_chain_lock(
+def under_chain_mutex(
     table: Table, job: JobRow, work: Callable[[], T], then: Callable[[T], None] | None = None
 ) -> T:
-    """`work()` in a transaction, holding the lock of `job`'s chain, and `then(result)` while
-    it is still held (run again whole after a deadlock or a Galera certification conflict:
-    `mutexes.run_exclusive`)."""
+    """`work()` in a transaction, holding the mutex of `job`'s chain, and `then(result)`
+    while it is still held (run again whole after a deadlock or a Galera certification
+    conflict: `mutexes.run_exclusive`)."""
     return run_exclusive(table, f"chain:{job.chain_id or job.id}", work, then)
 
 
 def retry_chain(
     table: Table, job: JobRow, run_at: float, now: float, repeating: int | None = None
 ) -> Attempt:
-    """The chain's one pending attempt, due at `run_at`; call under `under_chain_lock`. A
+    """The chain's one pending attempt, due at `run_at`; call under `under_chain_mutex`. A
     pending latest attempt moves ("retry now"), a finished one gets a new attempt. BadInput
     while an attempt runs, or when `repeating` (the attempt the caller meant to repeat) is no
     longer the latest: another requeue got there first."""

@@ -5,14 +5,15 @@
 Triggers, not delayq's own writes, keep it: every writer counts, the seed's PHP producers and
 an operator's SQL included, in the transaction that changes the row. A row counts where it
 enters or leaves PENDING (an INSERT, an UPDATE of its status or queue, a DELETE); the other
-statuses are counted from the table's indexes when asked (ops/overview.py). Each connection
-adds to a row of its own (`slot`: its connection id modulo SLOTS), so writers on many
-connections do not wait on one hot row; a queue's count is the sum of its slots.
+statuses are counted from the table's SQL indexes when asked (ops/overview.py). Each
+connection adds to a count row of its own (its `slot` column: its connection id modulo
+COUNT_ROWS), so writers on many connections do not wait on one hot row; a queue's count is
+the sum of its count rows.
 
 A database user without the TRIGGER privilege (or, with binary logging, without SUPER or
 log_bin_trust_function_creators) gets no triggers, and no counts table either: `init` says so
-in one line naming what would allow them, and counts are read from the index, as exact and
-slower. A TRUNCATE fires no trigger: `init` and `reconcile` correct the counts (`correct`),
+in one line naming what would allow them, and counts are read from the SQL index, as exact
+and slower. A TRUNCATE fires no trigger: `init` and `reconcile` correct the counts (`correct`),
 one at a time under a named lock, without stopping writers.
 
 And, for the rest: the statuses present and a range counted up to a bound, then estimated.
@@ -33,7 +34,8 @@ from .privileges import allowing_triggers, trigger_needs
 from .queries import queues_of
 
 COUNTS_TABLE = "delay_queue_counts"
-SLOTS = 64
+# A queue's count rows at most: a connection adds to the one its id falls on.
+COUNT_ROWS = 64
 TRIGGERS = (
     "delay_queue_pending_insert",
     "delay_queue_pending_delete",
@@ -47,7 +49,7 @@ UPGRADED = "replaced the triggers that count pending rows with cheaper ones"
 KEPT_BY_TRIGGERS = f"pending counts are kept by triggers in {COUNTS_TABLE} as rows change"
 WITHOUT_TRIGGERS = "pending counts are read from the table's index at each look"
 KEPT_EARLIER = "kept the earlier triggers that count pending rows"
-# The lock two corrections (two `reconcile`, two `init`) take turns under.
+# The mutex two corrections (two `reconcile`, two `init`) take turns under.
 CORRECTING = f"{COUNTS_TABLE}:correct"
 # A session variable a writer sets while its INSERTs' pending rows are counted by itself, for
 # INSERTs of at least COUNTED_FROM rows.
@@ -65,7 +67,7 @@ def _mysql_trigger(name: str, event: str, row: str, delta: int, when: str) -> st
     # alone, where an INSERT ... SELECT ... WHERE that adds nothing still costs about 4 us a
     # row, a tenth of what purge spends on each row it deletes. The `;` inside means
     # schema.sql needs the mysql client's DELIMITER.
-    values = f"VALUES ({row}.queue, MOD(CONNECTION_ID(), {SLOTS}), {delta})"
+    values = f"VALUES ({row}.queue, MOD(CONNECTION_ID(), {COUNT_ROWS}), {delta})"
     return f"CREATE TRIGGER `{name}` AFTER {event} ON `{TABLE_NAME}` FOR EACH ROW " + (
         f"IF {when} THEN INSERT INTO `{COUNTS_TABLE}` (queue, slot, pending) {values} "
         f"ON DUPLICATE KEY UPDATE pending = pending + ({delta}); END IF"
@@ -128,7 +130,7 @@ def counted(table: Table, rows: int) -> Iterator[Counter[str] | None]:
     try:
         yield by_queue
         if added := {queue: n for queue, n in by_queue.items() if n}:
-            values = ", ".join([f"(%s, MOD(CONNECTION_ID(), {SLOTS}), %s)"] * len(added))
+            values = ", ".join([f"(%s, MOD(CONNECTION_ID(), {COUNT_ROWS}), %s)"] * len(added))
             db.execute_sql(
                 f"INSERT INTO `{COUNTS_TABLE}` (queue, slot, pending) VALUES {values} "
                 "ON DUPLICATE KEY UPDATE pending = pending + VALUES(pending)",
@@ -225,7 +227,7 @@ def _take_back(table: Table, made: list[str], made_table: bool) -> None:
 
 def _refused(table: Table, allowing: str) -> str:
     """`init`'s line when the server refused the triggers: how counts are kept now (still by
-    an earlier version's triggers, or read from the index), and what would allow them."""
+    an earlier version's triggers, or read from the SQL index), and what would allow them."""
     again = "then run `delayq init` again"
     if installed(table):
         return f"{KEPT_EARLIER}: {allowing}, {again}"
@@ -240,7 +242,7 @@ def is_notice(line: str) -> bool:
 
 def keeping(table: Table) -> tuple[bool, str]:
     """Whether triggers keep the pending counts, and how the counts are kept, in words for
-    doctor: by triggers, or read from the index with what would let `init` make them."""
+    doctor: by triggers, or read from the SQL index with what would let `init` make them."""
     if installed(table):
         earlier = "" if _current(table) else "; `delayq init` replaces them with cheaper ones"
         return True, KEPT_BY_TRIGGERS + earlier
@@ -345,7 +347,7 @@ def pending_by_queue(table: Table) -> dict[str, int]:
 def pending_counts(table: Table) -> tuple[dict[str, int], set[str]]:
     """{queue: pending rows} of the queues that have any, and the queues whose figure is the
     database's estimate: the kept counts when the triggers are there (exact, O(queues)),
-    else each queue's range of the (status, queue, run_at) index counted up to
+    else each queue's range of the (status, queue, run_at) SQL index counted up to
     EXACT_PENDING rows and estimated beyond (a count of ten million rows takes 1.6 s)."""
     if installed(table):
         return {name: count for name, count in _kept(table).items() if count}, set()
@@ -361,7 +363,7 @@ def pending_counts(table: Table) -> tuple[dict[str, int], set[str]]:
 
 
 def statuses_present(table: Table) -> list[int]:
-    """The status numbers rows have, a loose scan of the (status, ...) indexes: one lookup a
+    """The status numbers rows have, a loose scan of the (status, ...) SQL indexes: one lookup a
     status, unknown numbers included."""
     Job = table.model
     found: list[int] = []

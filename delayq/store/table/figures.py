@@ -1,4 +1,4 @@
-"""The figures `status` shows of a queue, each read as a range of an index so that a look
+"""The figures `status` shows of a queue, each read as a range of an SQL index so that a look
 costs the same at ten million rows as at none: rows of a status, failures since a moment and
 those retried, the due backlog, the oldest and the next due. ops/overview.py decides which
 figures to ask for and how far to count before an estimate does; the kept pending counts,
@@ -33,7 +33,7 @@ class QueueFigures:
 
     def failed_since(self, since: float) -> dict[str, int]:
         """{queue: rows that failed at or after epoch second `since`}: a range of the
-        (status, modified) index, so the cost follows the recent failures alone."""
+        (status, modified) SQL index, so the cost follows the recent failures alone."""
         Job = self.table.model
         recent = (
             Job.select(Job.queue, fn.COUNT(Job.id))

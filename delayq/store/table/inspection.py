@@ -1,5 +1,5 @@
 """What `delayq doctor` reads of the database: the server and whether it takes writes, the
-table's columns and indexes against the model, and which running rows hold leases. Only
+table's columns and SQL indexes against the model, and which running rows hold leases. Only
 reads; ops/doctor.py judges what it finds and words the lines."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ class Columns(NamedTuple):
 
 
 class ModelIndex(NamedTuple):
-    """An index the model declares, by its columns, and whether the table has it."""
+    """An SQL index the model declares, by its columns, and whether the table has it."""
 
     columns: tuple[str, ...]
     present: bool
@@ -58,7 +58,7 @@ class Inspection:
         return Columns(expected, [name for name in expected if name not in present])
 
     def indexes(self) -> list[ModelIndex]:
-        """Each index the model declares, and whether the table has it."""
+        """Each SQL index the model declares, and whether the table has it."""
         found = [tuple(index.columns) for index in self.table.db.get_indexes(TABLE_NAME)]
         declared = [
             tuple(Job._meta.fields[name].column_name for name in names)

@@ -176,7 +176,7 @@ class Lapsed(NamedTuple):
 
 
 def tokens_holding(table: Table, queue: str, tokens: set[str]) -> set[str]:
-    """Those of these run tokens that still hold a RUNNING row of `queue`."""
+    """Those of these passes' lease tokens that still hold a RUNNING row of `queue`."""
     if not tokens:
         return set()
     Job = table.model
@@ -337,7 +337,7 @@ def _stamp(now: float) -> Any:
 
 def _execute(table: Table, sql: str, params: Sequence[Any] = ()) -> Any:
     """Run `sql`, written with %s and `name` quoting. `@BY_ID` makes MySQL find rows by
-    primary key: left to itself it may scan the status index, and lock (or wait for) every
+    primary key: left to itself it may scan the status SQL index, and lock (or wait for) every
     other run's rows on the way."""
     if table.mysql:
         sql = sql.replace("@BY_ID", "FORCE INDEX (PRIMARY)")

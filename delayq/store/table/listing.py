@@ -44,7 +44,7 @@ def filtered(table: Table, rows: RowFilter) -> ModelSelect[Job]:
         query = query.where(Job.modified < utc_stamp(rows.changed_to))
     windowed = (rows.changed_from, rows.changed_to) != (None, None)
     if windowed and not rows.statuses:
-        # A time window over every status as ranges of the (status, modified) index, one
+        # A time window over every status as ranges of the (status, modified) SQL index, one
         # per status present (a loose index scan finds them, unknown numbers included):
         # without a status, MySQL would walk the primary key past every row outside it.
         present = [status for (status,) in tuples(Job.select(Job.status).distinct())]

@@ -27,7 +27,7 @@ class Maintenance:
         self, statuses: Sequence[Status], since: datetime | None, cutoff: datetime
     ) -> datetime | None:
         """The oldest `modified` from `since` on (None: any) and before `cutoff` of a row of
-        `statuses`: the first row of a range of the (status, modified) index per status."""
+        `statuses`: the first row of a range of the (status, modified) SQL index per status."""
         Job = self.table.model
         oldest = None
         for status in statuses:
@@ -43,7 +43,7 @@ class Maintenance:
         self, statuses: Sequence[Status], start: datetime, end: datetime, cap: int | None
     ) -> list[int] | None:
         """Ids of rows of `statuses` changed from `start` to before `end`; None if one status
-        alone has more than `cap` of them (None: no cap). The (status, modified) index holds
+        alone has more than `cap` of them (None: no cap). The (status, modified) SQL index holds
         the ids: the rows' own pages are left to the batch's DELETE, on another thread."""
         Job = self.table.model
         ids: list[int] = []
@@ -63,7 +63,7 @@ class Maintenance:
         after `after_id`: the table read on from the last id, neighbours by id sharing its
         pages."""
         Job = self.table.model
-        # `status + 0`: SQLite would read the (status, modified) index, every old row of each
+        # `status + 0`: SQLite would read the (status, modified) SQL index, every old row of each
         # status for each batch, rather than the table on from the last id.
         old = (Job.status + 0).in_(list(statuses)) & (Job.modified < cutoff)
         query = Job.select(Job.id).where(Job.id > after_id, old).order_by(Job.id).limit(limit)
@@ -91,7 +91,7 @@ class Maintenance:
         deadlock, or a certification conflict on a Galera node, was rolled back whole and
         runs again; a lost connection ends the purge (the next one finishes it)."""
         Job = self.table.model
-        # SQLite would read a thousand ids' rows through the (status, modified) index, every
+        # SQLite would read a thousand ids' rows through the (status, modified) SQL index, every
         # old row of the statuses for each DELETE; `+ 0` leaves it the primary key.
         status = Job.status if self.table.mysql else Job.status + 0
         statement = Job.delete().where(

@@ -223,7 +223,7 @@ class JobRow(Protocol):
     def unindexed(self) -> int | None: ...
 
 
-# Indexes an earlier delayq made that `init` drops. (modified): every job moved in it twice
+# SQL indexes an earlier delayq made that `init` drops. (modified): every job moved in it twice
 # (leased, finished) for the web page's time search over every status, which reads the
 # (status, modified) ranges of the statuses present instead (listing.py).
 RETIRED_INDEXES = (("modified",),)
@@ -267,7 +267,7 @@ class Table:
 
 
 def create_tables(table: Table) -> bool:
-    """Create `delay_queue` and its indexes unless the table exists; whether it did."""
+    """Create `delay_queue` and its SQL indexes unless the table exists; whether it did."""
     if table.db.table_exists(TABLE_NAME):
         return False
     settings = ["ENGINE=InnoDB", "DEFAULT CHARSET=utf8mb4"] if table.mysql else []

@@ -1,6 +1,6 @@
 """Pending rows read in due order without claiming them, for an operator's look: what runs
 next (`peek`, ops/upcoming.py) and what is overdue (doctor's comparison with the schedule,
-ops/sampling.py). Each read is a range of the (status, queue, run_at) index, a page of it
+ops/sampling.py). Each read is a range of the (status, queue, run_at) SQL index, a page of it
 going on where the last one stopped; the caller decides how many and words what it finds."""
 
 from __future__ import annotations

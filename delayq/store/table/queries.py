@@ -38,7 +38,7 @@ def replace_pending(
 ) -> tuple[int, list[int]]:
     """Move the oldest PENDING job with the row's ext and queue to the row's time and data
     (or insert the row), cancel any further ones; (its id, ids cancelled), which `then` is
-    given while the lock is still held. Under the lock of that queue and ext, so concurrent
+    given while the mutex is still held. Under the mutex of that queue and ext, so concurrent
     replaces from any host leave one pending job, and what `then` writes (its entry on the
     schedule) is written in the order they commit."""
     key = f"{row['queue']}\0{row['ext_string']}"
@@ -107,7 +107,7 @@ def _insert_after(
 
 def first_pending(table: Table, queue: str, count: int) -> list[tuple[int, float]]:
     """(id, due) of `queue`'s first `count` PENDING rows by (due, id): the first by run_at, a
-    range of the (status, queue, run_at) index, merged with the first of those written
+    range of the (status, queue, run_at) SQL index, merged with the first of those written
     without run_at (due at `created`; few, another producer's)."""
     Job = table.model
     due = due_column(table)
@@ -122,7 +122,7 @@ def first_pending(table: Table, queue: str, count: int) -> list[tuple[int, float
 
 def overdue_pending(table: Table, queue: str, before: float, limit: int) -> list[tuple[int, float]]:
     """(id, due) of PENDING rows of `queue` due before `before`: those without run_at first
-    (as NULL sorts), then by run_at. Two ranges of the (status, queue, run_at) index: SQLite
+    (as NULL sorts), then by run_at. Two ranges of the (status, queue, run_at) SQL index: SQLite
     reads `run_at <= ? OR run_at IS NULL` as every pending row of the queue, a million at
     depth, where MariaDB reads one range with its NULLs."""
     Job = table.model
@@ -199,7 +199,7 @@ def pending_changed_since(
 
 def unindexed(table: Table, limit: int) -> list[tuple[int, str, float, int]]:
     """(id, queue, due, status) of committed rows added in a caller's transaction and not
-    yet on the schedule: a range of their own index, so its cost follows those rows alone."""
+    yet on the schedule: a range of their own SQL index, so its cost follows those rows alone."""
     Job = table.model
     query = Job.select(Job.id, Job.queue, due_column(table), Job.status)
     rows = tuples(query.where(Job.unindexed == 1).limit(limit))
@@ -259,7 +259,7 @@ def pending_by_due(
     """The next `limit` PENDING rows of `queue` after `after` (None: from the start) in due
     order, due by `until` (None: any): rows without run_at first (due at `created`), by id,
     then by (run_at, id). Each
-    batch is a range of the (status, queue, run_at) index, which also holds the id, so its
+    batch is a range of the (status, queue, run_at) SQL index, which also holds the id, so its
     cost follows the batch, not the table; on MySQL the server writes the batch as text, so
     that thousands of rows cost no work per row here."""
     Job = table.model
@@ -278,7 +278,7 @@ def pending_by_due(
     if until is not None:
         dated = dated.where(Job.run_at <= until)
     if after is not None:
-        # A range from run_at (the index's next column); the equal run_at's ids are filtered.
+        # A range from run_at (the SQL index's next column); the equal run_at's ids are filtered.
         dated = dated.where(
             Job.run_at >= after.run_at, (Job.run_at > after.run_at) | (Job.id > after.id)
         )
@@ -315,7 +315,7 @@ def _packed_by_server(table: Table, dated: Any) -> DueBatch:
 
 def finished_since(table: Table, since: float) -> list[tuple[str, int]]:
     """(queue, id) of rows that finished (any final status) at or after epoch second
-    `since`: ranges of the (status, modified) index, so the cost follows those rows."""
+    `since`: ranges of the (status, modified) SQL index, so the cost follows those rows."""
     Job = table.model
     final = (Status.SUCCESS, Status.FAILED, Status.CANCELLED, Status.MISSED)
     found: list[tuple[str, int]] = []
@@ -329,20 +329,20 @@ def finished_since(table: Table, since: float) -> list[tuple[str, int]]:
 
 def pending_queues(table: Table) -> list[str]:
     """Names of queues that have PENDING or RUNNING rows: a skip scan of the (status, queue,
-    run_at) index, one lookup per queue (a DISTINCT would read every pending row's entry)."""
+    run_at) SQL index, one lookup per queue (a DISTINCT would read every pending row's entry)."""
     return sorted(
         {name for status in (Status.PENDING, Status.RUNNING) for name in queues_of(table, status)}
     )
 
 
 def has_pending(table: Table, queue: str) -> bool:
-    """Whether `queue` has a PENDING row: one lookup of the (status, queue, run_at) index."""
+    """Whether `queue` has a PENDING row: one lookup of the (status, queue, run_at) SQL index."""
     Job = table.model
     return Job.select(Job.id).where(_pending_in(Job, queue)).limit(1).scalar() is not None
 
 
 def queues_of(table: Table, status: Status) -> list[str]:
-    """Names of queues with rows of `status`, in order, each found by one index lookup."""
+    """Names of queues with rows of `status`, in order, each found by one SQL index lookup."""
     Job = table.model
     names: list[str] = []
     while True:
@@ -379,7 +379,7 @@ def chain_of(table: Table, job: JobRow) -> list[Job]:
 
 
 def running_query(table: Table) -> Any:
-    """{queue, count} of running rows: a range of the (status, queue, run_at) index, so its
+    """{queue, count} of running rows: a range of the (status, queue, run_at) SQL index, so its
     cost follows the jobs in flight, not the table's size."""
     Job = table.model
     return (

@@ -21,9 +21,9 @@ ADDED = f"added table {SETTINGS_TABLE}"
 
 class QueueFlow(NamedTuple):
     """A queue's flow settings: paused since `paused_at` (None: running), last resumed at
-    `resumed_at` (None: never paused, or never resumed), at change number `version`; at most
-    `rate_count` starts in any `rate_period` seconds and at most `concurrency` jobs running
-    at once (None: no limit)."""
+    `resumed_at` (None: never paused, or never resumed), at change number `version`; its rate
+    limit, at most `rate_count` starts in any `rate_period` seconds, and its concurrency
+    limit, at most `concurrency` jobs running at once (None: no such limit)."""
 
     paused_at: float | None = None
     resumed_at: float | None = None
@@ -160,16 +160,16 @@ def limit(
     queues: Sequence[str],
     now: float,
     rate: tuple[int, float] | None | Unchanged = UNCHANGED,
-    concurrency: int | None | Unchanged = UNCHANGED,
+    concurrency_limit: int | None | Unchanged = UNCHANGED,
 ) -> dict[str, QueueFlow]:
-    """Limit `queues` to `rate` (starts, seconds) and to `concurrency` jobs running at once;
-    None lifts that limit, UNCHANGED leaves it as it is. Returns every one's settings as they
-    now stand."""
+    """Limit `queues` to `rate` (starts, seconds) and to `concurrency_limit` jobs running at
+    once; None lifts that limit, UNCHANGED leaves it as it is. Returns every one's settings
+    as they now stand."""
     values: dict[str, object] = {}
     if not isinstance(rate, Unchanged):
         values["rate_count"], values["rate_period"] = rate if rate is not None else (None, None)
-    if not isinstance(concurrency, Unchanged):
-        values["concurrency"] = concurrency
+    if not isinstance(concurrency_limit, Unchanged):
+        values["concurrency"] = concurrency_limit
     columns = ", ".join(values)
     marks = ", ".join([table.db.param] * len(values))
     if table.mysql:
@@ -210,7 +210,8 @@ def _settings(table: Table) -> str:
 
 
 def holds_jobs(table: Table, queue: str) -> bool:
-    """Whether any row is in `queue`: a range of the (status, queue, run_at) index a status."""
+    """Whether any row is in `queue`: a range of the (status, queue, run_at) SQL index a
+    status."""
     Job = table.model
     rows = Job.select(Job.id).where(Job.status.in_(list(Status)), Job.queue == queue)
     return rows.limit(1).exists()
@@ -222,7 +223,7 @@ def _flow(
     version: object,
     count: object,
     period: object,
-    concurrency: object,
+    concurrency_limit: object,
 ) -> QueueFlow:
     return QueueFlow(
         None if paused is None else float(str(paused)),
@@ -230,5 +231,5 @@ def _flow(
         int(str(version)),
         None if count is None else int(str(count)),
         None if period is None else float(str(period)),
-        None if concurrency is None else int(str(concurrency)),
+        None if concurrency_limit is None else int(str(concurrency_limit)),
     )

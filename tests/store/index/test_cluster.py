@@ -1,6 +1,6 @@
 """delayq on a redis+cluster:// URL, against a Redis Cluster of real servers the test starts
 (tests/support/clusters.py: three masters, a replica each): queues spread over the masters, jobs run
-once each, a looping run over queues in several slots wakes for a sooner job in any of them,
+once each, a looping run over queues in several hash slots wakes for a sooner job in any of them,
 and after a master's failover (CLUSTER FAILOVER, or kill -9) runs go on against the new
 master.
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import delayq
-from delayq.store.index.clusters import SlotWaits
+from delayq.store.index.clusters import HashSlotWaits
 from delayq.store.index.keys import queue_key, schedule_key
 from delayq.store.index.parts import Index
 from delayq.store.urls import open_redis
@@ -90,7 +90,7 @@ def test_queues_on_a_cluster_spread_over_the_masters_and_each_job_runs_once(
         master.close()
 
 
-def test_a_looping_run_over_queues_in_several_slots_wakes_for_a_sooner_job(
+def test_a_looping_run_over_queues_in_several_hash_slots_wakes_for_a_sooner_job(
     cluster, queue, env, log
 ):
     for name in QUEUES:
@@ -107,7 +107,7 @@ def test_a_looping_run_over_queues_in_several_slots_wakes_for_a_sooner_job(
 
 
 def test_the_wake_threads_block_the_runs_signals(cluster):
-    """A BLPOP a slot, each on a thread: one that took a SIGTERM would leave the loop's main
+    """A BLPOP a hash slot, each on a thread: one that took a SIGTERM would leave the loop's main
     thread asleep in its wait instead of stopping."""
     client = open_redis(cluster.url)
     blocked: list[set[int]] = []
@@ -119,8 +119,8 @@ def test_the_wake_threads_block_the_runs_signals(cluster):
 
     client.blpop = noting_the_mask  # type: ignore[method-assign]
     keys = [queue_key(name, "wake") for name in QUEUES]
-    assert not SlotWaits(client).wait(keys, 0.5)
-    assert len(blocked) > 1  # several slots, a thread each
+    assert not HashSlotWaits(client).wait(keys, 0.5)
+    assert len(blocked) > 1  # several hash slots, a thread each
     assert all({signal.SIGALRM, signal.SIGINT, signal.SIGTERM} <= mask for mask in blocked)
     client.close()
 

@@ -154,13 +154,13 @@ def test_init_replaces_an_earlier_trigger_and_the_counts_stay_exact(
 
 
 @with_kept_counts
-@pytest.mark.parametrize("slots", [1, 3])
-def test_a_queue_s_count_is_the_sum_of_its_slots(queue, log, slots):
+@pytest.mark.parametrize("rows", [1, 3])
+def test_a_queue_s_count_is_the_sum_of_its_count_rows(queue, log, rows):
     queue.add_many([JobSpec(H, "record", {"log": log}, delay=60) for _ in range(4)])
-    for slot in range(1, slots):
+    for row in range(1, rows):
         queue.db.execute_sql(
             f"INSERT INTO {counts.COUNTS_TABLE} (queue, slot, pending) "
-            f"VALUES ('default', {slot + 100}, 0)"
+            f"VALUES ('default', {row + 100}, 0)"
         )
 
     assert kept(queue) == {"default": 4}

@@ -15,7 +15,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from delayq import BackendUnavailable, BadInput
-from delayq.base.durations import HORIZON
+from delayq.base.durations import FURTHEST_AHEAD
 from delayq.store.index.keys import schedule_key
 from delayq.store.table.recurrence import CronSchedule, parse_schedule
 from tests.conftest import DELAYQ, changes_made
@@ -211,8 +211,8 @@ BAD = {
     "cron-newline": ({"cron": "0 9 * * *\n0 10 * * *"}, "not five cron fields"),
     "tz-dotdot": ({"cron": "0 9 * * *", "tz": "Europe/../../etc/passwd"}, "not a time zone"),
     "tz-nul": ({"cron": "0 9 * * *", "tz": "UTC\0"}, "not a time zone"),
-    "first-match-past-horizon": (
-        {"cron": "0 0 1 1 *", "at": NOW_2026 + HORIZON - 30, "now": NOW_2026},
+    "first-match-beyond-furthest-ahead": (
+        {"cron": "0 0 1 1 *", "at": NOW_2026 + FURTHEST_AHEAD - 30, "now": NOW_2026},
         "10 years ahead",
     ),
 }

@@ -40,7 +40,7 @@ elseif flow[1] ~= '' then
 end
 local limit = tonumber(ARGV[2])
 local rate_count = tonumber(flow[2])
-local concurrency = tonumber(flow[4])
+local concurrency_limit = tonumber(flow[4])
 local now = tonumber(ARGV[1])
 local flags = 0
 if rate_count then
@@ -49,10 +49,10 @@ if rate_count then
     redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', string.format('%.6f', now - span))
     limit = math.min(limit, tonumber(ARGV[4]), rate_count - redis.call('ZCARD', KEYS[4]))
 end
-if concurrency then
+if concurrency_limit then
     flags = flags + 2
     redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', '(' .. ARGV[1])
-    limit = math.min(limit, tonumber(ARGV[4]), concurrency - redis.call('ZCARD', KEYS[5]))
+    limit = math.min(limit, tonumber(ARGV[4]), concurrency_limit - redis.call('ZCARD', KEYS[5]))
 end
 if flags > 0 and limit <= 0 then
     return {{}, flags}
@@ -71,7 +71,7 @@ for i = 1, #taken, 2 do
         grants[#grants + 1] = ARGV[1]
         grants[#grants + 1] = taken[i] .. '@' .. ARGV[1]
     end
-    if concurrency then
+    if concurrency_limit then
         slots[#slots + 1] = ARGV[5]
         slots[#slots + 1] = taken[i]
     end

@@ -8,7 +8,8 @@
 -- ARGV[3]  resumed_at, epoch seconds, or '' when it never resumed
 -- ARGV[4]  rate_count, the most job starts in any rate_period, or '' for no rate limit
 -- ARGV[5]  rate_period, seconds, or '' for no rate limit
--- ARGV[6]  concurrency, the most of its jobs running at once, or '' for no such limit
+-- ARGV[6]  concurrency, its concurrency limit: the most of its jobs running at once, or ''
+--          for no such limit
 --
 -- Returns 1 if written, 0 if the hash held this version or a later one.
 --

@@ -1,14 +1,14 @@
-"""Many jobs in flight: a runner's slots. A plain handler's call takes a thread; an `async def`
+"""Many jobs in flight: a runner's pool. A plain handler's call takes a thread; an `async def`
 handler's call is a task on the runner's event loop, cancelled there at its time limit. The
-slots and their threads live as long as the runner; each drain that uses them ends by
-`release`, so that nothing it started can land in the next.
+pool and its threads live as long as the runner; each drain that uses it ends by `release`,
+so that nothing it started can land in the next.
 
-The main thread hands jobs to free slots and collects what they finished; the two sides
-share only the queue of finished calls and the table of calls in flight, behind one lock.
-A thread cannot be killed, so one past its time limit is given up from outside: its call is
-recorded as timed out, JobTimeout raised into it (reaching Python code, not a blocking C
-call), and a fresh thread takes the slot, so the run keeps N real slots. What a call given
-up on returns later is refused.
+The main thread hands jobs to the pool while it has room and collects what they finished;
+the two sides share only the queue of finished calls and the table of calls in flight,
+behind one lock. A thread cannot be killed, so one past its time limit is given up from
+outside: its call is recorded as timed out, JobTimeout raised into it (reaching Python code,
+not a blocking C call), and a fresh thread takes its place, so the pool still makes N calls
+at once. What a call given up on returns later is refused.
 """
 
 from __future__ import annotations
@@ -50,20 +50,20 @@ CoroutineFor = Callable[[ClaimedJob], Coroutine[Any, Any, Outcome] | None]
 
 @dataclass
 class InFlight:
-    """A call a slot is making: which job, on which thread, until when."""
+    """A call the pool is making: which job, on which thread, until when."""
 
     job: ClaimedJob
     deadline: float  # monotonic
     started: float  # monotonic
-    drain: int  # the `Slots.drain` it was started in
+    drain: int  # the `Pool.drain` it was started in
     thread_id: int | None = None
     abandoned: bool = False
     task: asyncio.Task[Outcome] | None = None  # a call on the event loop, once started
 
 
-class Slots:
-    """`size` slots calling `call(job)`, or running `coroutine_for(job)` on `loop_of()`; a
-    job may run `limit_of(job)` seconds."""
+class Pool:
+    """Up to `size` calls at once of `call(job)`, or of `coroutine_for(job)` run on
+    `loop_of()`; a job may run `limit_of(job)` seconds."""
 
     def __init__(
         self,
@@ -111,8 +111,8 @@ class Slots:
         return self.size - self.busy
 
     def start(self, jobs: list[ClaimedJob]) -> None:
-        """Hand each of `jobs` to a free slot: a thread, or a task on the event loop; the
-        tasks are started by one call into the loop."""
+        """Hand each of `jobs` to the pool, which has room for them: a thread, or a task on
+        the event loop; the tasks are started by one call into the loop."""
         now = time.monotonic()
         tasks: list[tuple[InFlight, Coroutine[Any, Any, Outcome]]] = []
         queued = 0
@@ -167,8 +167,8 @@ class Slots:
         self._done.put(landed)
 
     def collect(self, timeout: float) -> list[Outcome]:
-        """What slots finished, waiting up to `timeout` for the first; never a call given up
-        on (its job was recorded as timed out)."""
+        """What the pool's calls finished, waiting up to `timeout` for the first; never a
+        call given up on (its job was recorded as timed out)."""
         finished: list[tuple[int, Outcome]] = []
         with contextlib.suppress(queue.Empty):
             finished += self._done.get(timeout=max(timeout, 0.0))
@@ -271,7 +271,7 @@ class Slots:
             missing = max(self._thread_calls - self._threads, 0)
             self._threads += missing
         for _ in range(missing):
-            threading.Thread(target=self._serve, name="delayq-slot", daemon=True).start()
+            threading.Thread(target=self._serve, name="delayq-pool", daemon=True).start()
 
     def _serve(self) -> None:
         keep_signals_off_this_thread()
@@ -309,7 +309,7 @@ class Slots:
             self._forget(call)
             self._thread_calls -= 1
             late = call.abandoned
-            # A fresh thread took a stuck one's slot meanwhile: one too many now ends.
+            # A fresh thread took a stuck one's place meanwhile: one too many now ends.
             surplus = late and self._threads > max(self.size, self._thread_calls)
             if surplus:
                 self._threads -= 1

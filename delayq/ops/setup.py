@@ -1,0 +1,36 @@
+"""`delayq init`: the table made, or an existing one (the seed's, an older delayq's) brought
+up to the model in place, with the tables beside it (counts, settings, locks), and every
+pending job put on its schedule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..store.index.parts import Index
+from ..store.table import counts, locks, queue_settings
+from ..store.table.model import TABLE_NAME, Table, create_tables
+from ..store.table.upgrade import upgrade_table
+from ..worker.rebuilds import Rebuild
+
+
+def initialise(
+    table: Table, index: Index, clock: Callable[[], float], schedule_lost: bool
+) -> list[str]:
+    """One line per change made. `schedule_lost`: upgrade the seed's table though Redis holds
+    none of its due times (its waiting jobs become missed)."""
+    changes = [f"created table {TABLE_NAME}"]
+    if not create_tables(table):
+        changes = upgrade_table(table, index, clock(), schedule_lost)
+        changes += counts.install(table) + queue_settings.install(table)
+        changes += locks.install(table)
+    else:  # the counts come with the table; only a failure to keep them is news
+        changes += [line for line in counts.install(table) if not counts.added(line)]
+        queue_settings.install(table)
+        locks.install(table)
+    complete = index.registry.is_complete()
+    # Also raises the horizons that are near, and gives one to a queue that has none.
+    count = Rebuild(table, index).rebuild_all(lambda: None, clock)
+    if not complete:
+        changes.append(f"built the schedule index from {count} pending job(s)")
+    return changes
