@@ -1,4 +1,4 @@
-"""Workload 1, enqueue: N jobs due in an hour through the Python API, one `q.add` at a time,
+"""Workload 1, enqueue: N jobs due in ten minutes through the Python API, one `q.add` at a time,
 in one `q.add_many` and by 100 asyncio tasks each awaiting `aq.add` in turn, against the
 baseline's one INSERT plus one ZADD per job."""
 
@@ -15,7 +15,9 @@ from . import baseline, env
 from .report import Result, Target, median, number, ratio, times
 from .sizes import Sizes
 
-DELAY = 3600.0
+# Due within the shipped horizon (an hour), so that every add writes its schedule entry, as
+# the baseline's INSERT + ZADD does: a job due beyond it is written to the table alone.
+DELAY = 600.0
 BULK_TARGET = 50_000  # jobs/s
 TASKS = 100  # asyncio tasks adding at once, as a busy web application's handlers
 

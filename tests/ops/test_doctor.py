@@ -88,7 +88,7 @@ def test_a_redis_that_keeps_nothing_on_disk_is_a_warning(queue, cli_env):
 
 def test_missing_table_fails_and_says_to_run_init(backend, cli_env):
     if path := sqlite_file(backend["database_url"]):
-        path.touch()  # a database without the table (none at all: tests/test_sqlite_urls.py)
+        path.touch()  # a database without the table (none at all: tests/store/test_sqlite_urls.py)
     result = invoke(cli_env, "doctor")
 
     assert result.exit_code == 1

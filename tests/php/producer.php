@@ -1,6 +1,6 @@
 <?php
 // A producer written the way the seed's PHP code writes jobs (its addDelayQueue), for
-// tests/store/test_php_producer.py: params from serialize(), an INSERT, then a ZADD of
+// tests/store/table/test_php_producer.py: params from serialize(), an INSERT, then a ZADD of
 // time() + delay; and its cancel by business key: find the row, ZREM its id, status 30.
 //
 //   php producer.php add    MYSQL_JSON REDIS_JSON CLASS METHOD DATA_JSON DELAY EXT  -> prints the id
