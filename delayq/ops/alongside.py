@@ -71,7 +71,7 @@ def alongside(
             close_connection(table)
 
     threads = [
-        threading.Thread(target=helper, name=f"delayq-purge-{n + 1}") for n in range(helpers)
+        threading.Thread(target=helper, name=f"{name}-{n + 1}") for n in range(helpers)
     ]
     for thread in threads:
         thread.start()
