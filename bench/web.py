@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 
 import delayq
 from delayq.config import Settings
-from delayq.store.table import counts
+from delayq.store.table.counts import Counts
 from delayq.store.table.model import Status
 
 from . import baseline, env
@@ -100,7 +100,7 @@ def time_requests(client: object, path: str) -> float:
 
 def load(queue: delayq.Queue, database_url: str, rows: int, now: float) -> None:
     queue.db.execute_sql("TRUNCATE TABLE delay_queue")
-    counts.correct(queue.table)  # a TRUNCATE fires no trigger: the kept counts start at 0
+    Counts(queue.table).correct()  # a TRUNCATE fires no trigger: the kept counts start at 0
     queue.index.client.flushdb()
     env.log(f"bench.web: loading {rows} rows")
     started = time.perf_counter()

@@ -23,7 +23,7 @@ from .jobs.adding import Adder
 from .jobs.spec import JobSpec, job_view, run_at_of
 from .store.backend_errors import backend_errors
 from .store.index.parts import Index
-from .store.table import queries
+from .store.table.chains import Chains
 from .store.table.database import Database, bound_replies, close_connection, ping
 from .store.table.model import Status, Table
 from .store.table.queue_settings import UNCHANGED, QueueFlow, Unchanged
@@ -178,7 +178,7 @@ class Queue:
     def history(self, job_id: int) -> list[dict[str, Any]]:
         """Every attempt in the job's retry chain, oldest first."""
         first = changes.existing(self.table, job_id)
-        return [job_view(row) for row in queries.chain_of(self.table, first)]
+        return [job_view(row) for row in Chains(self.table).chain_of(first)]
 
     @backend_errors
     def status(self, *, now: float | None = None) -> StatusReport:

@@ -16,8 +16,9 @@ from ..errors import BadInput
 from ..store.index.lock_waits import PARKED_FOR, Waiter
 from ..store.index.parts import Index
 from ..store.index.schedule import packed
-from ..store.table import leases, locks, queries
-from ..store.table.locks import LOCK_MAX
+from ..store.table.jobs import Jobs
+from ..store.table.leases import Leases
+from ..store.table.locks import LOCK_MAX, Locks
 from ..store.table.model import ClaimedJob, Table
 
 logger = logging.getLogger(__name__)
@@ -69,7 +70,7 @@ class Locking:
         keyed = {job.id: key for job in jobs if (key := lock_of(job)) is not None}
         if not keyed:
             return jobs
-        taken = locks.take_many(self.table, _by_key(keyed, due_by_id), now)
+        taken = Locks(self.table).take_many(_by_key(keyed, due_by_id), now)
         waiting = {job_id for job_id, key in keyed.items() if taken.get(key) != job_id}
         if waiting:
             self._wait({job_id: keyed[job_id] for job_id in waiting}, queue, due_by_id, now)
@@ -82,16 +83,16 @@ class Locking:
         """Put leased jobs whose locks are held ({id: key}) back to pending, on their locks'
         wait lists, and park them; a job whose lock came free meanwhile is handed it and
         goes back on the schedule at its due time instead. A few round trips for them all."""
-        leases.release(self.table, list(keyed), self.token, now)
+        Leases(self.table).release(list(keyed), self.token, now)
         waits = self.index.lock_waits
         waiters = {job_id: Waiter(job_id, queue, due_by_id[job_id]) for job_id in keyed}
         waits.join_each([(keyed[job_id], waiter) for job_id, waiter in waiters.items()])
         # After joining: a holder letting go between our try and the join hands the lock to
         # the earliest of us, or, finding no one waiting, frees it for this second try.
-        freed = locks.take_many(self.table, _by_key(keyed, due_by_id), now)
+        freed = Locks(self.table).take_many(_by_key(keyed, due_by_id), now)
         for key, job_id in freed.items():
             waiter = waiters.pop(job_id)
-            locks.hand_over(self.table, key, waiter.job_id, waiter.job_id, now)  # reserved
+            Locks(self.table).hand_over(key, waiter.job_id, waiter.job_id, now)  # reserved
             waits.leave(key, waiter)
             self.index.schedule.add(queue, waiter.job_id, waiter.due)
         parked = packed([(job_id, now + PARKED_FOR) for job_id in waiters])
@@ -125,21 +126,21 @@ def _hand_on(table: Table, index: Index, held: list[tuple[str, int]], now: float
     no one; a few round trips for them all while the waiters are pending."""
     waits = index.lock_waits
     first = waits.pop_each([key for key, _ in held])
-    pending = set(queries.still_pending(table, [w.job_id for w in first if w is not None]))
+    pending = set(Jobs(table).still_pending([w.job_id for w in first if w is not None]))
     free: list[tuple[str, int]] = []
     woken: list[tuple[str, int, float]] = []
     for (key, job_id), waiter in zip(held, first, strict=True):
         while waiter is not None and waiter.job_id not in pending:
             waiter = waits.pop(key)  # cancelled, or run meanwhile: the next one
-            if waiter is not None and queries.still_pending(table, [waiter.job_id]):
+            if waiter is not None and Jobs(table).still_pending([waiter.job_id]):
                 pending.add(waiter.job_id)
         if waiter is None:
             free.append((key, job_id))
-        elif locks.hand_over(table, key, job_id, waiter.job_id, now):
+        elif Locks(table).hand_over(key, job_id, waiter.job_id, now):
             woken.append((waiter.queue, waiter.job_id, waiter.due))
         else:  # another run took the lock over from this job: the waiter waits on
             waits.join(key, waiter)
-    locks.let_go_many(table, free)
+    Locks(table).let_go_many(free)
     # One that joined after its list was found empty tried the lock before it was freed:
     # wake it, to take it now.
     late = waits.pop_each([key for key, _ in free]) if free else []

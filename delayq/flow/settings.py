@@ -16,27 +16,28 @@ from ..config import validate_queue_name
 from ..errors import BadInput
 from ..store.index.flow import Flow
 from ..store.index.parts import Index
-from ..store.table import leases, queue_settings
+from ..store.table.leases import Leases
 from ..store.table.model import Table
-from ..store.table.queue_settings import RUNNING, UNCHANGED, QueueFlow, Unchanged
+from ..store.table.queue_settings import RUNNING, UNCHANGED, QueueFlow, QueueSettings, Unchanged
 from .limits import parse_concurrency_limit, parse_rate
 
-# A write of queue_settings (pause, resume): (table, queues, now) -> their settings now.
-SettingsChange = Callable[[Table, Sequence[str], float], dict[str, QueueFlow]]
+# A write of the settings table (QueueSettings.pause, .resume): (settings, queues, now) -> their
+# settings now.
+SettingsChange = Callable[[QueueSettings, Sequence[str], float], dict[str, QueueFlow]]
 
 
 def pause(
     table: Table, index: Index, names: Sequence[str], now: float | None = None
 ) -> dict[str, QueueFlow]:
     """Pause queues `names` from `now` (None: Redis's clock); each one's settings."""
-    return _change(table, index, queue_settings.pause, names, now)
+    return _change(table, index, QueueSettings.pause, names, now)
 
 
 def resume(
     table: Table, index: Index, names: Sequence[str], now: float | None = None
 ) -> dict[str, QueueFlow]:
     """Resume those of queues `names` that are paused, as of `now`; each one's settings."""
-    return _change(table, index, queue_settings.resume, names, now)
+    return _change(table, index, QueueSettings.resume, names, now)
 
 
 def limit(
@@ -55,12 +56,12 @@ def limit(
     if concurrency_limit is not None and not isinstance(concurrency_limit, Unchanged):
         concurrency_limit = parse_concurrency_limit(concurrency_limit)
 
-    def write(table: Table, queues: Sequence[str], at: float) -> dict[str, QueueFlow]:
-        settings = queue_settings.limit(table, queues, at, parsed_rate, concurrency_limit)
+    def write(rows: QueueSettings, queues: Sequence[str], at: float) -> dict[str, QueueFlow]:
+        settings = rows.limit(queues, at, parsed_rate, concurrency_limit)
         if not isinstance(concurrency_limit, Unchanged):
             # Before the claims can count them: the jobs running already hold slots.
             for queue in queues:
-                running = [] if concurrency_limit is None else leases.running_leases(table, queue)
+                running = [] if concurrency_limit is None else Leases(table).running_leases(queue)
                 index.flow.reset_slots(queue, running)
         return settings
 
@@ -79,7 +80,7 @@ def _change(
     # Forgotten first: whatever fails from here on, a claim finds no mirror and asks the
     # table, which holds the change as soon as it commits.
     index.flow.forget(queues)
-    settings = write(table, queues, index.clock.now() if now is None else now)
+    settings = write(QueueSettings(table), queues, index.clock.now() if now is None else now)
     index.flow.mirror(settings)
     return settings
 
@@ -87,25 +88,25 @@ def _change(
 def limited(table: Table) -> dict[str, QueueFlow]:
     """{queue: its settings} of every queue with a rate or concurrency limit, as the table
     holds them."""
-    return {queue: flow for queue, flow in queue_settings.flows(table).items() if flow.limited}
+    return {queue: flow for queue, flow in QueueSettings(table).flows().items() if flow.limited}
 
 
 def paused(table: Table) -> dict[str, QueueFlow]:
     """{queue: its settings} of every paused queue, as the table holds them."""
-    return {queue: flow for queue, flow in queue_settings.flows(table).items() if flow.paused}
+    return {queue: flow for queue, flow in QueueSettings(table).flows().items() if flow.paused}
 
 
 def unknown(table: Table, index: Index, names: Sequence[str]) -> list[str]:
     """Those of queues `names` no job has used and no pause has named: neither registered,
     nor holding a schedule entry or a pending row, nor in the settings table."""
     queues = _queues(names)
-    known = set(index.registry.known_queues()) | set(queue_settings.flows(table))
+    known = set(index.registry.known_queues()) | set(QueueSettings(table).flows())
     return [
         name
         for name in queues
         if name not in known
         and not index.schedule.size(name)
-        and not queue_settings.holds_jobs(table, name)
+        and not QueueSettings(table).holds_jobs(name)
     ]
 
 
@@ -127,11 +128,11 @@ def restore(table: Table, flow: Flow, queues: Sequence[str]) -> dict[str, QueueF
     defaults), then return what Redis holds: a change mirrored meanwhile wins. A
     concurrency-limited queue whose settings Redis lost lost its running slots with them:
     they come back from its running rows first, before any claim can count them."""
-    kept = queue_settings.flows(table, queues)
+    kept = QueueSettings(table).flows(queues)
     lost = [queue for queue, found in flow.read(queues).items() if found is None]
     for queue in lost:
         if kept.get(queue, RUNNING).concurrency is not None:
-            flow.hold_slots(queue, leases.running_leases(table, queue))
+            flow.hold_slots(queue, Leases(table).running_leases(queue))
     flow.mirror({queue: kept.get(queue, RUNNING) for queue in queues})
     found = flow.read(queues)
     return {queue: found[queue] or kept.get(queue, RUNNING) for queue in queues}

@@ -15,7 +15,9 @@ from ..errors import BadInput
 from ..store.index.parts import Index
 from ..store.index.schedule import packed_by_queue
 from ..store.producers import Producer
-from ..store.table import inserts, queries, transactions
+from ..store.table import transactions
+from ..store.table.inserts import Inserts
+from ..store.table.jobs import Jobs
 from ..store.table.model import Table, utc_stamp
 from .spec import JobSpec, to_row
 
@@ -60,7 +62,7 @@ class Adder:
             texts = [packed_by_queue([row], [replaced[0]])]
             self.producer.after(new, texts, [replaced[0]], moved=True)
 
-        job_id, dropped = queries.replace_pending(self.table, row, now, schedule)
+        job_id, dropped = Jobs(self.table).replace_pending(row, now, schedule)
         self.index.schedule.remove(spec.queue, dropped)  # cancelled for good: no lock needed
         return job_id
 
@@ -90,12 +92,12 @@ class Adder:
             if not rows:
                 return []
             new = self.producer.before([rows[0]["queue"]], now)
-            ids = [inserts.insert_one(self.table, rows[0])]
+            ids = [Inserts(self.table).insert_one(rows[0])]
             texts = [packed_by_queue(rows, ids)]
         else:
             queues = [validate_queue_name(spec.queue) for spec in specs]
             new = self.producer.before(queues, now)
             # The schedule's entries are packed part by part while the next part is written.
-            ids, texts = inserts.insert_many(self.table, specs, to_rows, packed_by_queue)
+            ids, texts = Inserts(self.table).insert_many(specs, to_rows, packed_by_queue)
         self.producer.after(new, texts, ids)
         return ids

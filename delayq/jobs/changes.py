@@ -9,7 +9,8 @@ from ..config import Settings, validate_queue_name
 from ..errors import BadInput, JobNotFound
 from ..store.index.keys import MAX_ID
 from ..store.index.parts import Index
-from ..store.table import chains, queries
+from ..store.table.chains import Attempt, Chains
+from ..store.table.jobs import Jobs
 from ..store.table.model import JobRow, Status, Table
 from ..store.table.params import read_call
 from ..worker.handlers import locate
@@ -19,7 +20,7 @@ from .spec import check_key
 def existing(table: Table, job_id: int) -> JobRow:
     """The job with `job_id`, or JobNotFound."""
     # An id no column can hold names no job; asked as it is, the database would fail.
-    job = queries.get_job(table, job_id) if 0 < job_id <= MAX_ID else None
+    job = Jobs(table).get_job(job_id) if 0 < job_id <= MAX_ID else None
     if job is None:
         raise JobNotFound(f"no job with id {job_id}")
     return job
@@ -44,9 +45,9 @@ def cancel(
         job = existing(table, job_id or 0)
         targets = [(job.id, job.queue)] if job.status == Status.PENDING else []
     else:
-        queries.stop_series(table, key, queue)
-        targets = queries.pending_by_ext(table, key, queue)
-    count = queries.cancel(table, [job_id for job_id, _ in targets], now)
+        Chains(table).stop_series(key, queue)
+        targets = Jobs(table).pending_by_ext(key, queue)
+    count = Jobs(table).cancel([job_id for job_id, _ in targets], now)
     for name in {name for _, name in targets}:
         index.schedule.remove(name, [job_id for job_id, q in targets if q == name])
     return count
@@ -61,13 +62,13 @@ def retry(
     call = read_call(job.params, dict(settings.php_classes))
     locate(call.class_path, call.method, settings.handlers)
 
-    def schedule(attempt: chains.Attempt) -> None:
+    def schedule(attempt: Attempt) -> None:
         # Under the mutex: retries of a chain reach the index in the order they reach the table.
         index.schedule.add(attempt.queue, attempt.id, run_at)
         if attempt.series is not None:
             index.schedule.add(attempt.queue, *attempt.series)
 
-    def retried() -> chains.Attempt:
-        return chains.retry_chain(table, job, run_at, now)
+    def retried() -> Attempt:
+        return Chains(table).retry_chain(job, run_at, now)
 
-    return chains.under_chain_mutex(table, job, retried, schedule).id
+    return Chains(table).under_chain_mutex(job, retried, schedule).id

@@ -70,9 +70,7 @@ def alongside(
         finally:
             close_connection(table)
 
-    threads = [
-        threading.Thread(target=helper, name=f"{name}-{n + 1}") for n in range(helpers)
-    ]
+    threads = [threading.Thread(target=helper, name=f"{name}-{n + 1}") for n in range(helpers)]
     for thread in threads:
         thread.start()
     try:

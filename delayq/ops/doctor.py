@@ -21,10 +21,13 @@ from ..store.index.keys import INDEXED_KEY
 from ..store.index.parts import Index
 from ..store.index.topology import Server, servers
 from ..store.producers import queues_in_use
-from ..store.table import counts, locks, queue_settings
+from ..store.table import queue_settings
+from ..store.table.counts import Counts
 from ..store.table.database import ANY_DATABASE_ERROR, DATABASE_ERRORS
 from ..store.table.inspection import DatabaseServer, Inspection
+from ..store.table.locks import Locks
 from ..store.table.model import TABLE_NAME, Table
+from ..store.table.queue_settings import QueueSettings
 from ..store.table.upgrade import column_problems
 from ..worker.allowlist import EMPTY_ALLOWLIST, check_entry
 from ..worker.handlers import import_prefix
@@ -132,7 +135,7 @@ def _table_checks(inspection: Inspection) -> list[Check]:
 def counts_check(table: Table) -> Check:
     """Which way pending counts are kept: by triggers, or read from the SQL index at each look
     (a warn: exact, but slower at millions of rows), with what would let `init` make them."""
-    by_triggers, words = counts.keeping(table)
+    by_triggers, words = Counts(table).keeping()
     return Check(OK if by_triggers else WARN, "counts", words)
 
 
@@ -300,7 +303,7 @@ def flow_check(table: Table) -> Check:
     """What holds jobs back on purpose: a warn line naming the paused queues (a pause left
     behind after an incident is a classic cause of jobs that never start), the limits and
     how many per-key locks are held, from the table."""
-    flows = queue_settings.flows(table)
+    flows = QueueSettings(table).flows()
     paused = [
         f"{name} (since {format_instant(flow.paused_at)})"
         for name, flow in flows.items()
@@ -309,7 +312,7 @@ def flow_check(table: Table) -> Check:
     limited = [
         f"{name} " + " and ".join(_limits(flow)) for name, flow in flows.items() if flow.limited
     ]
-    held = len(locks.held(table))
+    held = len(Locks(table).held())
     parts = [f"paused: {', '.join(paused)}"] if paused else []
     parts += [f"limited: {', '.join(limited)}"] if limited else []
     parts += [f"{held} per-key lock{'s' * (held != 1)} held"] if held else []

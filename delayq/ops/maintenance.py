@@ -17,7 +17,7 @@ from functools import partial
 from ..config import Settings
 from ..errors import BadInput
 from ..store.index.parts import Index
-from ..store.table import chains
+from ..store.table.chains import Chains
 from ..store.table.maintenance import Maintenance
 from ..store.table.model import JobRow, Status, Table, utc_stamp
 from ..store.table.params import read_call
@@ -313,8 +313,8 @@ def _repeat(table: Table, row: JobRow, now: float, result: RequeueResult) -> int
     """The chain's pending attempt, due now, unless it runs or a later attempt of it has
     finished meanwhile (another requeue, and a run): then None, and why in `result`."""
     try:
-        attempt = chains.under_chain_mutex(
-            table, row, lambda: chains.retry_chain(table, row, now, now, repeating=row.id)
+        attempt = Chains(table).under_chain_mutex(
+            row, lambda: Chains(table).retry_chain(row, now, now, repeating=row.id)
         )
     except BadInput as exc:
         logger.info("%s", exc)

@@ -24,8 +24,11 @@ from ..store.index.tallies import (
     bucket_field,
 )
 from ..store.producers import queues_in_use
-from ..store.table import counts, queries, queue_settings
+from ..store.table import queue_settings
+from ..store.table.counts import Counts
+from ..store.table.jobs import Jobs
 from ..store.table.model import Table
+from ..store.table.queue_settings import QueueSettings
 from ..worker.report import RunReport
 from .overview import read_last_run
 
@@ -103,8 +106,8 @@ def _tallies(counters: Mapping[str, Mapping[str, float]]) -> Iterator[Metric]:
 def _queues(table: Table, index: Index, names: list[str], now: float) -> list[GaugeMetricFamily]:
     """Each queue's gauges: one Redis round trip, the kept pending counts and one indexed
     query."""
-    running = queries.running_by_queue(table)
-    pending = counts.pending_by_queue(table)
+    running = Jobs(table).running_by_queue()
+    pending = Counts(table).pending_by_queue()
     families = [
         GaugeMetricFamily(name, f"{text} Per queue.", labels=["queue"])
         for name, text in _QUEUE_HELP.items()
@@ -122,7 +125,7 @@ def _flow(table: Table, names: list[str]) -> list[GaugeMetricFamily]:
     purpose, which an alert on it may leave out (`unless on(queue) delayq_queue_paused == 1`);
     and the rate limits `delayq limit` set, as starts a second, to set beside the starts, and
     its concurrency limits, to set beside the jobs running."""
-    flows = queue_settings.flows(table)
+    flows = QueueSettings(table).flows()
     paused = GaugeMetricFamily(
         "delayq_queue_paused", "1 while `delayq pause` holds the queue, else 0.", labels=["queue"]
     )

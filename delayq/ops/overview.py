@@ -18,12 +18,13 @@ from ..jobs.spec import row_view
 from ..store.index.keys import LAST_RUN_KEY, MAX_ID
 from ..store.index.parts import Index
 from ..store.index.registry import Registry
-from ..store.table import counts, queries, queue_settings
+from ..store.table.counts import Counts
 from ..store.table.figures import Count, QueueFigures
+from ..store.table.jobs import Jobs
 from ..store.table.listing import Listing, RowFilter
 from ..store.table.model import JobRow, Status, Table
 from ..store.table.params import payload_or_empty
-from ..store.table.queue_settings import QueueFlow
+from ..store.table.queue_settings import QueueFlow, QueueSettings
 
 MAX_PAGE = 10_000  # rows `list` or `peek` shows at once; more is a page of its own
 FAILED_WINDOW = 3600.0  # `failed_last_hour` counts failures this recent
@@ -173,13 +174,13 @@ def status_report(
     wanted = set(Status if statuses is None else statuses)
     present = {
         Status(number)
-        for number in counts.statuses_present(table)
+        for number in Counts(table).statuses_present()
         if number in KNOWN_STATUSES and Status(number) in wanted  # unknown numbers count nowhere
     }
-    by_status = {status: queries.queues_of(table, status) for status in present - {Status.PENDING}}
-    pending, estimated = counts.pending_counts(table) if Status.PENDING in wanted else ({}, set())
+    by_status = {status: Jobs(table).queues_of(status) for status in present - {Status.PENDING}}
+    pending, estimated = Counts(table).pending_counts() if Status.PENDING in wanted else ({}, set())
     names = set(pending) | {name for found in by_status.values() for name in found}
-    flows = queue_settings.flows(table)
+    flows = QueueSettings(table).flows()
     names |= set(flows) | set(index.registry.queues())
     stats = {name: QueueStats() for name in sorted(names)}
     _flow_figures(stats, flows)
@@ -188,7 +189,7 @@ def status_report(
         if name in estimated:  # no triggers keep the counts, and this queue has many
             stats[name].estimated.append("pending")
     if Status.RUNNING in present:
-        for name, count in queries.running_by_queue(table).items():
+        for name, count in Jobs(table).running_by_queue().items():
             stats[name].running = count
     for status in present - {Status.PENDING, Status.RUNNING}:
         for name in by_status[status]:

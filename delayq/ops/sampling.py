@@ -1,6 +1,6 @@
 """How much of what grows with the table `delayq doctor` reads: by default a bounded sample,
 so that it answers in the same time at ten million pending jobs as at ten; with `--full`
-everything, telling a tally how far it got, a page at a time of what store/table/pending.py
+everything, telling a tally how far it got, a page at a time of what store/table/due_rows.py
 reads. doctor.py words the lines."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import cast
 
 from ..store.index.keys import job_id_of, schedule_key, text
 from ..store.index.parts import Index
+from ..store.table.due_rows import DueRows
 from ..store.table.model import Table
-from ..store.table.pending import PendingRows
 
 # Schedule members read at each end of a queue's schedule, and overdue pending rows compared
 # with it, without --full: a few milliseconds at any size.
@@ -88,7 +88,7 @@ def unscheduled_rows(
     """PENDING rows of `queue` due before `before` that its schedule lacks: of the SAMPLE
     overdue longest, or with `scope.full` of all."""
     if not scope.full:
-        overdue = [job_id for job_id, _ in PendingRows(table).overdue(queue, before, SAMPLE)]
+        overdue = [job_id for job_id, _ in DueRows(table).overdue_pending(queue, before, SAMPLE)]
         return Unscheduled(len(index.schedule.missing(queue, overdue)), len(overdue) >= SAMPLE)
     count = 0
     for ids in _overdue_pages(table, queue, before):
@@ -101,9 +101,9 @@ def _overdue_pages(table: Table, queue: str, before: float) -> Iterator[list[int
     """Ids of every PENDING row of `queue` due before `before` (or written without a due
     time), PAGE at a time, each page one range of the (status, queue, run_at) SQL index that
     goes on where the last one stopped: none rereads what an earlier one read."""
-    pending = PendingRows(table)
+    pending = DueRows(table)
     last_id = 0
-    while ids := pending.undated_page(queue, last_id, PAGE):
+    while ids := pending.pending_without_run_at(queue, PAGE, last_id):
         yield ids
         last_id = ids[-1]
     after: tuple[float, int] | None = None

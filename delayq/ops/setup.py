@@ -8,8 +8,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..store.index.parts import Index
-from ..store.table import counts, locks, queue_settings
+from ..store.table import counts
+from ..store.table.counts import Counts
+from ..store.table.locks import Locks
 from ..store.table.model import TABLE_NAME, Table, create_tables
+from ..store.table.queue_settings import QueueSettings
 from ..store.table.upgrade import upgrade_table
 from ..worker.rebuilds import Rebuild
 
@@ -22,12 +25,12 @@ def initialise(
     changes = [f"created table {TABLE_NAME}"]
     if not create_tables(table):
         changes = upgrade_table(table, index, clock(), schedule_lost)
-        changes += counts.install(table) + queue_settings.install(table)
-        changes += locks.install(table)
+        changes += Counts(table).install() + QueueSettings(table).install()
+        changes += Locks(table).install()
     else:  # the counts come with the table; only a failure to keep them is news
-        changes += [line for line in counts.install(table) if not counts.added(line)]
-        queue_settings.install(table)
-        locks.install(table)
+        changes += [line for line in Counts(table).install() if not counts.added(line)]
+        QueueSettings(table).install()
+        Locks(table).install()
     complete = index.registry.is_complete()
     # Also raises the horizons that are near, and gives one to a queue that has none.
     count = Rebuild(table, index).rebuild_all(lambda: None, clock)

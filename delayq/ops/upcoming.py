@@ -14,8 +14,8 @@ from ..config import validate_queue_name
 from ..errors import BadInput
 from ..store.index.parts import Index
 from ..store.producers import queues_in_use
+from ..store.table.due_rows import DueRows
 from ..store.table.model import JobRow, Table
-from ..store.table.pending import PendingRows
 from .overview import MAX_PAGE
 
 
@@ -48,7 +48,7 @@ def next_scheduled(
     first (by due time, then id): each queue's first `count` rows in due order, a range of
     the (status, queue, run_at) SQL index, merged."""
     names = queues_in_use(table, index) if queues is None else queues
-    pending = PendingRows(table)
+    pending = DueRows(table)
     firsts = (_first(pending, queue, count) for queue in names)
     entries = list(heapq.merge(*firsts, key=lambda entry: (entry[1], entry[0])))[:count]
     rows = pending.rows([job_id for job_id, _, _ in entries])
@@ -59,5 +59,5 @@ def next_scheduled(
     ]
 
 
-def _first(pending: PendingRows, queue: str, count: int) -> list[tuple[int, float, str]]:
-    return [(job_id, due, queue) for job_id, due in pending.first(queue, count)]
+def _first(pending: DueRows, queue: str, count: int) -> list[tuple[int, float, str]]:
+    return [(job_id, due, queue) for job_id, due in pending.first_pending(queue, count)]

@@ -19,7 +19,7 @@ import redis
 from .backend_errors import one_line
 from .index.parts import Index
 from .index.schedule import Packed
-from .table import queries
+from .table.jobs import Jobs
 from .table.model import Table
 
 logger = logging.getLogger(__name__)
@@ -31,7 +31,7 @@ def queues_in_use(table: Table, index: Index, note: bool = False) -> list[str]:
     names (noted by producers and `run --queue`), and the default queue. With `note`, the
     table's queues the registry lacks (it lost them with Redis's data, or a producer writing
     rows itself never noted them) are noted there again."""
-    pending = queries.pending_queues(table)
+    pending = Jobs(table).pending_queues()
     known = index.registry.known_queues()
     if note and (missing := sorted(set(pending) - set(known))):
         index.registry.register(missing)
@@ -54,7 +54,7 @@ class Producer:
         schedule; a queue with rows and no horizon is one a run walks); those queues."""
         new = sorted(set(queues) - self._noted)
         for queue in new:
-            if not queries.has_pending(self.table, queue):
+            if not Jobs(self.table).has_pending(queue):
                 self.index.horizons.start(queue, now + self.index.horizons.ahead)
         return new
 

@@ -17,9 +17,10 @@ from ..flow.gate import Gate
 from ..store.index.keys import job_id_of
 from ..store.index.parts import Index
 from ..store.index.tallies import Tally, handler_label
-from ..store.table import leases, queries
+from ..store.table.due_rows import DueRows
+from ..store.table.leases import Leases
 from ..store.table.model import ClaimedJob, Table
-from ..store.table.outcomes import mark_missed_and_rearm
+from ..store.table.outcomes import Outcomes
 from .handlers import handler_of
 
 logger = logging.getLogger(__name__)
@@ -141,8 +142,8 @@ class Claimer:
         on_time = set(batch.due_by_id) - set(late)
         runnable = [job_id for job_id in batch.due_by_id if job_id in on_time]
         batch.leased_at = time.monotonic()
-        jobs = leases.mark_running(
-            self.table, runnable, self.token, now + self.lease, now, due_by=now
+        jobs = Leases(self.table).mark_running(
+            runnable, self.token, now + self.lease, now, due_by=now
         )
         return runnable, jobs
 
@@ -174,7 +175,7 @@ class Claimer:
         if not jobs:
             return
         try:
-            released = leases.release(self.table, [job.id for job in jobs], self.token, now)
+            released = Leases(self.table).release([job.id for job in jobs], self.token, now)
             self.index.schedule.add_many(
                 queue, [(job_id, due_by_id[job_id]) for job_id, _ in released]
             )
@@ -187,8 +188,8 @@ class Claimer:
         """Entries whose rows are pending but due later (the row moved past a stale entry a
         walk of the table left) go back at the rows' own due times."""
         taken = set(won)
-        later = queries.pending_due_after(
-            self.table, [job_id for job_id in runnable if job_id not in taken], now
+        later = DueRows(self.table).pending_due_after(
+            [job_id for job_id in runnable if job_id not in taken], now
         )
         if later:
             self.index.schedule.add_many(queue, later)
@@ -203,7 +204,9 @@ class Claimer:
             f"missed: due more than {self.since:g}s before the run at "
             f"{format_instant(now)}; `delayq retry ID` runs it"
         )
-        missed, occurrences = mark_missed_and_rearm(self.table, ids, self.token, message, now)
+        missed, occurrences = Outcomes(self.table).mark_missed_and_rearm(
+            ids, self.token, message, now
+        )
         batch.dropped += len(ids) - len(missed)
         self.index.schedule.add_many(queue, occurrences)
         tally = Tally(queue)

@@ -18,7 +18,7 @@ import redis
 from ..store.index.parts import Index
 from ..store.index.tallies import Tally
 from ..store.table.model import Status, Table
-from ..store.table.outcomes import Outcome, Written, write_outcomes
+from ..store.table.outcomes import Outcome, Outcomes, Written
 from .bookkeeper import Bookkeeper
 
 FLUSH_MAX = 500
@@ -101,7 +101,7 @@ class OutcomeBuffer:
     def _commit(self, commit: GroupCommit) -> Written:
         """The group commit itself: the table, then in one Redis write the schedule of its
         retries, the journal's cleanup and the metrics (on the bookkeeper's thread, if any)."""
-        written = write_outcomes(self.table, commit.outcomes, self.token)
+        written = Outcomes(self.table).write_outcomes(commit.outcomes, self.token)
         commit.table_written = True  # whatever the Redis half does: `salvage` skips these
         started = None
         if self.notes_starts:
@@ -126,7 +126,7 @@ class OutcomeBuffer:
         are journaled, so the recovery of their leases records them instead of running them
         again, and the failure is raised."""
         try:
-            return write_outcomes(self.table, outcomes, self.token)
+            return Outcomes(self.table).write_outcomes(outcomes, self.token)
         except Exception:
             with contextlib.suppress(Exception):  # Redis away too: then nothing can keep them
                 records = [(outcome.job.id, outcome.to_record()) for outcome in outcomes]

@@ -19,8 +19,8 @@ from functools import partial
 from ..base.threads import Periodic
 from ..flow.gate import HeldSlots
 from ..store.index.parts import Index
-from ..store.table import leases
 from ..store.table.database import close_connection
+from ..store.table.leases import Leases
 from ..store.table.model import ClaimedJob, Table
 
 logger = logging.getLogger(__name__)
@@ -81,7 +81,7 @@ class HeldLeases:
         held = {job.id for job in jobs}
         while True:
             renewed_at = time.monotonic()
-            held = leases.still_held(self.table, sorted(held), self.token, self.clock() + lease)
+            held = Leases(self.table).still_held(sorted(held), self.token, self.clock() + lease)
             # The lease it wrote ran from before the statement: one held up by a stalled
             # database (a locked table) may have written a lease that had lapsed already,
             # which another run may take over. Only a quick renewal vouches for the jobs.
@@ -143,7 +143,7 @@ class Heartbeat(Periodic):
                 # The slots before the leases: a slot must not lapse while its job, whose
                 # lease the beat renews, still runs.
                 watched.slots.renew(self.index, lease_until)
-                leases.renew_leases(self.table, watched.token, lease_until)
+                Leases(self.table).renew_leases(watched.token, lease_until)
                 watched.deadline.renewed(renewed_at)
                 # A beat held up by a stalled database (a locked table) wrote a deadline
                 # reckoned before the stall, maybe past already: beat again at once, so

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 
 from ..store.backend_errors import is_lock_conflict, is_outage, is_read_only, one_line
 from ..store.index.parts import Index
-from ..store.table import leases
+from ..store.table.leases import Leases
 from ..store.table.model import Table
 from ..store.table.queue_settings import QueueFlow
 from .interrupts import GracefulStop
@@ -88,7 +88,7 @@ class Outage:
         if not self.held:
             return False
         try:
-            leases.lapse(table, self.held, clock())
+            Leases(table).lapse(self.held, clock())
         except Exception as exc:  # noqa: BLE001 - still away: the next pass tries again
             logger.debug("could not end the failed passes' leases yet: %s", exc)
             return False

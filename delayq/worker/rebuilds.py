@@ -37,10 +37,10 @@ from redis.exceptions import LockError
 from ..store.index.horizons import Horizon
 from ..store.index.keys import MAX_ID
 from ..store.index.parts import Index
-from ..store.table import queries
 from ..store.table.database import close_connection
+from ..store.table.due_rows import DueBatch, DueCursor, DueRows
+from ..store.table.jobs import Jobs
 from ..store.table.model import Table
-from ..store.table.queries import DueCursor
 
 logger = logging.getLogger(__name__)
 
@@ -243,7 +243,7 @@ class Rebuild:
         rebuild begins, before any row is read; kept when it goes on from a stopped run,
         unless the limit is near (that run stopped long ago)."""
         self._begun, fresh = self.index.registry.rebuild_begun(time.time())
-        queues = queries.pending_queues(self.table)
+        queues = Jobs(self.table).pending_queues()
         self.index.registry.register(queues)
         found = {} if fresh else self.index.horizons.read(queues)
         walks = []
@@ -261,7 +261,7 @@ class Rebuild:
 
     def _rebuild_walks(self) -> list[Walk]:
         """The rebuild's walks as another run's marks show them."""
-        queues = queries.pending_queues(self.table)
+        queues = Jobs(self.table).pending_queues()
         found = self.index.horizons.read(queues)
         return [Walk(queue, found.get(queue, NOT_BEGUN)) for queue in queues]
 
@@ -285,10 +285,10 @@ class Rebuild:
             finally:
                 reader.submit(close_connection, self.table)  # the reading thread's connection
 
-    def _read(self, walk: Walk, cursor: DueCursor | None) -> queries.DueBatch:
-        return queries.pending_by_due(self.table, walk.queue, cursor, BATCH, walk.limit)
+    def _read(self, walk: Walk, cursor: DueCursor | None) -> DueBatch:
+        return DueRows(self.table).pending_by_due(walk.queue, cursor, BATCH, walk.limit)
 
-    def _put_back(self, walk: Walk, batch: queries.DueBatch) -> None:
+    def _put_back(self, walk: Walk, batch: DueBatch) -> None:
         """Put `batch` back on the schedule and note how far the walk has gone; the lock
         renewed first, so a run that lost it (it stalled past the lock's life) stops here."""
         self.lock.reacquire()
@@ -327,7 +327,7 @@ class Rebuild:
         # A row that finished after a batch read it went back as a stale entry, which a claim
         # would drop; gone now, so peek and the counts never show it.
         stale: dict[str, list[int]] = {}
-        for queue, job_id in queries.finished_since(self.table, self._begun - LOOKBACK):
+        for queue, job_id in DueRows(self.table).finished_since(self._begun - LOOKBACK):
             stale.setdefault(queue, []).append(job_id)
         for queue, ids in stale.items():
             self.index.schedule.remove(queue, ids)

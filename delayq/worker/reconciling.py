@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 
 from ..store.index.keys import job_id_of
 from ..store.index.parts import Index
-from ..store.table import counts, queries
+from ..store.table.counts import Counts
+from ..store.table.due_rows import DueCursor, DueRows
+from ..store.table.jobs import Jobs
 from ..store.table.model import Table
-from ..store.table.queries import DueCursor
 from .recovery import put_back_lost
 
 BATCH = 20000
@@ -43,15 +44,15 @@ def reconcile(
     """Compare the whole index with the table both ways and fix both kinds of difference;
     `on_rows` is told the pending rows compared so far, after each batch."""
     result = Reconciled(Counter(), Counter())
-    pending = queries.pending_queues(table)
+    pending = Jobs(table).pending_queues()
     index.registry.register(pending)
     queues = sorted({*pending, *index.registry.queues()})
     limits = {queue: horizon.limit for queue, horizon in index.horizons.read(queues).items()}
     for queue in queues:
         _reconcile_queue(table, index, queue, limits.get(queue), result, on_rows)
     index.registry.mark_complete()
-    if counts.installed(table):
-        result.counts_corrected = counts.correct(table)
+    if Counts(table).installed():
+        result.counts_corrected = Counts(table).correct()
     return result
 
 
@@ -71,7 +72,7 @@ def _reconcile_queue(
     cursor: DueCursor | None = None
     low: float | None = None  # the schedule's span compared so far ends here (None: -inf)
     while True:
-        batch = queries.pending_by_due(table, queue, cursor, BATCH, limit)
+        batch = DueRows(table).pending_by_due(queue, cursor, BATCH, limit)
         entries = batch.entries()
         # Rows without run_at are due at `created`, which the schedule may not say (the
         # seed's due times are its scores): looked up by id, not by span.
@@ -116,7 +117,7 @@ def _compare(
         return
     ids = [job_id for member in extra if (job_id := job_id_of(member)) is not None]
     # A row added or moved since the table was read is pending: its member stays.
-    still = {str(job_id) for job_id in queries.pending_in(table, queue, ids)} if ids else set()
+    still = {str(job_id) for job_id in Jobs(table).pending_among(queue, ids)} if ids else set()
     result.removed[queue] += index.schedule.remove_members(queue, sorted(extra - still))
 
 

@@ -23,10 +23,13 @@ from ..flow import locking
 from ..store.index.parts import Index
 from ..store.index.registry import ServerNote
 from ..store.index.tallies import Tally, handler_label
-from ..store.table import counts, leases, queries
+from ..store.table import leases
+from ..store.table.counts import Counts
+from ..store.table.due_rows import DueCursor, DueRows
+from ..store.table.jobs import Jobs
+from ..store.table.leases import Leases
 from ..store.table.model import ClaimedJob, Status, Table
-from ..store.table.outcomes import Outcome, fail_and_rearm, write_outcomes
-from ..store.table.queries import DueCursor
+from ..store.table.outcomes import Outcome, Outcomes
 from .group_commits import tally_of
 from .handlers import handler_of
 from .retry import LostLease, after_failure, after_lost_lease
@@ -67,7 +70,7 @@ def recover_leases(
     otherwise back onto the schedule (or failed, for a job that keeps killing its run).
     `php_classes` names a PHP producer's jobs by their handlers in the metrics."""
     result = Recovered(Tally(queue))
-    lapsed = leases.expired_leases(table, queue, now, SWEEP_LIMIT)
+    lapsed = Leases(table).expired_leases(queue, now, SWEEP_LIMIT)
     journal = index.journal.journaled(queue, [item.job.id for item in lapsed])
     outcomes: dict[str | None, list[Outcome]] = {}
     unsettled: dict[str | None, set[int]] = {}
@@ -87,7 +90,7 @@ def recover_leases(
             index.journal.forget(queue, [], (token, sorted(unsettled_ids)))  # their start notes
     dead_runs = {item.token for item in lapsed if item.token is not None}
     for token, settled_outcomes in outcomes.items():
-        written = write_outcomes(table, settled_outcomes, token)
+        written = Outcomes(table).write_outcomes(settled_outcomes, token)
         ids = [outcome.job.id for outcome in settled_outcomes]
         settled = tally_of(queue, settled_outcomes, set(written.lost), timed=False)
         started = None if token is None else (token, ids)
@@ -95,7 +98,7 @@ def recover_leases(
         locking.let_go(table, index, [outcome.job for outcome in settled_outcomes], now)
         result.journaled += written.succeeded + written.failed + len(written.deferred)
         logger.warning("recorded %d journaled outcomes of a run that died", len(settled_outcomes))
-    for token in dead_runs - leases.tokens_holding(table, queue, dead_runs):
+    for token in dead_runs - Leases(table).tokens_holding(queue, dead_runs):
         index.journal.forget_order(queue, token)  # its batch order and start mark
     index.tallies.add(result.tally)
     return result
@@ -118,7 +121,7 @@ def _put_back(
             result.poisoned += 1
             result.tally.count(handler, "failed", now)
             result.tally.count(handler, "poisoned", now)
-    elif leases.reclaim(table, item, now, was_running):
+    elif Leases(table).reclaim(item, now, was_running):
         index.schedule.add(item.job.queue, item.job.id, now)
         result.requeued += 1
         result.tally.count(handler, "recovered", now)
@@ -158,7 +161,7 @@ def _fail_poison(table: Table, index: Index, item: leases.Lapsed, now: float) ->
         "not retried (does the handler kill its process?)"
     )
     # A recurring series goes on past a poisoned occurrence, as past a failed one.
-    failed, occurrence = fail_and_rearm(table, item.job, item.token, message, now)
+    failed, occurrence = Outcomes(table).fail_and_rearm(item.job, item.token, message, now)
     if not failed:
         return False
     if occurrence is not None:
@@ -172,9 +175,9 @@ def reindex_orphans(table: Table, index: Index, queue: str, now: float) -> int:
     claimed by a live run: Redis lost them, or a run died between claiming and leasing."""
     # Pending rows another producer wrote without run_at (the seed's PHP producers) take their
     # schedule score as run_at, so status and this sweep see when they are due, not created.
-    ids = queries.pending_without_run_at(table, queue, SWEEP_LIMIT)
-    queries.adopt_run_at(table, index.schedule.scores(queue, ids))
-    batch = queries.pending_by_due(table, queue, None, SWEEP_LIMIT, now - ORPHAN_GRACE)
+    ids = DueRows(table).pending_without_run_at(queue, SWEEP_LIMIT)
+    DueRows(table).adopt_run_at(index.schedule.scores(queue, ids))
+    batch = DueRows(table).pending_by_due(queue, None, SWEEP_LIMIT, now - ORPHAN_GRACE)
     overdue = dict(batch.entries())
     if batch.count == SWEEP_LIMIT and batch.last is not None:
         overdue.update(_further_on(table, index, queue, batch.last, now - ORPHAN_GRACE))
@@ -193,7 +196,7 @@ def _further_on(
     stopped (or after `first`), so a lost entry anywhere in a backlog of N rows is found
     within N / SWEEP_LIMIT sweeps. Where it stopped is noted in Redis, for the next run."""
     after = DueCursor.from_mark(index.registry.sweep_mark(queue)) or first
-    batch = queries.pending_by_due(table, queue, after, SWEEP_LIMIT, before)
+    batch = DueRows(table).pending_by_due(queue, after, SWEEP_LIMIT, before)
     last = batch.last if batch.count == SWEEP_LIMIT else None
     index.registry.note_sweep(queue, None if last is None else last.mark())
     return dict(batch.entries())
@@ -203,9 +206,9 @@ def check_counts(table: Table) -> dict[str, int]:
     """Bring the pending counts triggers keep back to the table's (one run an hour does,
     `COUNTS_CHECK_EVERY`): they drift only where no trigger fired (a TRUNCATE, a count
     edited by hand), and come right without an operator. What was corrected."""
-    if not counts.installed(table):
+    if not Counts(table).installed():
         return {}
-    drift = counts.correct(table)
+    drift = Counts(table).correct()
     if drift:
         words = ", ".join(f"{queue} {error:+d}" for queue, error in sorted(drift.items()))
         logger.warning("corrected the kept pending counts (%s): a TRUNCATE, or an edit?", words)
@@ -232,7 +235,7 @@ def reindex_after_failover(table: Table, index: Index, queue: str, now: float) -
         since = note.seen
     found = 0
     if since is not None:
-        batches = queries.pending_changed_since(table, queue, since - LOOKBACK, SWEEP_LIMIT)
+        batches = DueRows(table).pending_changed_since(queue, since - LOOKBACK, SWEEP_LIMIT)
         found = sum(put_back_lost(table, index, queue, dict(batch), now) for batch in batches)
     if found:
         logger.warning("queue %s: put back %d jobs a failover took off the schedule", queue, found)
@@ -244,14 +247,14 @@ def index_committed(table: Table, index: Index, now: float) -> int:
     """Put on the schedule the jobs added inside a caller's transaction that has committed
     since (`add(using=...)` leaves that to the runs); how many."""
     found = 0
-    while rows := queries.unindexed(table, SWEEP_LIMIT):
+    while rows := DueRows(table).unindexed(SWEEP_LIMIT):
         pending: dict[str, dict[int, float]] = {}
         for job_id, queue, due, status in rows:
             if status == Status.PENDING:
                 pending.setdefault(queue, {})[job_id] = due
         for queue, due_by_id in pending.items():
             found += put_back_lost(table, index, queue, due_by_id, now)
-        queries.mark_indexed(table, [row[0] for row in rows], now)
+        DueRows(table).mark_indexed([row[0] for row in rows], now)
         if len(rows) < SWEEP_LIMIT:
             break
     return found
@@ -269,6 +272,6 @@ def put_back_lost(
     missing = index.schedule.lost(queue, list(due_by_id), claimed_before=now - ORPHAN_GRACE)
     # A run may have claimed and leased one between our read of the table and our look at
     # Redis; only a job still pending after Redis said it is nowhere is really lost.
-    missing = queries.still_pending(table, missing)
+    missing = Jobs(table).still_pending(missing)
     index.schedule.add_many(queue, [(job_id, due_by_id[job_id]) for job_id in missing])
     return len(missing)

@@ -22,7 +22,8 @@ import redis
 import delayq
 from delayq.config import Settings
 from delayq.store.backend_errors import NODE_NOT_READY, is_outage, mysql_error_number
-from delayq.store.table import leases, mutexes
+from delayq.store.table import mutexes
+from delayq.store.table.leases import Leases
 from tests.conftest import IN_CI, ROOT
 from tests.faults.test_mysql_failover import need_mariadbd
 from tests.faults.test_soak import counts
@@ -167,7 +168,7 @@ def test_a_job_added_through_one_node_is_found_at_once_through_another(cluster, 
         for n in range(2):
             node.execute(f"UPDATE {slow} SET v = v + 1")
             job_id = adder.add(H, "record", {"n": n}, delay=0)
-            won = leases.mark_running(other.table, [job_id], "t", time.time() + 60, time.time())
+            won = Leases(other.table).mark_running([job_id], "t", time.time() + 60, time.time())
             if [job.id for job in won] != [job_id]:
                 not_found.append(("lease", job_id))
             node.execute(f"UPDATE {slow} SET v = v + 1")

@@ -18,6 +18,7 @@ import redis
 
 from delayq import JobSpec
 from delayq.store.table import counts
+from delayq.store.table.counts import Counts
 from tests.conftest import DELAYQ
 from tests.faults.test_mysql_failover import need_mariadbd
 from tests.support.mysql_servers import MariaDB
@@ -180,7 +181,7 @@ def test_doctor_says_how_counts_are_kept_and_init_keeps_them_once_the_server_all
         assert result.returncode == 0, result.stdout + result.stderr
         assert counts.ADDED in result.stdout.splitlines()
         assert doctor_counts(env) == ("ok", counts.KEPT_BY_TRIGGERS)
-        assert counts.installed(queue.table)
+        assert Counts(queue.table).installed()
         queue.add(H, "record", {"log": log}, delay=60)
         assert queue.status().queues["default"].pending == 6
     finally:

@@ -30,8 +30,8 @@ from delayq.config import Settings
 from delayq.flow.settings import restore
 from delayq.store.index.journal import Journal
 from delayq.store.index.keys import queue_key
-from delayq.store.table import leases
 from delayq.store.table.database import RUN_REPLY_TIMEOUT
+from delayq.store.table.leases import Leases
 from delayq.store.table.outcomes import Outcome
 from delayq.worker.bookkeeper import Bookkeeper
 from delayq.worker.group_commits import OutcomeBuffer
@@ -348,7 +348,7 @@ def test_a_job_that_finishes_while_redis_is_away_runs_once(
     # claim after that sweep: had either put our job back, it would have run again by then.
     probe = queue.add(H, "record", {"log": log, "n": "probe"}, delay=3600)
     now = time.time()
-    assert leases.mark_running(queue.table, [probe], "a-run-that-died", now - 1, now)
+    assert Leases(queue.table).mark_running([probe], "a-run-that-died", now - 1, now)
     wait_for(lambda: "probe" in read_log(log), 30, "a sweep to recover the probe and run it")
 
     runner.send_signal(signal.SIGTERM)
@@ -398,7 +398,7 @@ def test_outcomes_stuck_behind_a_failed_commit_are_written_to_the_table_alone(
     queue = queue_on(backend, private_redis, tmp_path)
     ids = [queue.add(H, "record", {"n": n}, delay=0) for n in range(3)]
     now = time.time()
-    jobs = leases.mark_running(queue.table, ids, "run-a", now + 60, now)
+    jobs = Leases(queue.table).mark_running(ids, "run-a", now + 60, now)
     bookkeeper = Bookkeeper(queue.table)
     buffer = OutcomeBuffer(queue.table, queue.index, "default", "run-a")
     buffer.write_on(bookkeeper, notes_starts=True)
@@ -442,7 +442,7 @@ def test_what_a_failed_pass_held_comes_back_at_the_next_pass_not_when_its_lease_
     job_id = queue.add(H, "record", {"log": log, "n": "held"}, now=now - 1)
     restore(queue.table, queue.index.flow, ["default"])  # as a run does before it claims
     assert queue.index.schedule.claim_due("default", now, 10) == [(str(job_id), now - 1)]
-    leases.mark_running(queue.table, [job_id], "failed-pass", now + 3600, now)
+    Leases(queue.table).mark_running([job_id], "failed-pass", now + 3600, now)
     queue.run(now=now + 1)
     assert read_log(log) == []  # the lease holds it
 
@@ -467,7 +467,7 @@ def test_an_outcome_the_table_cannot_take_is_journaled_not_run_again(backend, ma
     queue = make_queue(database_url=parts._replace(netloc=netloc, query="read_timeout=2").geturl())
     job_id = queue.add(H, "record", {"log": log, "n": 1}, delay=0)
     now = time.time()
-    (job,) = leases.mark_running(queue.table, [job_id], "run-a", now + 60, now)
+    (job,) = Leases(queue.table).mark_running([job_id], "run-a", now + 60, now)
     buffer = OutcomeBuffer(queue.table, queue.index, "default", "run-a")
     outcome = Outcome(job=job, status=Status.SUCCESS, message="ok", next_in=None, finished_at=now)
 
@@ -478,7 +478,7 @@ def test_an_outcome_the_table_cannot_take_is_journaled_not_run_again(backend, ma
         buffer.salvage()
     proxy.restore()
     other = make_queue()
-    assert leases.lapse(other.table, ["run-a"], now + 1) == 1
+    assert Leases(other.table).lapse(["run-a"], now + 1) == 1
     other.run(now=now + 2)
 
     assert read_log(log) == []

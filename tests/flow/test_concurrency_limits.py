@@ -22,7 +22,7 @@ from pathlib import Path
 
 import delayq
 from delayq.store.index.keys import slots_key
-from delayq.store.table import leases
+from delayq.store.table.leases import Leases
 from delayq.store.table.model import Job, Status
 from tests.faults.test_processes import start
 from tests.flow.test_gate import passes_go_on, stop
@@ -45,7 +45,7 @@ def add_many(queue: delayq.Queue, log: str, count: int) -> list[int]:
 
 def run_elsewhere(queue: delayq.Queue, job_id: int) -> None:
     """Job `job_id` is running in another run, whose lease lasts until NOW + DEFAULT_LEASE."""
-    assert leases.mark_running(queue.table, [job_id], "elsewhere", NOW + DEFAULT_LEASE, NOW)
+    assert Leases(queue.table).mark_running([job_id], "elsewhere", NOW + DEFAULT_LEASE, NOW)
     queue.index.schedule.remove("x", [job_id])
 
 
@@ -72,7 +72,7 @@ def test_a_job_running_elsewhere_holds_its_slot_when_the_limit_is_set(
     assert read_log(log) == []  # the one slot is the running job's
     assert [Job.get_by_id(job_id).status for job_id in ids[1:]] == [Status.PENDING] * 2
 
-    leases.finish(queue.table, ids[0], "elsewhere", Status.SUCCESS, "done", NOW + 1)
+    Leases(queue.table).finish(ids[0], "elsewhere", Status.SUCCESS, "done", NOW + 1)
     queue.index.free_slots("x", [ids[0]])  # as the other run does when its job ends
     queue.run(now=NOW + 1)
     assert read_log(log) == ["x-1", "x-2"]  # in due order, one at a time

@@ -23,7 +23,9 @@ import delayq
 from delayq.errors import BadInput
 from delayq.flow.locking import let_go, lock_of
 from delayq.store.index.lock_waits import PARKED_FOR
-from delayq.store.table import leases, locks
+from delayq.store.table import locks
+from delayq.store.table.leases import Leases
+from delayq.store.table.locks import Locks
 from delayq.store.table.model import Job, Status
 from tests.faults.test_processes import start
 from tests.flow.test_concurrency_limits import LEASE, most_at_once, spans
@@ -43,9 +45,9 @@ def add(queue: delayq.Queue, log: str, name: str, due: float, lock: str | None =
 
 def hold_elsewhere(queue: delayq.Queue, job_id: int, lease_until: float = NOW + 60) -> None:
     """Job `job_id` runs in another run and holds its lock, until `lease_until`."""
-    assert leases.mark_running(queue.table, [job_id], "elsewhere", lease_until, NOW)
+    assert Leases(queue.table).mark_running([job_id], "elsewhere", lease_until, NOW)
     queue.index.schedule.remove("orders", [job_id])
-    assert locks.take(queue.table, "order:42", job_id, NOW)
+    assert Locks(queue.table).take("order:42", job_id, NOW)
 
 
 def test_jobs_wait_for_a_held_lock_and_run_in_due_order_as_it_is_handed_on(
@@ -72,12 +74,12 @@ def test_jobs_wait_for_a_held_lock_and_run_in_due_order_as_it_is_handed_on(
 
     # The other run's job ends: it hands the lock to the earliest waiting job.
     job = queue.table.model.get_by_id(holder)
-    leases.finish(queue.table, holder, "elsewhere", Status.SUCCESS, "done", NOW + 1)
+    Leases(queue.table).finish(holder, "elsewhere", Status.SUCCESS, "done", NOW + 1)
     let_go(queue.table, queue.index, [claimed(queue, job)], NOW + 1)
-    assert locks.held(queue.table) == [("order:42", sooner, NOW + 1 + locks.RESERVED_FOR)]
+    assert Locks(queue.table).held() == [("order:42", sooner, NOW + 1 + locks.RESERVED_FOR)]
     queue.run(now=NOW + 2)
     assert read_log(log) == ["free", "sooner", "later"]
-    assert locks.held(queue.table) == []
+    assert Locks(queue.table).held() == []
     assert Job.select().where(Job.status != Status.SUCCESS).count() == 0
 
 
@@ -98,7 +100,7 @@ def test_a_lock_whose_holders_lease_lapsed_is_taken_over(queue: delayq.Queue, lo
     queue.run(now=NOW + 6)
     assert read_log(log) == ["holder", "waiter"]
     assert Job.get_by_id(waiter).status == Status.SUCCESS
-    assert locks.held(queue.table) == []
+    assert Locks(queue.table).held() == []
 
 
 def test_the_lock_travels_with_the_job_its_retries_and_its_occurrences(
@@ -146,13 +148,13 @@ def test_a_lock_handed_to_a_waiting_job_stays_its_own_when_an_earlier_one_comes(
     hold_elsewhere(queue, holder)
     queue.run(now=NOW)
     job = queue.table.model.get_by_id(holder)
-    leases.finish(queue.table, holder, "elsewhere", Status.SUCCESS, "done", NOW + 1)
+    Leases(queue.table).finish(holder, "elsewhere", Status.SUCCESS, "done", NOW + 1)
     let_go(queue.table, queue.index, [claimed(queue, job)], NOW + 1)  # reserved for `handed`
     add(queue, log, "earlier", NOW - 20)  # due before it, and claimed with it
 
     queue.run(now=NOW + 2)
     assert read_log(log) == ["handed", "earlier"]  # the reservation holds; nothing is stuck
-    assert locks.held(queue.table) == []
+    assert Locks(queue.table).held() == []
 
 
 # Real runners.

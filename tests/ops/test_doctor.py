@@ -11,6 +11,7 @@ from delayq.ops.sampling import SAMPLE
 from delayq.store import embedded
 from delayq.store.index.keys import INDEXED_KEY, schedule_key
 from delayq.store.table import counts
+from delayq.store.table.counts import Counts
 from delayq.store.table.database import sqlite_file, sqlite_url
 from delayq.store.table.model import Job
 from tests.cli.test_progress import on_a_terminal
@@ -53,7 +54,7 @@ def test_a_healthy_setup_is_all_ok(queue, cli_env):
         "index": ["ok"] * 5,
         # Kept by triggers, or read from the table where the server refused them (the
         # suite's MariaDB, as production runs it: tests/store/table/test_privileges.py).
-        "counts": ["ok" if counts.installed(queue.table) else "warn"],
+        "counts": ["ok" if Counts(queue.table).installed() else "warn"],
         "redis": ["ok"],
         "topology": ["ok"],
         "eviction": ["ok"],
@@ -116,7 +117,7 @@ def test_missing_index_is_a_warning_with_the_statement_to_fix_it(queue, cli_env)
 
     assert result.exit_code == 0
     # The disk's and, where the server refused the triggers, the counts' warnings are others'.
-    elsewhere = {"disk"} if counts.installed(queue.table) else {"disk", "counts"}
+    elsewhere = {"disk"} if Counts(queue.table).installed() else {"disk", "counts"}
     warnings = [
         detail
         for level, name, detail in lines_of(result)
@@ -465,11 +466,11 @@ def test_a_bad_flag_exits_2(queue, cli_env, flag):
 
 
 def test_the_flow_line_names_paused_and_limited_queues_and_held_locks(queue, cli_env):
-    from delayq.store.table import locks
+    from delayq.store.table.locks import Locks
 
     assert line(invoke(cli_env, "doctor"), "flow") == ("ok", "no queue is paused or limited")
     queue.limit("sms", rate="10/s", concurrency=2)
-    locks.take(queue.table, "order:42", 1, 0.0)
+    Locks(queue.table).take("order:42", 1, 0.0)
     assert line(invoke(cli_env, "doctor"), "flow") == (
         "ok",
         "limited: sms 10/s and 2 at once; 1 per-key lock held",

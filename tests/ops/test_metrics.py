@@ -19,7 +19,8 @@ from delayq.ops.metrics import exposition
 from delayq.ops.textfile import write_file
 from delayq.store.index.keys import METRICS_HANDLERS_KEY
 from delayq.store.index.tallies import MAX_HANDLERS, OTHER_HANDLERS, label
-from delayq.store.table import leases, queries
+from delayq.store.table.jobs import Jobs
+from delayq.store.table.leases import Leases
 from delayq.store.table.model import Job, Status
 from delayq.store.table.outcomes import Outcome
 from delayq.worker.group_commits import OutcomeBuffer
@@ -233,7 +234,7 @@ def test_redis_gone_while_the_tally_is_written_loses_no_outcome(
 def test_the_running_gauge_reads_the_status_index_not_the_table(queue, backend):
     if not backend["database_url"].startswith("mysql"):
         pytest.skip("EXPLAIN's format is MariaDB's")
-    sql, params = queries.running_query(queue.table).sql()
+    sql, params = Jobs(queue.table).running_query().sql()
 
     plan = queue.db.execute_sql("EXPLAIN " + sql, params).fetchall()
     columns = [column[0] for column in queue.db.execute_sql("EXPLAIN " + sql, params).description]
@@ -298,7 +299,7 @@ def test_a_dead_runs_jobs_count_whether_recorded_from_its_journal_or_put_back(qu
     now = time.time()
     finished = queue.add(H, "record", {"log": log}, now=now - 200)
     unfinished = queue.add(H, "echo", "again", now=now - 200)
-    leases.mark_running(queue.table, [finished, unfinished], "dead-run", now - 120, now - 180)
+    Leases(queue.table).mark_running([finished, unfinished], "dead-run", now - 120, now - 180)
     record = json.dumps([int(Status.SUCCESS), "recorded", None, now - 170])
     queue.index.journal.write_many("default", [(finished, record)])
 
@@ -316,7 +317,7 @@ def test_a_dead_runs_jobs_count_whether_recorded_from_its_journal_or_put_back(qu
 def test_a_poison_job_counts_as_failed_and_poisoned(queue, log):
     now = time.time()
     job_id = queue.add(H, "echo", "kills its run", now=now - 200)
-    leases.mark_running(queue.table, [job_id], "dead-run", now - 120, now - 180)
+    Leases(queue.table).mark_running([job_id], "dead-run", now - 120, now - 180)
     Job.update(lost_leases=MAX_LOST_LEASES - 1).where(Job.id == job_id).execute()
 
     report = queue.run(now=now)
@@ -333,7 +334,7 @@ def test_outcomes_written_to_the_table_alone_count_once_redis_answers(queue):
     when Redis still answers, their tally is added too."""
     now = time.time()
     job_id = queue.add(H, "echo", "salvaged", now=now)
-    (job,) = leases.mark_running(queue.table, [job_id], "run-a", now + 60, now)
+    (job,) = Leases(queue.table).mark_running([job_id], "run-a", now + 60, now)
     buffer = OutcomeBuffer(queue.table, queue.index, "default", "run-a")
     outcome = Outcome(
         job=job, status=Status.SUCCESS, message="ok", finished_at=now, class_path=H, method="echo"

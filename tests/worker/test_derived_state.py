@@ -13,6 +13,7 @@ import pytest
 from delayq import JobSpec
 from delayq.store.index.keys import QUEUES_KEY, horizon_key, schedule_key
 from delayq.store.table import counts
+from delayq.store.table.counts import Counts
 from delayq.worker import recovery
 from delayq.worker.rebuilds import Rebuild
 from tests.conftest import mysql_connect, with_kept_counts
@@ -170,7 +171,7 @@ def test_kept_counts_that_drifted_come_right_at_a_runs_hourly_check(make, log):
     that trusts function creators."""
     queue = make()
     queue.add_many([JobSpec(H, "record", {"log": log}, delay=HOUR) for _ in range(3)])
-    assert counts.installed(queue.table)
+    assert Counts(queue.table).installed()
     queue.db.execute_sql(f"DELETE FROM {counts.COUNTS_TABLE}")  # as an edit by hand would
 
     assert pending(queue) == 0

@@ -10,7 +10,7 @@ import pytest
 
 from delayq import JobSpec
 from delayq.errors import BadInput
-from delayq.store.table import leases
+from delayq.store.table.leases import Leases
 from tests.sample_handlers.jobs import read_log
 from tests.support.invoke import invoke
 
@@ -60,7 +60,7 @@ def test_a_batch_cut_short_by_another_run_does_not_end_its_queues_turns(
         .order_by(queue.table.model.id)
         .limit(10)
     ]
-    leases.mark_running(queue.table, held, "another-run", NOW + 3600, NOW)
+    Leases(queue.table).mark_running(held, "another-run", NOW + 3600, NOW)
 
     report = queue.run(now=NOW, concurrency=concurrency, queues=["bulk", "urgent"])
 

@@ -11,7 +11,7 @@ import time
 from prometheus_client.parser import text_string_to_metric_families
 
 from delayq.ops.metrics import exposition
-from delayq.store.table import leases
+from delayq.store.table.leases import Leases
 from delayq.store.table.model import Job, Status
 from delayq.worker.handlers import UNNAMED, handler_of
 from delayq.worker.retry import MAX_LOST_LEASES
@@ -39,7 +39,7 @@ def planted(queue, params: str, due: float) -> int:
 
 def died_under(queue, job_id: int, now: float) -> None:
     """The job was running when its run died: its lease lapsed a minute ago."""
-    leases.mark_running(queue.table, [job_id], "dead-run", now - 60, now - 120)
+    Leases(queue.table).mark_running([job_id], "dead-run", now - 60, now - 120)
     queue.index.schedule.remove("default", [job_id])
 
 

@@ -15,7 +15,7 @@ import redis
 
 from delayq import BadInput, JobSpec, Status
 from delayq.store.index.keys import queue_key
-from delayq.store.table import leases
+from delayq.store.table.leases import Leases
 from delayq.store.table.model import Job
 from tests.conftest import DELAYQ, ROOT
 from tests.sample_handlers.jobs import read_log
@@ -53,7 +53,7 @@ def test_lone_surrogates_in_a_result_or_an_error_are_stored_escaped(queue, log, 
 def test_a_dead_runs_journaled_surrogate_is_settled_by_recovery(queue, log, backend):
     # An outcome journaled as an earlier version wrote it: the raw text, JSON-escaped.
     job_id = queue.add(X, "surrogate_result", {"log": log}, now=NOW)
-    leases.mark_running(queue.table, [job_id], "dead-run", NOW - 120, NOW - 180)
+    Leases(queue.table).mark_running([job_id], "dead-run", NOW - 120, NOW - 180)
     record = json.dumps([int(Status.SUCCESS), "wrote report-\udcff.csv", False, NOW - 170])
     redis.Redis.from_url(backend["redis_url"]).hset(
         queue_key("default", "journal"), str(job_id), record

@@ -12,7 +12,7 @@ import pytest
 
 from delayq import JobSpec
 from delayq.store.index.keys import INDEXED_KEY, REBUILD_KEY, schedule_key
-from delayq.store.table.queries import DueCursor, pending_by_due
+from delayq.store.table.due_rows import DueCursor, DueRows
 from delayq.worker import rebuilds
 from delayq.worker.rebuilds import Rebuild
 
@@ -62,7 +62,7 @@ def test_the_walk_in_due_order_reads_undated_rows_first_then_by_due_time_and_id(
     undated = queue.add(H, "record", {}, at=now)
     queue.table.model.update(run_at=None).where(queue.table.model.id == undated).execute()
     walked, cursor = [], None
-    while (batch := pending_by_due(queue.table, "default", cursor, 2)).count:
+    while (batch := DueRows(queue.table).pending_by_due("default", cursor, 2)).count:
         dues, members = batch.packed.split()[::2], batch.packed.split()[1::2]
         walked += [(int(member), float(due)) for due, member in zip(dues, members, strict=True)]
         cursor = batch.last

@@ -10,7 +10,7 @@ import pytest
 
 from delayq import JobSpec, Status
 from delayq.store.index.keys import queue_key, schedule_key
-from delayq.store.table import counts
+from delayq.store.table.counts import Counts
 from delayq.worker import reconciling
 from tests.conftest import with_kept_counts
 
@@ -80,5 +80,5 @@ def test_reconcile_corrects_kept_counts_a_truncate_left_wrong(queue):
     result = queue.reconcile()
 
     assert result.counts_corrected == {"default": -3}
-    assert counts.pending_by_queue(queue.table) == {"default": 1}
+    assert Counts(queue.table).pending_by_queue() == {"default": 1}
     assert queue.reconcile().counts_corrected == {}

@@ -10,7 +10,7 @@ import pytest
 
 from delayq import Status
 from delayq.store.index.keys import schedule_key
-from delayq.store.table import leases
+from delayq.store.table.leases import Leases
 from delayq.store.table.model import Job
 from delayq.store.table.outcomes import Outcome
 from delayq.worker.retry import MAX_DEFERRALS
@@ -214,7 +214,7 @@ def test_an_async_handler_defers_and_declares_its_policy_as_a_plain_one(queue, l
 
 def test_a_deferral_journaled_by_a_run_that_died_is_recorded_by_the_next(queue, log):
     job_id = queue.add(R, "rate_limited", {"log": log}, now=NOW)
-    (job,) = leases.mark_running(queue.table, [job_id], "dead-run", NOW + 60, NOW)
+    (job,) = Leases(queue.table).mark_running([job_id], "dead-run", NOW + 60, NOW)
     deferral = Outcome(
         job=job,
         status=Status.PENDING,

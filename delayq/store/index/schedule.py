@@ -75,7 +75,7 @@ class Schedule:
 
     def add_packed(self, queue: str, texts: Sequence[str], keep_existing: bool = False) -> bool:
         """Put jobs of one queue on its schedule, each text "due id due id ..." (`packed`, or
-        a rebuild's batch as the database wrote it: `queries.DueBatch`); with
+        a rebuild's batch as the database wrote it: `due_rows.DueBatch`); with
         `keep_existing`, members already there keep their scores (a rebuild: they were put
         there after the table was read). Whether the queue has a horizon: a queue without
         one (new, or its keys lost with Redis) is noted in the registry here, in a second

@@ -28,10 +28,10 @@ from weakref import WeakKeyDictionary
 
 from peewee import DatabaseError, ModelSelect, fn
 
+from .jobs import Jobs
 from .model import TABLE_NAME, Job, Status, Table, tuples
 from .mutexes import run_exclusive
 from .privileges import allowing_triggers, trigger_needs
-from .queries import queues_of
 
 COUNTS_TABLE = "delay_queue_counts"
 # A queue's count rows at most: a connection adds to the one its id falls on.
@@ -59,6 +59,155 @@ _PENDING = int(Status.PENDING)
 # When a row leaves PENDING, or enters it, through an UPDATE (its status, or its queue).
 _LEFT = f"OLD.status = {_PENDING} AND NOT (NEW.status = {_PENDING} AND NEW.queue = OLD.queue)"
 _ENTERED = f"NEW.status = {_PENDING} AND NOT (OLD.status = {_PENDING} AND NEW.queue = OLD.queue)"
+
+
+_INSTALLED: WeakKeyDictionary[Table, bool] = WeakKeyDictionary()
+
+
+# Without triggers, each queue's pending rows are counted up to this many, then estimated.
+EXACT_PENDING = 10_000
+
+
+class Counts:
+    """The counts a look can afford: pending rows by queue from the counts table (its triggers
+    installed, kept and corrected here), the statuses present, a range counted to a bound."""
+
+    def __init__(self, table: Table) -> None:
+        self.table = table
+
+    @contextmanager
+    def counted(self, rows: int) -> Iterator[Counter[str] | None]:
+        """Around INSERTs of `rows` rows in an open transaction, on MySQL with the triggers
+        there: a Counter the writer fills with the pending rows it inserted, by queue, which one
+        statement adds at the end, the insert trigger leaving those rows alone. None elsewhere
+        (SQLite, no triggers, or fewer than COUNTED_FROM rows, where the three statements this
+        takes would cost more than the triggers): the triggers count, as for any writer."""
+        if rows < COUNTED_FROM or not self.table.mysql or not _installed_once(self.table):
+            yield None
+            return
+        by_queue: Counter[str] = Counter()
+        db = self.table.db
+        db.execute_sql(f"SET {COUNTED_BY_WRITER} = 1")
+        try:
+            yield by_queue
+            if added := {queue: n for queue, n in by_queue.items() if n}:
+                values = ", ".join([f"(%s, MOD(CONNECTION_ID(), {COUNT_ROWS}), %s)"] * len(added))
+                db.execute_sql(
+                    f"INSERT INTO `{COUNTS_TABLE}` (queue, slot, pending) VALUES {values} "
+                    "ON DUPLICATE KEY UPDATE pending = pending + VALUES(pending)",
+                    [value for queue in sorted(added) for value in (queue, added[queue])],
+                )
+        finally:
+            db.execute_sql(f"SET {COUNTED_BY_WRITER} = NULL")  # the connection's next writes count
+
+    def installed(self) -> bool:
+        """Whether all the triggers that keep the counts are there and leave the rows a writer
+        counts itself alone (an insert trigger that counts every row would count delayq's own
+        INSERTs twice), as this version's or an earlier one's."""
+        found = _trigger_bodies(self.table)
+        if not set(TRIGGERS) <= set(found):
+            return False
+        return not self.table.mysql or COUNTED_BY_WRITER in found[TRIGGERS[0]]
+
+    def install(self) -> list[str]:
+        """Create the counts table and its triggers where they are missing or an earlier
+        version's, then count what the table holds; one line per change. Where the server does
+        not let this user create triggers, one line saying how counts are read instead and what
+        would allow the triggers, and nothing made: no counts table no trigger keeps."""
+        if self.installed() and _current(self.table):
+            return [f"corrected pending counts: {words}" for words in _corrected(self.table)]
+        upgrading = self.installed()
+        made_table = _create_counts(self.table)
+        made: list[str] = []
+        try:
+            _drop_triggers(self.table)
+            for name, statement in zip(TRIGGERS, _triggers(self.table.mysql), strict=True):
+                self.table.db.execute_sql(statement)
+                made.append(name)
+        except DatabaseError as exc:
+            _take_back(self.table, made, made_table)
+            if (allowing := allowing_triggers(self.table, exc)) is None:
+                raise
+            return [_refused(self.table, allowing)]
+        finally:
+            _INSTALLED.pop(self.table, None)
+        if upgrading:
+            # Rows written between the drop and the create were not counted: corrected here.
+            drift = _corrected(self.table)
+            return [UPGRADED] + [f"corrected pending counts: {words}" for words in drift]
+        self.correct()
+        return [ADDED]
+
+    def keeping(self) -> tuple[bool, str]:
+        """Whether triggers keep the pending counts, and how the counts are kept, in words for
+        doctor: by triggers, or read from the SQL index with what would let `init` make them."""
+        if self.installed():
+            earlier = (
+                "" if _current(self.table) else "; `delayq init` replaces them with cheaper ones"
+            )
+            return True, KEPT_BY_TRIGGERS + earlier
+        return False, (
+            f"{WITHOUT_TRIGGERS} (estimated beyond 10000 a queue): no triggers keep them; "
+            + trigger_needs(self.table)
+        )
+
+    def correct(self) -> dict[str, int]:
+        """Bring the kept counts to what the table holds, and return by how much each queue's was
+        off: rows written before the triggers existed, a TRUNCATE (which fires none), a count
+        edited by hand. Writers go on meanwhile: the difference between the table and the counts
+        is read in one statement, one snapshot, so it is the error whatever commits after it, and
+        it is added, not written over. Two corrections at once (two `reconcile`, two `init`) take
+        turns under a named lock, writers take none: the second reads after the first's addition
+        committed, and adds nothing the first added."""
+        return run_exclusive(self.table, CORRECTING, lambda: _add_drift(self.table))
+
+    def pending_by_queue(self) -> dict[str, int]:
+        """{queue: pending rows} of the queues that have any (`pending_counts`)."""
+        return self.pending_counts()[0]
+
+    def pending_counts(self) -> tuple[dict[str, int], set[str]]:
+        """{queue: pending rows} of the queues that have any, and the queues whose figure is the
+        database's estimate: the kept counts when the triggers are there (exact, O(queues)),
+        else each queue's range of the (status, queue, run_at) SQL index counted up to
+        EXACT_PENDING rows and estimated beyond (a count of ten million rows takes 1.6 s)."""
+        if self.installed():
+            return {name: count for name, count in _kept(self.table).items() if count}, set()
+        Job = self.table.model
+        found: dict[str, int] = {}
+        estimated: set[str] = set()
+        for name in Jobs(self.table).queues_of(Status.PENDING):
+            rows = Job.select(Job.id).where(Job.status == Status.PENDING, Job.queue == name)
+            found[name], exact = self.bounded_count(rows, EXACT_PENDING)
+            if not exact:
+                estimated.add(name)
+        return found, estimated
+
+    def statuses_present(self) -> list[int]:
+        """The status numbers rows have, a loose scan of the (status, ...) SQL indexes: one lookup a
+        status, unknown numbers included."""
+        Job = self.table.model
+        found: list[int] = []
+        while True:
+            query = Job.select(fn.MIN(Job.status))
+            if found:
+                query = query.where(Job.status > found[-1])
+            if (status := query.scalar()) is None:
+                return found
+            found.append(int(status))
+
+    def bounded_count(self, rows: ModelSelect[Job], exact_up_to: int) -> tuple[int, bool]:
+        """(how many `rows`, whether exact): counted up to `exact_up_to`, beyond that MySQL's
+        estimate of the range (its EXPLAIN, from index dives); SQLite counts them all."""
+        if not self.table.mysql:
+            return int(rows.count()), True
+        counted = int(rows.limit(exact_up_to + 1).count())
+        if counted <= exact_up_to:
+            return counted, True
+        sql, params = rows.sql()
+        cursor = self.table.db.execute_sql(f"EXPLAIN {sql}", params)
+        columns = [column[0].lower() for column in cursor.description]
+        estimate = max(int(row[columns.index("rows")] or 0) for row in cursor.fetchall())
+        return max(estimate, counted), False
 
 
 def _mysql_trigger(name: str, event: str, row: str, delta: int, when: str) -> str:
@@ -114,52 +263,13 @@ def _create_counts(table: Table) -> bool:
     return True
 
 
-@contextmanager
-def counted(table: Table, rows: int) -> Iterator[Counter[str] | None]:
-    """Around INSERTs of `rows` rows in an open transaction, on MySQL with the triggers
-    there: a Counter the writer fills with the pending rows it inserted, by queue, which one
-    statement adds at the end, the insert trigger leaving those rows alone. None elsewhere
-    (SQLite, no triggers, or fewer than COUNTED_FROM rows, where the three statements this
-    takes would cost more than the triggers): the triggers count, as for any writer."""
-    if rows < COUNTED_FROM or not table.mysql or not _installed_once(table):
-        yield None
-        return
-    by_queue: Counter[str] = Counter()
-    db = table.db
-    db.execute_sql(f"SET {COUNTED_BY_WRITER} = 1")
-    try:
-        yield by_queue
-        if added := {queue: n for queue, n in by_queue.items() if n}:
-            values = ", ".join([f"(%s, MOD(CONNECTION_ID(), {COUNT_ROWS}), %s)"] * len(added))
-            db.execute_sql(
-                f"INSERT INTO `{COUNTS_TABLE}` (queue, slot, pending) VALUES {values} "
-                "ON DUPLICATE KEY UPDATE pending = pending + VALUES(pending)",
-                [value for queue in sorted(added) for value in (queue, added[queue])],
-            )
-    finally:
-        db.execute_sql(f"SET {COUNTED_BY_WRITER} = NULL")  # the connection's next writes count
-
-
 def _installed_once(table: Table) -> bool:
     """`installed`, asked once per Table: a writer that counts its own rows stays right
     whether the triggers are there or not, it only saves them work."""
     known = _INSTALLED.get(table)
     if known is None:
-        known = _INSTALLED[table] = installed(table)
+        known = _INSTALLED[table] = Counts(table).installed()
     return known
-
-
-_INSTALLED: WeakKeyDictionary[Table, bool] = WeakKeyDictionary()
-
-
-def installed(table: Table) -> bool:
-    """Whether all the triggers that keep the counts are there and leave the rows a writer
-    counts itself alone (an insert trigger that counts every row would count delayq's own
-    INSERTs twice), as this version's or an earlier one's."""
-    found = _trigger_bodies(table)
-    if not set(TRIGGERS) <= set(found):
-        return False
-    return not table.mysql or COUNTED_BY_WRITER in found[TRIGGERS[0]]
 
 
 def _trigger_bodies(table: Table) -> dict[str, str]:
@@ -182,36 +292,6 @@ def _current(table: Table) -> bool:
     )
 
 
-def install(table: Table) -> list[str]:
-    """Create the counts table and its triggers where they are missing or an earlier
-    version's, then count what the table holds; one line per change. Where the server does
-    not let this user create triggers, one line saying how counts are read instead and what
-    would allow the triggers, and nothing made: no counts table no trigger keeps."""
-    if installed(table) and _current(table):
-        return [f"corrected pending counts: {words}" for words in _corrected(table)]
-    upgrading = installed(table)
-    made_table = _create_counts(table)
-    made: list[str] = []
-    try:
-        _drop_triggers(table)
-        for name, statement in zip(TRIGGERS, _triggers(table.mysql), strict=True):
-            table.db.execute_sql(statement)
-            made.append(name)
-    except DatabaseError as exc:
-        _take_back(table, made, made_table)
-        if (allowing := allowing_triggers(table, exc)) is None:
-            raise
-        return [_refused(table, allowing)]
-    finally:
-        _INSTALLED.pop(table, None)
-    if upgrading:
-        # Rows written between the drop and the create were not counted: corrected here.
-        drift = _corrected(table)
-        return [UPGRADED] + [f"corrected pending counts: {words}" for words in drift]
-    correct(table)
-    return [ADDED]
-
-
 def _take_back(table: Table, made: list[str], made_table: bool) -> None:
     """Drop what a failed `install` made: the triggers it created and the counts table if it
     created it, so no trigger counts some moves and not others and no table sits beside
@@ -229,7 +309,7 @@ def _refused(table: Table, allowing: str) -> str:
     """`init`'s line when the server refused the triggers: how counts are kept now (still by
     an earlier version's triggers, or read from the SQL index), and what would allow them."""
     again = "then run `delayq init` again"
-    if installed(table):
+    if Counts(table).installed():
         return f"{KEPT_EARLIER}: {allowing}, {again}"
     return f"{WITHOUT_TRIGGERS} (estimated beyond 10000 a queue): {allowing}, {again}"
 
@@ -238,29 +318,6 @@ def is_notice(line: str) -> bool:
     """Whether an `install` line says what the server refused (said at every `init`, a
     notice), not a change made."""
     return line.startswith((WITHOUT_TRIGGERS, KEPT_EARLIER))
-
-
-def keeping(table: Table) -> tuple[bool, str]:
-    """Whether triggers keep the pending counts, and how the counts are kept, in words for
-    doctor: by triggers, or read from the SQL index with what would let `init` make them."""
-    if installed(table):
-        earlier = "" if _current(table) else "; `delayq init` replaces them with cheaper ones"
-        return True, KEPT_BY_TRIGGERS + earlier
-    return False, (
-        f"{WITHOUT_TRIGGERS} (estimated beyond 10000 a queue): no triggers keep them; "
-        + trigger_needs(table)
-    )
-
-
-def correct(table: Table) -> dict[str, int]:
-    """Bring the kept counts to what the table holds, and return by how much each queue's was
-    off: rows written before the triggers existed, a TRUNCATE (which fires none), a count
-    edited by hand. Writers go on meanwhile: the difference between the table and the counts
-    is read in one statement, one snapshot, so it is the error whatever commits after it, and
-    it is added, not written over. Two corrections at once (two `reconcile`, two `init`) take
-    turns under a named lock, writers take none: the second reads after the first's addition
-    committed, and adds nothing the first added."""
-    return run_exclusive(table, CORRECTING, lambda: _add_drift(table))
 
 
 def _add_drift(table: Table) -> dict[str, int]:
@@ -304,7 +361,7 @@ def added(line: str) -> bool:
 
 
 def _corrected(table: Table) -> list[str]:
-    drift = correct(table)
+    drift = Counts(table).correct()
     words = ", ".join(f"{name} {error:+d}" for name, error in sorted(drift.items()))
     return [words] if drift else []
 
@@ -333,59 +390,3 @@ def _counted(table: Table) -> dict[str, int]:
 
 def _quoted(table: Table, name: str) -> str:
     return f"`{name}`" if table.mysql else f'"{name}"'
-
-
-# Without triggers, each queue's pending rows are counted up to this many, then estimated.
-EXACT_PENDING = 10_000
-
-
-def pending_by_queue(table: Table) -> dict[str, int]:
-    """{queue: pending rows} of the queues that have any (`pending_counts`)."""
-    return pending_counts(table)[0]
-
-
-def pending_counts(table: Table) -> tuple[dict[str, int], set[str]]:
-    """{queue: pending rows} of the queues that have any, and the queues whose figure is the
-    database's estimate: the kept counts when the triggers are there (exact, O(queues)),
-    else each queue's range of the (status, queue, run_at) SQL index counted up to
-    EXACT_PENDING rows and estimated beyond (a count of ten million rows takes 1.6 s)."""
-    if installed(table):
-        return {name: count for name, count in _kept(table).items() if count}, set()
-    Job = table.model
-    found: dict[str, int] = {}
-    estimated: set[str] = set()
-    for name in queues_of(table, Status.PENDING):
-        rows = Job.select(Job.id).where(Job.status == Status.PENDING, Job.queue == name)
-        found[name], exact = bounded_count(table, rows, EXACT_PENDING)
-        if not exact:
-            estimated.add(name)
-    return found, estimated
-
-
-def statuses_present(table: Table) -> list[int]:
-    """The status numbers rows have, a loose scan of the (status, ...) SQL indexes: one lookup a
-    status, unknown numbers included."""
-    Job = table.model
-    found: list[int] = []
-    while True:
-        query = Job.select(fn.MIN(Job.status))
-        if found:
-            query = query.where(Job.status > found[-1])
-        if (status := query.scalar()) is None:
-            return found
-        found.append(int(status))
-
-
-def bounded_count(table: Table, rows: ModelSelect[Job], exact_up_to: int) -> tuple[int, bool]:
-    """(how many `rows`, whether exact): counted up to `exact_up_to`, beyond that MySQL's
-    estimate of the range (its EXPLAIN, from index dives); SQLite counts them all."""
-    if not table.mysql:
-        return int(rows.count()), True
-    counted = int(rows.limit(exact_up_to + 1).count())
-    if counted <= exact_up_to:
-        return counted, True
-    sql, params = rows.sql()
-    cursor = table.db.execute_sql(f"EXPLAIN {sql}", params)
-    columns = [column[0].lower() for column in cursor.description]
-    estimate = max(int(row[columns.index("rows")] or 0) for row in cursor.fetchall())
-    return max(estimate, counted), False

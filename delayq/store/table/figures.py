@@ -2,17 +2,15 @@
 costs the same at ten million rows as at none: rows of a status, failures since a moment and
 those retried, the due backlog, the oldest and the next due. ops/overview.py decides which
 figures to ask for and how far to count before an estimate does; the kept pending counts,
-the queues of each status and the running rows are counts.py's and queries.py's."""
+the queues of each status and the running rows are counts.py's and jobs.py's."""
 
 from __future__ import annotations
-
-from typing import Any
 
 from peewee import fn
 
 from .chains import later_attempt
-from .counts import bounded_count
-from .model import Status, Table, due_column, tuples, utc_stamp
+from .counts import Counts
+from .model import Status, Table, due_column, pending_in, tuples, utc_stamp
 
 # A count of rows: how many, and whether exact (False: the server's estimate).
 Count = tuple[int, bool]
@@ -29,7 +27,7 @@ class QueueFigures:
         `exact_up_to` and estimated beyond."""
         Job = self.table.model
         rows = Job.select(Job.id).where(Job.status == status, Job.queue == queue)
-        return bounded_count(self.table, rows, exact_up_to)
+        return Counts(self.table).bounded_count(rows, exact_up_to)
 
     def failed_since(self, since: float) -> dict[str, int]:
         """{queue: rows that failed at or after epoch second `since`}: a range of the
@@ -57,15 +55,15 @@ class QueueFigures:
         ranges of (status, queue, run_at), since SQLite reads `run_at <= ? OR run_at IS NULL`
         as the whole queue."""
         Job = self.table.model
-        pending = _pending_in(Job, queue)
+        pending = pending_in(Job, queue)
         undated = Job.select(Job.id).where(pending, Job.run_at.is_null())
         dated = Job.select(Job.id).where(pending, Job.run_at <= now)
-        return [bounded_count(self.table, rows, exact_up_to) for rows in (undated, dated)]
+        return [Counts(self.table).bounded_count(rows, exact_up_to) for rows in (undated, dated)]
 
     def oldest_due(self, queue: str, now: float) -> tuple[int, float] | None:
         """(id, due) of the queue's pending row that has been due longest, if any is due."""
         Job = self.table.model
-        pending = Job.select(Job.id, due_column(self.table)).where(_pending_in(Job, queue))
+        pending = Job.select(Job.id, due_column(self.table)).where(pending_in(Job, queue))
         candidates = [
             *tuples(pending.where(Job.run_at <= now).order_by(Job.run_at, Job.id).limit(1)),
             # A producer that leaves run_at empty means "due when created": oldest id first.
@@ -77,10 +75,6 @@ class QueueFigures:
     def next_due(self, queue: str, now: float) -> float | None:
         """When the queue's next pending row falls due after `now`, if one is to."""
         Job = self.table.model
-        query = Job.select(fn.MIN(Job.run_at)).where(_pending_in(Job, queue), Job.run_at > now)
+        query = Job.select(fn.MIN(Job.run_at)).where(pending_in(Job, queue), Job.run_at > now)
         upcoming = query.scalar()
         return None if upcoming is None else float(upcoming)
-
-
-def _pending_in(model: Any, queue: str) -> Any:
-    return (model.status == Status.PENDING) & (model.queue == queue)

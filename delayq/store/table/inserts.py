@@ -16,7 +16,7 @@ import pymysql
 from peewee import DateTimeField, OperationalError
 
 from ...base.threads import keep_signals_off_this_thread
-from . import counts
+from .counts import Counts
 from .database import run_reconnecting
 from .model import Job, Status, Table
 
@@ -42,35 +42,72 @@ _TABLE_DEFAULTS = {
 }
 
 
-def insert_one(table: Table, row: Row) -> int:
-    """One row, autocommit: no BEGIN/COMMIT round trips; returns its id. Written again if
-    the database rolled it back in a lock conflict: on a Galera node, a certification
-    conflict of the pending counts' row its trigger writes, with an add on another node."""
-    sql, params = _multi_insert(table, [row], returning=False, cursor=None)
-    # Not after a lost connection: the row may have been committed before it broke.
-    written = run_reconnecting(table.db, lambda: table.db.execute_sql(sql, params), False)
-    return int(written.lastrowid)
+# Where there is more than one part, the first is small, so that the server starts writing
+# soon after the call instead of waiting for a whole part to be built; each later part is
+# twice the one before, up to INSERT_CHUNK: a part is built in about half the time the
+# server takes to write it, so the next is ready when the server is.
+FIRST_PART = 250
 
 
-def insert_many(
-    table: Table,
-    items: Sequence[T],
-    to_rows: Callable[[Sequence[T]], list[Row]],
-    written: Callable[[Sequence[Row], list[int]], W],
-) -> tuple[list[int], list[W]]:
-    """Turn `items` into rows with `to_rows` (which may raise BadInput: nothing is then
-    written) and insert them in one transaction; their ids, in the order of `items`, and
-    `written(rows, ids)` of each part of them, in order.
+class _Inline(Executor):
+    """Runs each call at once on the caller's thread: one part has nothing to overlap."""
 
-    Building and escaping rows costs about as much as the database's work, and the server
-    writes one statement at a time, so a helper thread builds the next part's statements
-    while the server writes this one's, and `written` (what the caller does with ids, such
-    as packing the schedule's entries) runs there too, off the path between statements.
-    The transaction is run again whole if the database rolled it back in a lock conflict (on
-    Galera, a certification conflict), as `insert_one` is."""
-    return run_reconnecting(
-        table.db, lambda: _insert_many(table, items, to_rows, written), reconnect=False
-    )
+    def submit(self, fn: Callable[..., W], /, *args: Any, **kwargs: Any) -> Future[W]:
+        future: Future[W] = Future()
+        future.set_result(fn(*args, **kwargs))  # what it raises reaches the caller now
+        return future
+
+
+class Inserts:
+    """New jobs written to the table: one, many (in chunks, built while the database writes the
+    one before), or in the caller's own transaction."""
+
+    def __init__(self, table: Table) -> None:
+        self.table = table
+
+    def insert_one(self, row: Row) -> int:
+        """One row, autocommit: no BEGIN/COMMIT round trips; returns its id. Written again if
+        the database rolled it back in a lock conflict: on a Galera node, a certification
+        conflict of the pending counts' row its trigger writes, with an add on another node."""
+        sql, params = _multi_insert(self.table, [row], returning=False, cursor=None)
+        # Not after a lost connection: the row may have been committed before it broke.
+        written = run_reconnecting(
+            self.table.db, lambda: self.table.db.execute_sql(sql, params), False
+        )
+        return int(written.lastrowid)
+
+    def insert_many(
+        self,
+        items: Sequence[T],
+        to_rows: Callable[[Sequence[T]], list[Row]],
+        written: Callable[[Sequence[Row], list[int]], W],
+    ) -> tuple[list[int], list[W]]:
+        """Turn `items` into rows with `to_rows` (which may raise BadInput: nothing is then
+        written) and insert them in one transaction; their ids, in the order of `items`, and
+        `written(rows, ids)` of each part of them, in order.
+
+        Building and escaping rows costs about as much as the database's work, and the server
+        writes one statement at a time, so a helper thread builds the next part's statements
+        while the server writes this one's, and `written` (what the caller does with ids, such
+        as packing the schedule's entries) runs there too, off the path between statements.
+        The transaction is run again whole if the database rolled it back in a lock conflict (on
+        Galera, a certification conflict), as `insert_one` is."""
+        return run_reconnecting(
+            self.table.db,
+            lambda: _insert_many(self.table, items, to_rows, written),
+            reconnect=False,
+        )
+
+    def insert_through(self, connection: Any, rows: Sequence[Row]) -> list[int]:
+        """Insert `rows` with the statements `insert_many` writes, escaped by and sent on another
+        DB-API `connection` to the same database (the caller's, inside its transaction); their
+        ids. Commits nothing."""
+        with closing(connection.cursor()) as cursor:
+            ids: list[int] = []
+            for chunk in _chunks(self.table, rows):
+                cursor.execute(*_multi_insert(self.table, chunk, _returning(self.table), cursor))
+                ids += _new_ids(cursor, len(chunk), _returning(self.table))
+            return ids
 
 
 def _insert_many(
@@ -83,7 +120,7 @@ def _insert_many(
     parts = _parts(items)
     ids: list[int] = []
     done: list[Future[W]] = []
-    with db.atomic(), counts.counted(table, len(items)) as pending, _helper(parts) as helper:
+    with db.atomic(), Counts(table).counted(len(items)) as pending, _helper(parts) as helper:
         # Created here, on this thread's connection: the helper only escapes with it.
         cursor = db.cursor() if table.mysql else None
 
@@ -111,13 +148,6 @@ def _insert_many(
     return ids, results
 
 
-# Where there is more than one part, the first is small, so that the server starts writing
-# soon after the call instead of waiting for a whole part to be built; each later part is
-# twice the one before, up to INSERT_CHUNK: a part is built in about half the time the
-# server takes to write it, so the next is ready when the server is.
-FIRST_PART = 250
-
-
 def _parts(items: Sequence[T]) -> list[Sequence[T]]:
     if len(items) <= INSERT_CHUNK:
         return [items]  # built and written on the caller's thread, as a thread costs more
@@ -140,27 +170,6 @@ def _helper(parts: Sequence[Any]) -> Iterator[Executor]:
         return
     with ThreadPoolExecutor(1, initializer=keep_signals_off_this_thread) as helper:
         yield helper
-
-
-class _Inline(Executor):
-    """Runs each call at once on the caller's thread: one part has nothing to overlap."""
-
-    def submit(self, fn: Callable[..., W], /, *args: Any, **kwargs: Any) -> Future[W]:
-        future: Future[W] = Future()
-        future.set_result(fn(*args, **kwargs))  # what it raises reaches the caller now
-        return future
-
-
-def insert_through(table: Table, connection: Any, rows: Sequence[Row]) -> list[int]:
-    """Insert `rows` with the statements `insert_many` writes, escaped by and sent on another
-    DB-API `connection` to the same database (the caller's, inside its transaction); their
-    ids. Commits nothing."""
-    with closing(connection.cursor()) as cursor:
-        ids: list[int] = []
-        for chunk in _chunks(table, rows):
-            cursor.execute(*_multi_insert(table, chunk, _returning(table), cursor))
-            ids += _new_ids(cursor, len(chunk), _returning(table))
-        return ids
 
 
 def _returning(table: Table) -> bool:

@@ -22,118 +22,125 @@ LOCK_MAX = 191  # characters: a utf8mb4 primary key of InnoDB's 767 bytes
 RESERVED_FOR = 30.0
 
 
-def install(table: Table) -> list[str]:
-    """Create the locks table unless it is there; one line if it was made."""
-    if _exists(table):
-        return []
-    if table.mysql:
-        table.db.execute_sql(
-            f"CREATE TABLE IF NOT EXISTS `{LOCKS_TABLE}` ("
-            f"`lock_key` varchar({LOCK_MAX}) NOT NULL, `job_id` bigint NOT NULL, "
-            "`reserved_until` double DEFAULT NULL, "
-            "`modified` datetime NOT NULL DEFAULT current_timestamp(), "
-            "PRIMARY KEY (`lock_key`)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
-        )
-    else:
-        table.db.execute_sql(
-            f'CREATE TABLE IF NOT EXISTS "{LOCKS_TABLE}" (lock_key VARCHAR({LOCK_MAX}) NOT NULL '
-            "PRIMARY KEY, job_id INTEGER NOT NULL, reserved_until REAL, "
-            "modified DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP)"
-        )
-    return [ADDED]
+class Locks:
+    """Per-key locks in the locks table: taken, let go and handed over as jobs run."""
 
+    def __init__(self, table: Table) -> None:
+        self.table = table
 
-def take(table: Table, key: str, job_id: int, now: float) -> bool:
-    """Take lock `key` for job `job_id`: free, already its own (reserved for it), or held by
-    a job that holds nothing any more (taken over). False while another job holds it: one
-    running under a live lease, or a waiting job it is reserved for."""
-    install(table)
+    def install(self) -> list[str]:
+        """Create the locks table unless it is there; one line if it was made."""
+        if _exists(self.table):
+            return []
+        if self.table.mysql:
+            self.table.db.execute_sql(
+                f"CREATE TABLE IF NOT EXISTS `{LOCKS_TABLE}` ("
+                f"`lock_key` varchar({LOCK_MAX}) NOT NULL, `job_id` bigint NOT NULL, "
+                "`reserved_until` double DEFAULT NULL, "
+                "`modified` datetime NOT NULL DEFAULT current_timestamp(), "
+                "PRIMARY KEY (`lock_key`)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
+            )
+        else:
+            self.table.db.execute_sql(
+                f'CREATE TABLE IF NOT EXISTS "{LOCKS_TABLE}" ('
+                f"lock_key VARCHAR({LOCK_MAX}) NOT NULL PRIMARY KEY, "
+                "job_id INTEGER NOT NULL, reserved_until REAL, "
+                "modified DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP)"
+            )
+        return [ADDED]
 
-    def attempt() -> bool:
-        if _insert_ignoring(table, key, job_id, now):
-            return True
-        holder = _holder(table, key)
-        if holder is None:  # let go of between the two statements: try once more
-            return _insert_ignoring(table, key, job_id, now)
-        held_by, reserved_until = holder
-        if held_by == job_id:
-            _set(table, key, job_id, job_id, None, now)
-            return True
-        if _holds(table, held_by, reserved_until, now):
-            return False
-        return _set(table, key, held_by, job_id, None, now)  # taken over, if still stale
+    def take(self, key: str, job_id: int, now: float) -> bool:
+        """Take lock `key` for job `job_id`: free, already its own (reserved for it), or held by
+        a job that holds nothing any more (taken over). False while another job holds it: one
+        running under a live lease, or a waiting job it is reserved for."""
+        self.install()
 
-    return bool(run_reconnecting(table.db, attempt))
+        def attempt() -> bool:
+            if _insert_ignoring(self.table, key, job_id, now):
+                return True
+            holder = _holder(self.table, key)
+            if holder is None:  # let go of between the two statements: try once more
+                return _insert_ignoring(self.table, key, job_id, now)
+            held_by, reserved_until = holder
+            if held_by == job_id:
+                _set(self.table, key, job_id, job_id, None, now)
+                return True
+            if _holds(self.table, held_by, reserved_until, now):
+                return False
+            return _set(self.table, key, held_by, job_id, None, now)  # taken over, if still stale
 
+        return bool(run_reconnecting(self.table.db, attempt))
 
-def take_many(table: Table, wanted: dict[str, list[int]], now: float) -> dict[str, int]:
-    """`take` for many locks at once: for each key of `wanted`, its jobs earliest first, the
-    first asks; a job of them the lock is reserved for has it instead. One INSERT and one
-    SELECT while the locks are free, more only for those held. Returns {key: the job that
-    took it}."""
-    install(table)
-    asking = {key: jobs[0] for key, jobs in wanted.items()}
+    def take_many(self, wanted: dict[str, list[int]], now: float) -> dict[str, int]:
+        """`take` for many locks at once: for each key of `wanted`, its jobs earliest first, the
+        first asks; a job of them the lock is reserved for has it instead. One INSERT and one
+        SELECT while the locks are free, more only for those held. Returns {key: the job that
+        took it}."""
+        self.install()
+        asking = {key: jobs[0] for key, jobs in wanted.items()}
 
-    def attempt() -> dict[str, int]:
-        _insert_many_ignoring(table, asking, now)
-        found = _holders(table, list(asking))
-        taken = {key: holder for key, (holder, _) in found.items() if holder in wanted[key]}
-        for key, holder in taken.items():
-            if found[key][1] is not None:  # it was reserved for this job: now it holds it
-                _set(table, key, holder, holder, None, now)
-        held = {key: found[key] for key in found if key not in taken}
-        alive = _live_holders(table, {holder: reserved for holder, reserved in held.values()}, now)
-        for key, (holder, _) in held.items():
-            if holder not in alive and _set(table, key, holder, asking[key], None, now):
-                taken[key] = asking[key]  # taken over: its holder held nothing any more
+        def attempt() -> dict[str, int]:
+            _insert_many_ignoring(self.table, asking, now)
+            found = _holders(self.table, list(asking))
+            taken = {key: holder for key, (holder, _) in found.items() if holder in wanted[key]}
+            for key, holder in taken.items():
+                if found[key][1] is not None:  # it was reserved for this job: now it holds it
+                    _set(self.table, key, holder, holder, None, now)
+            held = {key: found[key] for key in found if key not in taken}
+            alive = _live_holders(
+                self.table, {holder: reserved for holder, reserved in held.values()}, now
+            )
+            for key, (holder, _) in held.items():
+                if holder not in alive and _set(self.table, key, holder, asking[key], None, now):
+                    taken[key] = asking[key]  # taken over: its holder held nothing any more
+            return taken
+
+        taken = dict(run_reconnecting(self.table.db, attempt))
+        # Let go of between the INSERT and the SELECT: asked once more, one at a time.
+        for key, job_id in asking.items():
+            if key not in taken and self.take(key, job_id, now):
+                taken[key] = job_id
         return taken
 
-    taken = dict(run_reconnecting(table.db, attempt))
-    # Let go of between the INSERT and the SELECT: asked once more, one at a time.
-    for key, job_id in asking.items():
-        if key not in taken and take(table, key, job_id, now):
-            taken[key] = job_id
-    return taken
+    def let_go_many(self, held: list[tuple[str, int]]) -> None:
+        """Free the locks `held` ((key, job id) each) that those jobs still hold; one DELETE."""
+        if not held:
+            return
+        mark = self.table.db.param
+        matches = " OR ".join([f"(lock_key = {mark} AND job_id = {mark})"] * len(held))
+        params = [value for pair in held for value in pair]
+        sql = f"DELETE FROM {_locks(self.table)} WHERE {matches}"
+        run_reconnecting(self.table.db, lambda: self.table.db.execute_sql(sql, params))
 
-
-def let_go_many(table: Table, held: list[tuple[str, int]]) -> None:
-    """Free the locks `held` ((key, job id) each) that those jobs still hold; one DELETE."""
-    if not held:
-        return
-    mark = table.db.param
-    matches = " OR ".join([f"(lock_key = {mark} AND job_id = {mark})"] * len(held))
-    params = [value for pair in held for value in pair]
-    sql = f"DELETE FROM {_locks(table)} WHERE {matches}"
-    run_reconnecting(table.db, lambda: table.db.execute_sql(sql, params))
-
-
-def hand_over(table: Table, key: str, job_id: int, successor: int | None, now: float) -> bool:
-    """Job `job_id` lets go of lock `key`: to `successor`, reserved for it for RESERVED_FOR,
-    or to no one (None). False if `job_id` did not hold it (another job took it over)."""
-    if successor is None:
-        mark = table.db.param
-        sql = f"DELETE FROM {_locks(table)} WHERE lock_key = {mark} AND job_id = {mark}"
+    def hand_over(self, key: str, job_id: int, successor: int | None, now: float) -> bool:
+        """Job `job_id` lets go of lock `key`: to `successor`, reserved for it for RESERVED_FOR,
+        or to no one (None). False if `job_id` did not hold it (another job took it over)."""
+        if successor is None:
+            mark = self.table.db.param
+            sql = f"DELETE FROM {_locks(self.table)} WHERE lock_key = {mark} AND job_id = {mark}"
+            return bool(
+                run_reconnecting(
+                    self.table.db, lambda: self.table.db.execute_sql(sql, (key, job_id)).rowcount
+                )
+            )
         return bool(
-            run_reconnecting(table.db, lambda: table.db.execute_sql(sql, (key, job_id)).rowcount)
+            run_reconnecting(
+                self.table.db,
+                lambda: _set(self.table, key, job_id, successor, now + RESERVED_FOR, now),
+            )
         )
-    return bool(
-        run_reconnecting(
-            table.db, lambda: _set(table, key, job_id, successor, now + RESERVED_FOR, now)
-        )
-    )
 
-
-def held(table: Table) -> list[tuple[str, int, float | None]]:
-    """(lock key, job id, reserved until) of every lock row, for the operator's looks."""
-    if not _exists(table):
-        return []
-    rows = table.db.execute_sql(
-        f"SELECT lock_key, job_id, reserved_until FROM {_locks(table)} ORDER BY lock_key"
-    ).fetchall()
-    return [
-        (str(key), int(job_id), None if until is None else float(until))
-        for key, job_id, until in rows
-    ]
+    def held(self) -> list[tuple[str, int, float | None]]:
+        """(lock key, job id, reserved until) of every lock row, for the operator's looks."""
+        if not _exists(self.table):
+            return []
+        rows = self.table.db.execute_sql(
+            f"SELECT lock_key, job_id, reserved_until FROM {_locks(self.table)} ORDER BY lock_key"
+        ).fetchall()
+        return [
+            (str(key), int(job_id), None if until is None else float(until))
+            for key, job_id, until in rows
+        ]
 
 
 def _insert_ignoring(table: Table, key: str, job_id: int, now: float) -> bool:

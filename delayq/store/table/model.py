@@ -328,3 +328,9 @@ def due_column(table: Table) -> Any:
     if not table.mysql:
         epoch = (fn.julianday(created) - UNIX_EPOCH_JULIAN_DAY) * 86400.0
     return fn.COALESCE(table.model.run_at, epoch, 0.0)
+
+
+def pending_in(model: Any, queue: str) -> Any:
+    """A condition on `model`'s rows: PENDING in `queue` (the first two columns of the
+    (status, queue, run_at) SQL index)."""
+    return (model.status == Status.PENDING) & (model.queue == queue)

@@ -13,8 +13,9 @@ from operator import iadd
 
 from ...errors import BadInput
 from ..index.tallies import UNNAMED, handler_label
-from . import leases, queries
+from .chains import Chains
 from .database import run_reconnecting
+from .leases import Leases
 from .model import ClaimedJob, Status, Table, failure_parts
 from .policies import read_policy
 from .recurrence import is_recurring, next_due
@@ -135,12 +136,66 @@ class Written:
         return self.retries + self.occurrences + self.deferred
 
 
-def write_outcomes(table: Table, outcomes: Sequence[Outcome], token: str | None) -> Written:
-    """One transaction: successes in one UPDATE, each failure with its retry row, each
-    recurring job's next occurrence; run again on a fresh connection if MySQL dropped it."""
-    if not outcomes:
-        return Written()
-    return run_reconnecting(table.db, lambda: _write_outcomes(table, outcomes, token))
+class Outcomes:
+    """Outcomes written to the table: each a guarded UPDATE of a row this run holds, with the
+    retry or the next occurrence it brings, in one transaction per batch."""
+
+    def __init__(self, table: Table) -> None:
+        self.table = table
+
+    def write_outcomes(self, outcomes: Sequence[Outcome], token: str | None) -> Written:
+        """One transaction: successes in one UPDATE, each failure with its retry row, each
+        recurring job's next occurrence; run again on a fresh connection if MySQL dropped it."""
+        if not outcomes:
+            return Written()
+        return run_reconnecting(self.table.db, lambda: _write_outcomes(self.table, outcomes, token))
+
+    def mark_missed_and_rearm(
+        self, ids: Sequence[int], token: str, message: str, now: float
+    ) -> tuple[list[ClaimedJob], list[tuple[int, float]]]:
+        """One transaction: the PENDING rows among `ids` turned MISSED with `message`, and the
+        next occurrence of each recurring one inserted; (the jobs it turned, (id, due) of each
+        occurrence)."""
+
+        def mark() -> tuple[list[ClaimedJob], list[tuple[int, float]]]:
+            with self.table.db.atomic():
+                missed = Leases(self.table).mark_missed(ids, token, message, now)
+                # A series goes on past a missed occurrence, from the next period after now.
+                occurrences = [self.rearm(job, now) for job in missed if is_recurring(job)]
+                return missed, [occurrence for occurrence in occurrences if occurrence]
+
+        # Run again as a deadlock victim, which was rolled back whole; not after a lost
+        # connection: had that try committed, the second would re-arm the series again.
+        return run_reconnecting(self.table.db, mark, reconnect=False)
+
+    def fail_and_rearm(
+        self, job: ClaimedJob, token: str | None, message: str, now: float
+    ) -> tuple[bool, tuple[int, float] | None]:
+        """One transaction: `job`, held under `token`, FAILED with `message`, and if it recurs its
+        next occurrence inserted; (whether the lease was still held, (id, due) of the occurrence).
+        Nothing is written when another run took the job over."""
+
+        def fail() -> tuple[bool, tuple[int, float] | None]:
+            with self.table.db.atomic():
+                if not Leases(self.table).finish(job.id, token, Status.FAILED, message, now):
+                    return False, None
+                # A recurring series goes on past this occurrence, as past a failed one.
+                return True, self.rearm(job, now) if is_recurring(job) else None
+
+        # The transaction is guarded by token, so a deadlock victim's second try is safe.
+        return run_reconnecting(self.table.db, fail)
+
+    def rearm(self, job: ClaimedJob, now: float) -> tuple[int, float] | None:
+        """Insert the next occurrence of recurring `job`: (id, due), or None if its series was
+        stopped. Call it in the transaction recording `job`'s outcome: that write's guard makes
+        a replayed commit or a second recovery re-arm nothing."""
+        try:
+            run_at = next_due(job, now)
+        except BadInput as exc:  # a schedule another writer left: the series cannot go on
+            logger.error("job %d not re-armed: %s", job.id, exc)
+            return None
+        next_id = Chains(self.table).insert_next_occurrence(job, run_at, now)
+        return None if next_id is None else (next_id, run_at)
 
 
 def _write_outcomes(table: Table, outcomes: Sequence[Outcome], token: str | None) -> Written:
@@ -153,8 +208,8 @@ def _write_outcomes(table: Table, outcomes: Sequence[Outcome], token: str | None
         recurring = [
             o.job.id for o in outcomes if is_recurring(o.job) and o.status != Status.PENDING
         ]
-        held = leases.held_ids(table, recurring, token, lock=True) if recurring else set()
-        written.succeeded = leases.finish_many(table, successes, token, Status.SUCCESS, now)
+        held = Leases(table).held_ids(recurring, token, lock=True) if recurring else set()
+        written.succeeded = Leases(table).finish_many(successes, token, Status.SUCCESS, now)
         if written.succeeded < len(successes):
             written.lost += _not_succeeded(table, [job_id for job_id, _ in successes], token)
         for outcome in outcomes:
@@ -167,71 +222,21 @@ def _write_outcomes(table: Table, outcomes: Sequence[Outcome], token: str | None
             if outcome.job.id in held and outcome.job.id not in lost:
                 # After success and failure alike: a timer that stopped at its first failure
                 # would die silently. A failed occurrence still gets its retries as one-offs.
-                occurrence = rearm(table, outcome.job, outcome.finished_at)
+                occurrence = Outcomes(table).rearm(outcome.job, outcome.finished_at)
                 if occurrence is not None:
                     written.occurrences.append(occurrence)
     return written
 
 
-def mark_missed_and_rearm(
-    table: Table, ids: Sequence[int], token: str, message: str, now: float
-) -> tuple[list[ClaimedJob], list[tuple[int, float]]]:
-    """One transaction: the PENDING rows among `ids` turned MISSED with `message`, and the
-    next occurrence of each recurring one inserted; (the jobs it turned, (id, due) of each
-    occurrence)."""
-
-    def mark() -> tuple[list[ClaimedJob], list[tuple[int, float]]]:
-        with table.db.atomic():
-            missed = leases.mark_missed(table, ids, token, message, now)
-            # A series goes on past a missed occurrence, from the next period after now.
-            occurrences = [rearm(table, job, now) for job in missed if is_recurring(job)]
-            return missed, [occurrence for occurrence in occurrences if occurrence]
-
-    # Run again as a deadlock victim, which was rolled back whole; not after a lost
-    # connection: had that try committed, the second would re-arm the series again.
-    return run_reconnecting(table.db, mark, reconnect=False)
-
-
-def fail_and_rearm(
-    table: Table, job: ClaimedJob, token: str | None, message: str, now: float
-) -> tuple[bool, tuple[int, float] | None]:
-    """One transaction: `job`, held under `token`, FAILED with `message`, and if it recurs its
-    next occurrence inserted; (whether the lease was still held, (id, due) of the occurrence).
-    Nothing is written when another run took the job over."""
-
-    def fail() -> tuple[bool, tuple[int, float] | None]:
-        with table.db.atomic():
-            if not leases.finish(table, job.id, token, Status.FAILED, message, now):
-                return False, None
-            # A recurring series goes on past this occurrence, as past a failed one.
-            return True, rearm(table, job, now) if is_recurring(job) else None
-
-    # The transaction is guarded by token, so a deadlock victim's second try is safe.
-    return run_reconnecting(table.db, fail)
-
-
-def rearm(table: Table, job: ClaimedJob, now: float) -> tuple[int, float] | None:
-    """Insert the next occurrence of recurring `job`: (id, due), or None if its series was
-    stopped. Call it in the transaction recording `job`'s outcome: that write's guard makes
-    a replayed commit or a second recovery re-arm nothing."""
-    try:
-        run_at = next_due(job, now)
-    except BadInput as exc:  # a schedule another writer left: the series cannot go on
-        logger.error("job %d not re-armed: %s", job.id, exc)
-        return None
-    next_id = queries.insert_next_occurrence(table, job, run_at, now)
-    return None if next_id is None else (next_id, run_at)
-
-
 def _write_failure(table: Table, outcome: Outcome, token: str | None, written: Written) -> None:
     job = outcome.job
-    if not leases.finish(table, job.id, token, Status.FAILED, outcome.message, outcome.finished_at):
+    if not Leases(table).finish(job.id, token, Status.FAILED, outcome.message, outcome.finished_at):
         written.lost.append(job.id)
         return
     written.failed += 1
     if outcome.next_in is not None:
         run_at = outcome.finished_at + outcome.next_in
-        retry_id = queries.insert_retry(table, job, run_at, outcome.finished_at)
+        retry_id = Chains(table).insert_retry(job, run_at, outcome.finished_at)
         written.retries.append((retry_id, run_at))
 
 
@@ -242,7 +247,7 @@ def _write_deferral(table: Table, outcome: Outcome, token: str | None, written: 
     assert outcome.next_in is not None
     run_at = outcome.finished_at + outcome.next_in
     policy = read_policy(job.retry_policy).deferred().to_text()
-    if leases.defer(table, job.id, token, run_at, outcome.message, policy, outcome.finished_at):
+    if Leases(table).defer(job.id, token, run_at, outcome.message, policy, outcome.finished_at):
         written.deferred.append((job.id, run_at))
     else:
         written.lost.append(job.id)

@@ -59,29 +59,130 @@ class Unchanged:
 UNCHANGED = Unchanged()
 
 
-def install(table: Table) -> list[str]:
-    """Create the settings table unless it is there, or add the columns an older one lacks;
-    one line for each change."""
-    if _exists(table):
-        return _add_limit_columns(table)
-    if table.mysql:
-        table.db.execute_sql(
-            f"CREATE TABLE IF NOT EXISTS `{SETTINGS_TABLE}` ("
-            "`queue` varchar(64) NOT NULL, `paused_at` double DEFAULT NULL, "
-            "`resumed_at` double DEFAULT NULL, `version` bigint NOT NULL DEFAULT 0, "
-            "`modified` datetime NOT NULL DEFAULT current_timestamp(), "
-            "`rate_count` int DEFAULT NULL, `rate_period` double DEFAULT NULL, "
-            "`concurrency` int DEFAULT NULL, "
-            "PRIMARY KEY (`queue`)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
+class QueueSettings:
+    """Each queue's pause and limits in the settings table: read, changed, and whether a queue
+    holds jobs at all."""
+
+    def __init__(self, table: Table) -> None:
+        self.table = table
+
+    def install(self) -> list[str]:
+        """Create the settings table unless it is there, or add the columns an older one lacks;
+        one line for each change."""
+        if _exists(self.table):
+            return _add_limit_columns(self.table)
+        if self.table.mysql:
+            self.table.db.execute_sql(
+                f"CREATE TABLE IF NOT EXISTS `{SETTINGS_TABLE}` ("
+                "`queue` varchar(64) NOT NULL, `paused_at` double DEFAULT NULL, "
+                "`resumed_at` double DEFAULT NULL, `version` bigint NOT NULL DEFAULT 0, "
+                "`modified` datetime NOT NULL DEFAULT current_timestamp(), "
+                "`rate_count` int DEFAULT NULL, `rate_period` double DEFAULT NULL, "
+                "`concurrency` int DEFAULT NULL, "
+                "PRIMARY KEY (`queue`)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
+            )
+        else:
+            self.table.db.execute_sql(
+                f'CREATE TABLE IF NOT EXISTS "{SETTINGS_TABLE}" (queue VARCHAR(64) NOT NULL '
+                "PRIMARY KEY, paused_at REAL, resumed_at REAL, version INTEGER NOT NULL DEFAULT 0, "
+                "modified DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP, rate_count INTEGER, "
+                "rate_period REAL, concurrency INTEGER)"
+            )
+        return [ADDED]
+
+    def flows(self, queues: Sequence[str] | None = None) -> dict[str, QueueFlow]:
+        """{queue: its settings} of the queues with a row (of `queues`, or all); none before
+        `delayq init` made the table, which is every queue at its defaults."""
+        if not _exists(self.table):
+            return {}
+        sql = (
+            "SELECT queue, paused_at, resumed_at, version, rate_count, rate_period, concurrency "
+            f"FROM {_settings(self.table)}"
         )
-    else:
-        table.db.execute_sql(
-            f'CREATE TABLE IF NOT EXISTS "{SETTINGS_TABLE}" (queue VARCHAR(64) NOT NULL '
-            "PRIMARY KEY, paused_at REAL, resumed_at REAL, version INTEGER NOT NULL DEFAULT 0, "
-            "modified DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP, rate_count INTEGER, "
-            "rate_period REAL, concurrency INTEGER)"
-        )
-    return [ADDED]
+        params: list[str] = []
+        if queues is not None:
+            if not queues:
+                return {}
+            sql += f" WHERE queue IN ({', '.join([self.table.db.param] * len(queues))})"
+            params = list(queues)
+        rows = self.table.db.execute_sql(sql, params).fetchall()
+        return {str(row[0]): _flow(*row[1:]) for row in rows}
+
+    def pause(self, queues: Sequence[str], now: float) -> dict[str, QueueFlow]:
+        """Pause `queues` from `now`; one already paused keeps when it was paused. Returns every
+        one's settings as they now stand."""
+        if self.table.mysql:
+            sql = (
+                f"INSERT INTO {_settings(self.table)} (queue, paused_at, version, modified) "
+                "VALUES (%s, %s, 1, %s) ON DUPLICATE KEY UPDATE "
+                "version = version + (paused_at IS NULL), "
+                "modified = IF(paused_at IS NULL, VALUES(modified), modified), "
+                "paused_at = COALESCE(paused_at, VALUES(paused_at))"
+            )
+        else:
+            sql = (
+                f'INSERT INTO "{SETTINGS_TABLE}" (queue, paused_at, version, modified) '
+                "VALUES (?, ?, 1, ?) ON CONFLICT (queue) DO UPDATE SET "
+                "version = version + (paused_at IS NULL), "
+                "modified = CASE WHEN paused_at IS NULL THEN excluded.modified "
+                "ELSE modified END, paused_at = COALESCE(paused_at, excluded.paused_at)"
+            )
+        return _upsert_each(self.table, queues, sql, (now, stamp_text(now)))
+
+    def resume(self, queues: Sequence[str], now: float) -> dict[str, QueueFlow]:
+        """Resume those of `queues` that are paused, as of `now`; one that runs is left as it is
+        (its overdue window does not move). Returns every one's settings as they now stand."""
+        if queues and _exists(self.table):
+            marks = ", ".join([self.table.db.param] * len(queues))
+            param = self.table.db.param
+            self.table.db.execute_sql(
+                f"UPDATE {_settings(self.table)} SET paused_at = NULL, "
+                f"resumed_at = {param}, version = version + 1, modified = {param} "
+                f"WHERE paused_at IS NOT NULL AND queue IN ({marks})",
+                [now, stamp_text(now), *queues],
+            )
+        found = self.flows(queues)
+        return {queue: found.get(queue, RUNNING) for queue in queues}
+
+    def limit(
+        self,
+        queues: Sequence[str],
+        now: float,
+        rate: tuple[int, float] | None | Unchanged = UNCHANGED,
+        concurrency_limit: int | None | Unchanged = UNCHANGED,
+    ) -> dict[str, QueueFlow]:
+        """Limit `queues` to `rate` (starts, seconds) and to `concurrency_limit` jobs running at
+        once; None lifts that limit, UNCHANGED leaves it as it is. Returns every one's settings
+        as they now stand."""
+        values: dict[str, object] = {}
+        if not isinstance(rate, Unchanged):
+            values["rate_count"], values["rate_period"] = rate if rate is not None else (None, None)
+        if not isinstance(concurrency_limit, Unchanged):
+            values["concurrency"] = concurrency_limit
+        columns = ", ".join(values)
+        marks = ", ".join([self.table.db.param] * len(values))
+        if self.table.mysql:
+            updates = ", ".join(f"{column} = VALUES({column})" for column in values)
+            sql = (
+                f"INSERT INTO {_settings(self.table)} (queue, {columns}, version, modified) "
+                f"VALUES (%s, {marks}, 1, %s) ON DUPLICATE KEY UPDATE version = version + 1, "
+                f"{updates}, modified = VALUES(modified)"
+            )
+        else:
+            updates = ", ".join(f"{column} = excluded.{column}" for column in values)
+            sql = (
+                f'INSERT INTO "{SETTINGS_TABLE}" (queue, {columns}, version, modified) '
+                f"VALUES (?, {marks}, 1, ?) ON CONFLICT (queue) DO UPDATE SET "
+                f"version = version + 1, {updates}, modified = excluded.modified"
+            )
+        return _upsert_each(self.table, queues, sql, (*values.values(), stamp_text(now)))
+
+    def holds_jobs(self, queue: str) -> bool:
+        """Whether any row is in `queue`: a range of the (status, queue, run_at) SQL index a
+        status."""
+        Job = self.table.model
+        rows = Job.select(Job.id).where(Job.status.in_(list(Status)), Job.queue == queue)
+        return rows.limit(1).exists()
 
 
 def _add_limit_columns(table: Table) -> list[str]:
@@ -99,106 +200,16 @@ def _add_limit_columns(table: Table) -> list[str]:
     return [f"added columns {', '.join(added)} to {SETTINGS_TABLE}"] if added else []
 
 
-def flows(table: Table, queues: Sequence[str] | None = None) -> dict[str, QueueFlow]:
-    """{queue: its settings} of the queues with a row (of `queues`, or all); none before
-    `delayq init` made the table, which is every queue at its defaults."""
-    if not _exists(table):
-        return {}
-    sql = (
-        "SELECT queue, paused_at, resumed_at, version, rate_count, rate_period, concurrency "
-        f"FROM {_settings(table)}"
-    )
-    params: list[str] = []
-    if queues is not None:
-        if not queues:
-            return {}
-        sql += f" WHERE queue IN ({', '.join([table.db.param] * len(queues))})"
-        params = list(queues)
-    rows = table.db.execute_sql(sql, params).fetchall()
-    return {str(row[0]): _flow(*row[1:]) for row in rows}
-
-
-def pause(table: Table, queues: Sequence[str], now: float) -> dict[str, QueueFlow]:
-    """Pause `queues` from `now`; one already paused keeps when it was paused. Returns every
-    one's settings as they now stand."""
-    if table.mysql:
-        sql = (
-            f"INSERT INTO {_settings(table)} (queue, paused_at, version, modified) "
-            "VALUES (%s, %s, 1, %s) ON DUPLICATE KEY UPDATE "
-            "version = version + (paused_at IS NULL), "
-            "modified = IF(paused_at IS NULL, VALUES(modified), modified), "
-            "paused_at = COALESCE(paused_at, VALUES(paused_at))"
-        )
-    else:
-        sql = (
-            f'INSERT INTO "{SETTINGS_TABLE}" (queue, paused_at, version, modified) '
-            "VALUES (?, ?, 1, ?) ON CONFLICT (queue) DO UPDATE SET "
-            "version = version + (paused_at IS NULL), "
-            "modified = CASE WHEN paused_at IS NULL THEN excluded.modified "
-            "ELSE modified END, paused_at = COALESCE(paused_at, excluded.paused_at)"
-        )
-    return _upsert_each(table, queues, sql, (now, stamp_text(now)))
-
-
-def resume(table: Table, queues: Sequence[str], now: float) -> dict[str, QueueFlow]:
-    """Resume those of `queues` that are paused, as of `now`; one that runs is left as it is
-    (its overdue window does not move). Returns every one's settings as they now stand."""
-    if queues and _exists(table):
-        marks = ", ".join([table.db.param] * len(queues))
-        table.db.execute_sql(
-            f"UPDATE {_settings(table)} SET paused_at = NULL, "
-            f"resumed_at = {table.db.param}, version = version + 1, modified = {table.db.param} "
-            f"WHERE paused_at IS NOT NULL AND queue IN ({marks})",
-            [now, stamp_text(now), *queues],
-        )
-    found = flows(table, queues)
-    return {queue: found.get(queue, RUNNING) for queue in queues}
-
-
-def limit(
-    table: Table,
-    queues: Sequence[str],
-    now: float,
-    rate: tuple[int, float] | None | Unchanged = UNCHANGED,
-    concurrency_limit: int | None | Unchanged = UNCHANGED,
-) -> dict[str, QueueFlow]:
-    """Limit `queues` to `rate` (starts, seconds) and to `concurrency_limit` jobs running at
-    once; None lifts that limit, UNCHANGED leaves it as it is. Returns every one's settings
-    as they now stand."""
-    values: dict[str, object] = {}
-    if not isinstance(rate, Unchanged):
-        values["rate_count"], values["rate_period"] = rate if rate is not None else (None, None)
-    if not isinstance(concurrency_limit, Unchanged):
-        values["concurrency"] = concurrency_limit
-    columns = ", ".join(values)
-    marks = ", ".join([table.db.param] * len(values))
-    if table.mysql:
-        updates = ", ".join(f"{column} = VALUES({column})" for column in values)
-        sql = (
-            f"INSERT INTO {_settings(table)} (queue, {columns}, version, modified) "
-            f"VALUES (%s, {marks}, 1, %s) ON DUPLICATE KEY UPDATE version = version + 1, "
-            f"{updates}, modified = VALUES(modified)"
-        )
-    else:
-        updates = ", ".join(f"{column} = excluded.{column}" for column in values)
-        sql = (
-            f'INSERT INTO "{SETTINGS_TABLE}" (queue, {columns}, version, modified) '
-            f"VALUES (?, {marks}, 1, ?) ON CONFLICT (queue) DO UPDATE SET "
-            f"version = version + 1, {updates}, modified = excluded.modified"
-        )
-    return _upsert_each(table, queues, sql, (*values.values(), stamp_text(now)))
-
-
 def _upsert_each(
     table: Table, queues: Sequence[str], sql: str, values: tuple[object, ...]
 ) -> dict[str, QueueFlow]:
     """Run the insert-or-update `sql` for each queue (its first parameter, then `values`), in
     one transaction; every one's settings as they then stand."""
-    install(table)
+    QueueSettings(table).install()
     with table.db.atomic():
         for queue in queues:
             table.db.execute_sql(sql, (queue, *values))
-    return flows(table, queues)
+    return QueueSettings(table).flows(queues)
 
 
 def _exists(table: Table) -> bool:
@@ -207,14 +218,6 @@ def _exists(table: Table) -> bool:
 
 def _settings(table: Table) -> str:
     return quoted(table, SETTINGS_TABLE)
-
-
-def holds_jobs(table: Table, queue: str) -> bool:
-    """Whether any row is in `queue`: a range of the (status, queue, run_at) SQL index a
-    status."""
-    Job = table.model
-    rows = Job.select(Job.id).where(Job.status.in_(list(Status)), Job.queue == queue)
-    return rows.limit(1).exists()
 
 
 def _flow(

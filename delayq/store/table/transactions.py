@@ -19,7 +19,7 @@ from typing import Any
 from peewee import Database
 
 from ...errors import BadInput
-from .inserts import Row, insert_through
+from .inserts import Inserts, Row
 from .model import Table
 
 KINDS = (
@@ -32,7 +32,7 @@ def add_through(table: Table, using: Any, rows: Sequence[Row]) -> list[int]:
     """Insert `rows` on the connection `using` names, in its open transaction; their ids."""
     connection = dbapi_connection(using)
     check_same_database(table, connection)
-    return insert_through(table, connection, [{**row, "unindexed": 1} for row in rows])
+    return Inserts(table).insert_through(connection, [{**row, "unindexed": 1} for row in rows])
 
 
 def dbapi_connection(using: Any) -> Any:

@@ -14,7 +14,8 @@ from ...config import DEFAULT_QUEUE
 from ...errors import ConfigError
 from ..index.keys import schedule_key
 from ..index.parts import Index
-from . import queries
+from .due_rows import DueRows
+from .jobs import Jobs
 from .leases import pending_again
 from .model import RETIRED_INDEXES, TABLE_NAME, Status, Table, id_batches, utc_stamp
 
@@ -187,10 +188,10 @@ def _adopt_due_times(table: Table, index: Index) -> list[str]:
     """Pending rows written without run_at but on a schedule take its score as run_at: the
     seed's rows, and those of producers that only ZADD the due time."""
     adopted = 0
-    for queue in queries.pending_queues(table):
+    for queue in Jobs(table).pending_queues():
         after_id = 0
-        while ids := queries.pending_without_run_at(table, queue, BATCH, after_id):
-            adopted += queries.adopt_run_at(table, index.schedule.scores(queue, ids))
+        while ids := DueRows(table).pending_without_run_at(queue, BATCH, after_id):
+            adopted += DueRows(table).adopt_run_at(index.schedule.scores(queue, ids))
             after_id = ids[-1]
     return [f"took the due times of {adopted} jobs from the schedule"] if adopted else []
 

@@ -17,6 +17,7 @@ from delayq import JobSpec, Status
 from delayq.errors import BadInput
 from delayq.ops.overview import JobFilter
 from delayq.store.table import counts
+from delayq.store.table.counts import Counts
 from delayq.store.table.model import TABLE_NAME
 from tests.conftest import with_kept_counts
 
@@ -35,8 +36,8 @@ def counted(queue) -> dict[str, int]:
 
 
 def kept(queue) -> dict[str, int]:
-    assert counts.installed(queue.table)
-    return counts.pending_by_queue(queue.table)
+    assert Counts(queue.table).installed()
+    return Counts(queue.table).pending_by_queue()
 
 
 @with_kept_counts
@@ -95,8 +96,8 @@ def test_init_on_a_table_without_the_counts_counts_what_is_there(queue, log):
         queue.db.execute_sql(f"DROP TRIGGER {name}")
     queue.db.execute_sql(f"DELETE FROM {counts.COUNTS_TABLE}")
     queue.add(H, "record", {"log": log}, queue="mail", delay=60)  # no trigger counts it
-    assert not counts.installed(queue.table)
-    assert counts.pending_by_queue(queue.table) == {"default": 7, "mail": 1}  # from the index
+    assert not Counts(queue.table).installed()
+    assert Counts(queue.table).pending_by_queue() == {"default": 7, "mail": 1}  # from the index
 
     changes = queue.init()
 

@@ -12,6 +12,7 @@ from typing import Any
 import delayq
 from delayq import JobSpec
 from delayq.store.table import counts
+from delayq.store.table.counts import Counts
 from tests.conftest import with_kept_counts
 from tests.store.table.test_counts import counted
 from tests.support.waiting import at_once
@@ -54,11 +55,11 @@ def test_two_corrections_at_once_add_the_difference_once(make_queue, log):
         pause_after_the_snapshot(queue, barrier)
 
     assert (
-        at_once([lambda: counts.correct(first.table), lambda: counts.correct(second.table)], 60)
+        at_once([lambda: Counts(first.table).correct(), lambda: Counts(second.table).correct()], 60)
         == []
     )
 
-    assert counts.pending_by_queue(first.table) == counted(first) == {"default": 40, "mail": 3}
+    assert Counts(first.table).pending_by_queue() == counted(first) == {"default": 40, "mail": 3}
 
 
 @with_kept_counts
@@ -76,8 +77,8 @@ def test_writers_go_on_while_two_corrections_run(make_queue, log):
             added.append(writer.add(H, "record", {"log": log}, delay=60))
         writer.cancel(added[0])
 
-    both = [lambda: counts.correct(first.table), lambda: counts.correct(second.table), write]
+    both = [lambda: Counts(first.table).correct(), lambda: Counts(second.table).correct(), write]
     assert at_once(both, 60) == []
 
     assert len(added) == 30
-    assert counts.pending_by_queue(first.table) == counted(first) == {"default": 49}
+    assert Counts(first.table).pending_by_queue() == counted(first) == {"default": 49}

@@ -12,8 +12,8 @@ import pytest
 
 from delayq import Status
 from delayq.flow.gate import HeldSlots
-from delayq.store.table import leases
 from delayq.store.table.database import run_reconnecting
+from delayq.store.table.leases import Leases
 from delayq.store.table.model import Job
 from delayq.worker.heartbeat import Heartbeat, LeaseDeadline
 from delayq.worker.recovery import recover_leases
@@ -27,15 +27,15 @@ H = "tests.sample_handlers.jobs"
 def test_a_lease_renewed_after_it_was_seen_lapsed_is_not_taken_over(queue, log):
     job_id = queue.add(H, "record", {"log": log}, delay=0)
     now = time.time()
-    [held] = leases.mark_running(queue.table, [job_id], "run-a", now - 1, now)  # already lapsed
-    [lapsed] = leases.expired_leases(queue.table, "default", now, 10)
+    [held] = Leases(queue.table).mark_running([job_id], "run-a", now - 1, now)  # already lapsed
+    [lapsed] = Leases(queue.table).expired_leases("default", now, 10)
     assert lapsed.job.id == held.id
 
-    leases.renew_leases(
-        queue.table, "run-a", now + 60
+    Leases(queue.table).renew_leases(
+        "run-a", now + 60
     )  # run A was only slow: its heartbeat got through
 
-    assert not leases.reclaim(queue.table, lapsed, now, was_running=True)
+    assert not Leases(queue.table).reclaim(lapsed, now, was_running=True)
     row = Job.get_by_id(job_id)
     assert (row.status, row.lease_token, row.lost_leases) == (Status.RUNNING, "run-a", 0)
 
@@ -43,10 +43,10 @@ def test_a_lease_renewed_after_it_was_seen_lapsed_is_not_taken_over(queue, log):
 def test_a_lease_still_lapsed_is_taken_over(queue, log):
     job_id = queue.add(H, "record", {"log": log}, delay=0)
     now = time.time()
-    leases.mark_running(queue.table, [job_id], "run-a", now - 1, now)
-    [lapsed] = leases.expired_leases(queue.table, "default", now, 10)
+    Leases(queue.table).mark_running([job_id], "run-a", now - 1, now)
+    [lapsed] = Leases(queue.table).expired_leases("default", now, 10)
 
-    assert leases.reclaim(queue.table, lapsed, now, was_running=True)
+    assert Leases(queue.table).reclaim(lapsed, now, was_running=True)
     row = Job.get_by_id(job_id)
     assert (row.status, row.lease_token, row.lost_leases) == (Status.PENDING, None, 1)
 
@@ -57,24 +57,24 @@ def test_a_late_renewal_cannot_pull_back_a_lease_renewed_after_it(queue, log):
     # main thread renews that job's lease and starts it; the heartbeat lands just after.
     job_id = queue.add(H, "record", {"log": log}, delay=0)
     now = time.time()
-    leases.mark_running(queue.table, [job_id], "run-a", now - 3, now - 6)  # lapsed at once
-    assert leases.still_held(queue.table, [job_id], "run-a", now + 60) == {job_id}
+    Leases(queue.table).mark_running([job_id], "run-a", now - 3, now - 6)  # lapsed at once
+    assert Leases(queue.table).still_held([job_id], "run-a", now + 60) == {job_id}
 
-    leases.renew_leases(queue.table, "run-a", now - 2)  # the stale heartbeat
-    assert leases.still_held(queue.table, [job_id], "run-a", now - 1) == {job_id}
+    Leases(queue.table).renew_leases("run-a", now - 2)  # the stale heartbeat
+    assert Leases(queue.table).still_held([job_id], "run-a", now - 1) == {job_id}
 
-    assert leases.expired_leases(queue.table, "default", now, 10) == []
+    assert Leases(queue.table).expired_leases("default", now, 10) == []
     assert Job.get_by_id(job_id).lease_until == pytest.approx(now + 60)
 
 
 def test_a_renewal_pushes_a_lease_out(queue, log):
     job_id = queue.add(H, "record", {"log": log}, delay=0)
     now = time.time()
-    leases.mark_running(queue.table, [job_id], "run-a", now + 5, now)
+    Leases(queue.table).mark_running([job_id], "run-a", now + 5, now)
 
-    leases.renew_leases(queue.table, "run-a", now + 30)
+    Leases(queue.table).renew_leases("run-a", now + 30)
     assert Job.get_by_id(job_id).lease_until == pytest.approx(now + 30)
-    leases.still_held(queue.table, [job_id], "run-a", now + 40)
+    Leases(queue.table).still_held([job_id], "run-a", now + 40)
     assert Job.get_by_id(job_id).lease_until == pytest.approx(now + 40)
 
 
@@ -140,7 +140,7 @@ def test_a_lease_check_or_hand_back_chosen_as_deadlock_victim_is_run_again(queue
     # the runner (exit 1).
     first, second, *filler = [Job.insert(params="{}", run_at=1.0).execute() for _ in range(52)]
     now = time.time()
-    leases.mark_running(queue.table, [first, second], "run-a", now + 60, now)
+    Leases(queue.table).mark_running([first, second], "run-a", now + 60, now)
     ours = queue.db.connection().thread_id()
     rival_db = mysql_connect(backend["database_url"])
     rival_holds_second = threading.Event()
@@ -163,9 +163,9 @@ def test_a_lease_check_or_hand_back_chosen_as_deadlock_victim_is_run_again(queue
     thread.start()
     rival_holds_second.wait(5)
     if write == "check":
-        held = leases.still_held(queue.table, [first, second], "run-a", now + 120)
+        held = Leases(queue.table).still_held([first, second], "run-a", now + 120)
     else:
-        released = leases.release(queue.table, [first, second], "run-a", now)
+        released = Leases(queue.table).release([first, second], "run-a", now)
     thread.join()
     rival_db.close()
 
@@ -188,7 +188,7 @@ def test_a_takeover_that_waited_too_long_on_a_lock_is_run_again(
     caplog.set_level(logging.INFO, logger="delayq")
     job_id = Job.insert(params="{}", run_at=1.0, lost_leases=lost_before).execute()
     now = time.time()
-    leases.mark_running(queue.table, [job_id], "run-a", now - 1, now - 10)  # its run died
+    Leases(queue.table).mark_running([job_id], "run-a", now - 1, now - 10)  # its run died
     queue.db.execute_sql("SET SESSION innodb_lock_wait_timeout = 1")
     rival_db = mysql_connect(backend["database_url"])
     rival_holds_it = threading.Event()
@@ -225,7 +225,7 @@ def test_a_heartbeat_held_up_by_a_locked_table_beats_again_at_once(queue, backen
     # on, with their leases lapsed and open to any recovering run.
     job_id = queue.add(H, "record", {"log": log}, delay=0)
     now = time.time()
-    leases.mark_running(queue.table, [job_id], "run-a", now + 3, now)
+    Leases(queue.table).mark_running([job_id], "run-a", now + 3, now)
     heartbeat = Heartbeat(queue.table, queue.index, 3.0)
     ours = queue.db.connection().thread_id()  # the beat below runs on this thread
     locker = mysql_connect(backend["database_url"])
@@ -276,9 +276,9 @@ def test_a_row_the_run_already_holds_is_not_won_again(queue, log):
     # the run leased it; the run's next claim then meets it again and must not take it.
     first, second = (queue.add(H, "record", {"log": log}, delay=0) for _ in range(2))
     now = time.time()
-    leases.mark_running(queue.table, [first], "run-a", now + 60, now)
+    Leases(queue.table).mark_running([first], "run-a", now + 60, now)
 
-    won = leases.mark_running(queue.table, [first, second], "run-a", now + 60, now)
+    won = Leases(queue.table).mark_running([first, second], "run-a", now + 60, now)
 
     assert [job.id for job in won] == [second]
     assert Job.get_by_id(first).lease_token == "run-a"

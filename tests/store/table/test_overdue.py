@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from delayq import JobSpec, Status
-from delayq.store.table.queries import overdue_pending
+from delayq.store.table.due_rows import DueRows
 from tests.support.sqlite_steps import sqlite_steps
 
 H = "tests.sample_handlers.jobs"
@@ -30,22 +30,22 @@ def test_undated_rows_come_first_then_the_longest_due(queue):
     Job.update(run_at=None).where(Job.id == ids[1]).execute()  # a PHP producer's row
     Job.update(status=Status.SUCCESS).where(Job.id == ids[0]).execute()
 
-    found = overdue_pending(queue.table, "mail", NOW, 10)
+    found = DueRows(queue.table).overdue_pending("mail", NOW, 10)
 
     assert [job_id for job_id, _ in found] == [ids[1], ids[3], ids[2]]
     assert [due for _, due in found[1:]] == [NOW - 240, NOW - 180]
-    assert overdue_pending(queue.table, "mail", NOW, 2) == found[:2]
-    assert overdue_pending(queue.table, "default", NOW, 10) == []
+    assert DueRows(queue.table).overdue_pending("mail", NOW, 2) == found[:2]
+    assert DueRows(queue.table).overdue_pending("default", NOW, 10) == []
 
 
 @pytest.mark.parametrize("backend", ["embedded"], indirect=True)
 def test_on_sqlite_the_work_follows_the_due_rows_not_the_pending_ones(queue):
     queue.add_many([JobSpec(H, "record", {}, at=NOW - i, queue="mail") for i in (1, 2)], now=NOW)
     add_later(queue, 100)
-    few, before = sqlite_steps(queue, lambda: overdue_pending(queue.table, "mail", NOW, 10))
+    few, before = sqlite_steps(queue, lambda: DueRows(queue.table).overdue_pending("mail", NOW, 10))
     add_later(queue, 3000)
 
-    many, after = sqlite_steps(queue, lambda: overdue_pending(queue.table, "mail", NOW, 10))
+    many, after = sqlite_steps(queue, lambda: DueRows(queue.table).overdue_pending("mail", NOW, 10))
 
     assert len(few) == len(many) == 2
     assert after < 2 * before  # reading every pending row of the queue takes 30 times more

@@ -12,6 +12,7 @@ import pytest
 
 from delayq import JobSpec
 from delayq.store.table import counts
+from delayq.store.table.counts import Counts
 from tests.conftest import _missing, mysql_connect
 from tests.support.invoke import invoke
 
@@ -56,12 +57,12 @@ def test_init_as_the_suites_user_keeps_no_trigger_counts_says_why_and_counts_sta
     assert result.exit_code == 0, result.output
     (said,) = [line for line in result.stdout.splitlines() if counts.WITHOUT_TRIGGERS in line]
     assert "set log_bin_trust_function_creators=1 on the server" in said
-    assert not counts.installed(queue.table)
+    assert not Counts(queue.table).installed()
     tables = {name for (name,) in rows(production_server, "SHOW TABLES")}
     assert counts.COUNTS_TABLE not in tables  # nothing half made
     queue.add_many([JobSpec(H, "record", {"log": log}, delay=60) for _ in range(3)])
     queue.add(H, "record", {"log": log}, queue="mail", delay=7200)  # beyond the horizon
-    assert counts.pending_by_queue(queue.table) == {"default": 3, "mail": 1}
+    assert Counts(queue.table).pending_by_queue() == {"default": 3, "mail": 1}
     assert queue.status()["queues"]["mail"]["pending"] == 1
     (doctor,) = [
         line.split(None, 2)

@@ -12,9 +12,9 @@ import pytest
 from delayq import BadInput, Status
 from delayq.store.index.keys import schedule_key
 from delayq.store.index.schedule import Schedule
-from delayq.store.table import leases
+from delayq.store.table.leases import Leases
 from delayq.store.table.model import Job
-from delayq.store.table.outcomes import Outcome, write_outcomes
+from delayq.store.table.outcomes import Outcome, Outcomes
 from delayq.worker.retry import LADDER
 from tests.conftest import DELAYQ
 from tests.faults.test_faults import run_cli, wait_for_leases_to_lapse
@@ -109,18 +109,20 @@ def test_two_runs_marking_one_occurrence_missed_re_arm_it_once(queue):
     job_id = queue.add(H, "record", {}, at=NOW, every=HOUR, ext="timer:d", now=NOW)
     table = queue.table
 
-    marked = [leases.mark_missed(table, [job_id], token, "missed", NOW) for token in "ab"]
+    marked = [Leases(table).mark_missed([job_id], token, "missed", NOW) for token in "ab"]
 
     assert [[job.id for job in jobs] for jobs in marked] == [[job_id], []]
 
 
 def test_a_replayed_commit_re_arms_the_series_once(queue):
     job_id = queue.add(H, "record", {}, at=NOW, every=HOUR, ext="timer:r", now=NOW)
-    (job,) = leases.mark_running(queue.table, [job_id], "token", NOW + 60, NOW)
+    (job,) = Leases(queue.table).mark_running([job_id], "token", NOW + 60, NOW)
     outcome = Outcome(job=job, status=Status.SUCCESS, message="", next_in=None, finished_at=NOW + 1)
 
-    first = write_outcomes(queue.table, [outcome], "token")
-    replay = write_outcomes(queue.table, [outcome], "token")  # as after a dropped connection
+    first = Outcomes(queue.table).write_outcomes([outcome], "token")
+    replay = Outcomes(queue.table).write_outcomes(
+        [outcome], "token"
+    )  # as after a dropped connection
 
     assert (first.succeeded, len(first.occurrences)) == (1, 1)
     assert (replay.succeeded, len(replay.occurrences), replay.lost) == (0, 0, [])
