@@ -16,7 +16,7 @@ from .errors import (
     RetryLater,
 )
 from .queue import JobSpec, Queue
-from .store.table.model import Status
+from .store.table import Status
 from .worker.retry import retry_policy
 from .worker.shutdown import on_shutdown
 

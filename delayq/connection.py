@@ -22,8 +22,8 @@ from .errors import BackendUnavailable, DelayqError
 from .queue import Queue
 from .store import embedded
 from .store.backend_errors import one_line
-from .store.index.parts import Index
-from .store.table.database import close_connection, open_database, sqlite_url
+from .store.index import Index
+from .store.table import close_connection, open_database, sqlite_url
 from .store.urls import open_redis
 
 

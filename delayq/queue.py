@@ -22,11 +22,19 @@ from .jobs import changes
 from .jobs.adding import Adder
 from .jobs.spec import JobSpec, job_view, run_at_of
 from .store.backend_errors import backend_errors
-from .store.index.parts import Index
-from .store.table.chains import Chains
-from .store.table.database import Database, bound_replies, close_connection, ping
-from .store.table.model import Status, Table
-from .store.table.queue_settings import UNCHANGED, QueueFlow, Unchanged
+from .store.index import Index
+from .store.table import (
+    UNCHANGED,
+    Chains,
+    Database,
+    QueueFlow,
+    Status,
+    Table,
+    Unchanged,
+    bound_replies,
+    close_connection,
+    ping,
+)
 from .worker.allowlist import check_allowlist
 from .worker.interrupts import GracefulStop
 from .worker.liveness import Liveness

@@ -22,8 +22,8 @@ from ..errors import BackendUnavailable, BadInput, ConfigError
 from ..ops.overview import JobFilter
 from ..queue import Queue
 from ..store.backend_errors import one_line
-from ..store.index.keys import text
-from ..store.table.params import Call, python_class
+from ..store.index import text
+from ..store.table import Call, python_class
 from ..store.urls import open_redis
 from ..worker.allowlist import check_allowlist
 from ..worker.handlers import locate

@@ -148,7 +148,7 @@ def check_database_exists(settings: Settings) -> None:
     """BackendUnavailable, saying where it looked, when the SQLite file is not there; a
     malformed Redis URL is reported first, as the usage error it is."""
     from ..store.embedded import database_path
-    from ..store.table.database import sqlite_file
+    from ..store.table import sqlite_file
 
     if not settings.database_url:
         home = settings.home.resolve()

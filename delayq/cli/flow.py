@@ -12,7 +12,7 @@ import typer
 from ..base.durations import format_delta, format_instant
 from ..errors import BadInput
 from ..flow.limits import format_rate, parse_concurrency_limit, parse_rate
-from ..store.table.queue_settings import QueueFlow
+from ..store.table import QueueFlow
 from .app import Command, app, open_queue, printable
 
 NamesArgument = Annotated[list[str], typer.Argument(metavar="NAME...", help="Queue names.")]

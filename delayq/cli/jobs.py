@@ -12,7 +12,7 @@ from ..base.durations import format_instant, parse_duration, shown
 from ..config import DEFAULT_QUEUE
 from ..errors import BadInput
 from ..jobs.spec import check_at, check_timeout
-from ..store.table.params import UNREADABLE
+from ..store.index import UNREADABLE
 from .app import (
     Command,
     JsonOption,

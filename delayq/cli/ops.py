@@ -14,8 +14,7 @@ import typer
 from ..base.durations import format_delta, format_instant, parse_duration, shown
 from ..errors import BadInput
 from ..flow.limits import format_rate, parse_rate
-from ..store.table.model import Status
-from ..store.table.queue_settings import QueueFlow
+from ..store.table import QueueFlow, Status
 from .app import (
     Command,
     JsonOption,
@@ -238,7 +237,7 @@ def list_jobs(
 def _call(view: dict[str, Any]) -> str:
     """What a row calls, and how it recurs (by cron or `every 1h`); UNREADABLE when its params
     name no class and method."""
-    from ..store.table.params import UNREADABLE
+    from ..store.index import UNREADABLE
 
     names = (view["class"], view["method"])
     call = ".".join(names) if all(isinstance(name, str) for name in names) else UNREADABLE

@@ -25,7 +25,7 @@ from .app import app, open_queue, print_json, printable
 if TYPE_CHECKING:
     from ..config import Settings
     from ..queue import Queue
-    from ..store.table.outcomes import Outcome
+    from ..store.table import Outcome
     from ..worker.liveness import Liveness
     from ..worker.report import OutcomeCallback, RunReport
 
@@ -298,7 +298,7 @@ def _rewriting(
     if outputs.metrics_file is None or not options.loop:
         return nullcontext()
     from ..ops.textfile import Rewriter
-    from ..store.table.database import close_connection
+    from ..store.table import close_connection
 
     # The thread's own database connection is closed when it ends.
     closing = partial(close_connection, queue.table)

@@ -10,7 +10,7 @@ import typer
 
 from ..config import load_settings
 from ..errors import DelayqError
-from ..store.table import counts
+from ..store.table import is_notice
 from .app import Command, JsonOption, app, check_database_exists, open_queue, print_json
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ def init(
     for line in lines:
         typer.echo(line)
     # What the server refused is said at every init; it is no change.
-    changed = any(not counts.is_notice(line) for line in lines)
+    changed = any(not is_notice(line) for line in lines)
     typer.echo(f"{'initialised' if changed else 'all in place:'} {queue.describe()}")
 
 

@@ -18,10 +18,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
-from ..store.index.flow import START_SLACK, FlowUnknown
-from ..store.index.parts import Index
-from ..store.index.schedule import Claimed
-from ..store.table.model import ClaimedJob, Table
+from ..store.index import START_SLACK, Claimed, FlowUnknown, Index
+from ..store.table import ClaimedJob, Table
 from . import locking
 from .settings import restore, settings_of
 

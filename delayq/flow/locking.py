@@ -13,13 +13,8 @@ import logging
 from collections.abc import Mapping
 
 from ..errors import BadInput
-from ..store.index.lock_waits import PARKED_FOR, Waiter
-from ..store.index.parts import Index
-from ..store.index.schedule import packed
-from ..store.table.jobs import Jobs
-from ..store.table.leases import Leases
-from ..store.table.locks import LOCK_MAX, Locks
-from ..store.table.model import ClaimedJob, Table
+from ..store.index import PARKED_FOR, Index, Waiter, packed
+from ..store.table import LOCK_MAX, ClaimedJob, Jobs, Leases, Locks, Table
 
 logger = logging.getLogger(__name__)
 

@@ -14,11 +14,8 @@ from collections.abc import Callable, Sequence
 
 from ..config import validate_queue_name
 from ..errors import BadInput
-from ..store.index.flow import Flow
-from ..store.index.parts import Index
-from ..store.table.leases import Leases
-from ..store.table.model import Table
-from ..store.table.queue_settings import RUNNING, UNCHANGED, QueueFlow, QueueSettings, Unchanged
+from ..store.index import Flow, Index
+from ..store.table import RUNNING, UNCHANGED, Leases, QueueFlow, QueueSettings, Table, Unchanged
 from .limits import parse_concurrency_limit, parse_rate
 
 # A write of the settings table (QueueSettings.pause, .resume): (settings, queues, now) -> their

@@ -12,13 +12,9 @@ from typing import Any
 
 from ..config import Settings, validate_queue_name
 from ..errors import BadInput
-from ..store.index.parts import Index
-from ..store.index.schedule import packed_by_queue
+from ..store.index import Index, packed_by_queue
 from ..store.producers import Producer
-from ..store.table import transactions
-from ..store.table.inserts import Inserts
-from ..store.table.jobs import Jobs
-from ..store.table.model import Table, utc_stamp
+from ..store.table import Inserts, Jobs, Table, add_through, utc_stamp
 from .spec import JobSpec, to_row
 
 
@@ -86,7 +82,7 @@ class Adder:
 
         specs = list(specs)
         if using is not None:  # a run's sweep indexes them once they commit
-            return transactions.add_through(self.table, using, to_rows(specs))
+            return add_through(self.table, using, to_rows(specs))
         if len(specs) <= 1:
             rows = to_rows(specs)  # checked before the database is touched
             if not rows:

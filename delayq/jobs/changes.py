@@ -7,12 +7,8 @@ from __future__ import annotations
 
 from ..config import Settings, validate_queue_name
 from ..errors import BadInput, JobNotFound
-from ..store.index.keys import MAX_ID
-from ..store.index.parts import Index
-from ..store.table.chains import Attempt, Chains
-from ..store.table.jobs import Jobs
-from ..store.table.model import JobRow, Status, Table
-from ..store.table.params import read_call
+from ..store.index import MAX_ID, Index
+from ..store.table import Attempt, Chains, JobRow, Jobs, Status, Table, read_call
 from ..worker.handlers import locate
 from .spec import check_key
 

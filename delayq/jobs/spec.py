@@ -24,11 +24,22 @@ from ..base.durations import (
 from ..config import DEFAULT_QUEUE, Settings, validate_queue_name
 from ..errors import BadInput
 from ..flow.locking import check_lock
-from ..store.table import model as table
-from ..store.table.model import JobRow, Status
-from ..store.table.params import may_nest_deeper, nests_deeper, payload_or_empty, too_deep
-from ..store.table.policies import check_policy, policy_text
-from ..store.table.recurrence import parse_schedule
+from ..store.table import (
+    EXT_MAX,
+    JobRow,
+    Status,
+    check_policy,
+    failure_parts,
+    may_nest_deeper,
+    nests_deeper,
+    parse_schedule,
+    payload_or_empty,
+    policy_text,
+    stamp_epoch,
+    status_word,
+    too_deep,
+    utc_stamp,
+)
 from ..worker.handlers import check_shape, locate
 
 PARAMS_MAX_BYTES = 65535  # what a MySQL TEXT column holds
@@ -85,8 +96,8 @@ def to_row(
         "retry_policy": _policy_column(spec),
         "status": Status.PENDING,
         "retry_times": 0,
-        "created": stamp or table.utc_stamp(now),
-        "modified": stamp or table.utc_stamp(now),
+        "created": stamp or utc_stamp(now),
+        "modified": stamp or utc_stamp(now),
     }
 
 
@@ -96,10 +107,10 @@ def job_view(job: JobRow) -> dict[str, Any]:
     payload = payload_or_empty(job.params)
     message, traceback = job.message, None
     if job.status == Status.FAILED:
-        message, traceback = table.failure_parts(job.message)
+        message, traceback = failure_parts(job.message)
     return {
         "id": job.id,
-        "status": table.status_word(job.status),
+        "status": status_word(job.status),
         "retry_times": job.retry_times,
         "message": message,
         "traceback": traceback,
@@ -123,8 +134,8 @@ def row_view(job: JobRow) -> dict[str, Any]:
         view,
         queue=job.queue,
         chain_id=job.chain_id,
-        created=table.stamp_epoch(job.created),
-        modified=table.stamp_epoch(job.modified),
+        created=stamp_epoch(job.created),
+        modified=stamp_epoch(job.modified),
     )
 
 
@@ -162,8 +173,8 @@ def check_ext(ext: str) -> str:
         ext.encode("utf-8")
     except UnicodeEncodeError:
         raise BadInput("ext is not valid UTF-8") from None
-    if len(ext) > table.EXT_MAX:
-        raise BadInput(f"ext is {len(ext)} characters; the limit is {table.EXT_MAX}")
+    if len(ext) > EXT_MAX:
+        raise BadInput(f"ext is {len(ext)} characters; the limit is {EXT_MAX}")
     return ext
 
 

@@ -13,8 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Generic, TypeVar
 
 from ..base.threads import keep_signals_off_this_thread
-from ..store.table.database import close_connection
-from ..store.table.model import Table
+from ..store.table import Table, close_connection
 
 T = TypeVar("T")
 R = TypeVar("R")

@@ -17,18 +17,21 @@ from ..config import Settings, redact_url
 from ..errors import BadInput, ConfigError
 from ..flow.limits import format_rate
 from ..store.backend_errors import one_line
-from ..store.index.keys import INDEXED_KEY
-from ..store.index.parts import Index
-from ..store.index.topology import Server, servers
+from ..store.index import INDEXED_KEY, Index, Server, servers
 from ..store.producers import queues_in_use
-from ..store.table import queue_settings
-from ..store.table.counts import Counts
-from ..store.table.database import ANY_DATABASE_ERROR, DATABASE_ERRORS
-from ..store.table.inspection import DatabaseServer, Inspection
-from ..store.table.locks import Locks
-from ..store.table.model import TABLE_NAME, Table
-from ..store.table.queue_settings import QueueSettings
-from ..store.table.upgrade import column_problems
+from ..store.table import (
+    ANY_DATABASE_ERROR,
+    DATABASE_ERRORS,
+    TABLE_NAME,
+    Counts,
+    DatabaseServer,
+    Inspection,
+    Locks,
+    QueueFlow,
+    QueueSettings,
+    Table,
+    column_problems,
+)
 from ..worker.allowlist import EMPTY_ALLOWLIST, check_entry
 from ..worker.handlers import import_prefix
 from ..worker.recovery import ORPHAN_GRACE
@@ -322,7 +325,7 @@ def flow_check(table: Table) -> Check:
     return Check(OK, "flow", "; ".join(parts) or "no queue is paused or limited")
 
 
-def _limits(flow: queue_settings.QueueFlow) -> list[str]:
+def _limits(flow: QueueFlow) -> list[str]:
     found = [] if flow.rate is None else [format_rate(flow.rate)]
     return found + ([] if flow.concurrency is None else [f"{flow.concurrency} at once"])
 

@@ -14,7 +14,7 @@ from ..base.durations import format_instant
 from ..errors import BadInput, ConfigError
 
 if TYPE_CHECKING:
-    from ..store.table.outcomes import Outcome
+    from ..store.table import Outcome
 
 # `logger`: the record's logger name, as --log-json gives it, but `delayq` for every module of
 # delayq's own: what its lines have always said, where the module adds nothing an operator uses.

@@ -16,11 +16,8 @@ from functools import partial
 
 from ..config import Settings
 from ..errors import BadInput
-from ..store.index.parts import Index
-from ..store.table.chains import Chains
-from ..store.table.maintenance import Maintenance
-from ..store.table.model import JobRow, Status, Table, utc_stamp
-from ..store.table.params import read_call
+from ..store.index import Index
+from ..store.table import Chains, JobRow, Maintenance, Status, Table, read_call, utc_stamp
 from ..worker.handlers import locate
 from .alongside import alongside
 from .overview import JobFilter

@@ -15,20 +15,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from ..store.index.parts import Index
-from ..store.index.tallies import (
-    DURATION_BOUNDS,
-    LATENESS_BOUNDS,
-    OUTCOMES,
-    SEPARATOR,
-    bucket_field,
-)
+from ..store.index import DURATION_BOUNDS, LATENESS_BOUNDS, OUTCOMES, SEPARATOR, Index, bucket_field
 from ..store.producers import queues_in_use
-from ..store.table import queue_settings
-from ..store.table.counts import Counts
-from ..store.table.jobs import Jobs
-from ..store.table.model import Table
-from ..store.table.queue_settings import QueueSettings
+from ..store.table import RUNNING, Counts, Jobs, QueueSettings, Table
 from ..worker.report import RunReport
 from .overview import read_last_run
 
@@ -147,7 +136,7 @@ def _flow(table: Table, names: list[str]) -> list[GaugeMetricFamily]:
         labels=["queue"],
     )
     for queue in sorted(set(names) | set(flows)):
-        flow = flows.get(queue, queue_settings.RUNNING)
+        flow = flows.get(queue, RUNNING)
         paused.add_metric([queue], 1.0 if flow.paused else 0.0)
         if flow.paused_at is not None:
             since.add_metric([queue], flow.paused_at)

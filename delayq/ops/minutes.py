@@ -10,8 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..store.index.parts import Index
-from ..store.index.tallies import LATENESS_BOUNDS, bucket_field
+from ..store.index import LATENESS_BOUNDS, Index, bucket_field
 
 __all__ = ["LATENESS_BOUNDS", "Minute", "merge", "per_minute"]
 _COUNTS = ("succeeded", "failed", "retried", "missed")  # Minute's fields that count jobs

@@ -15,16 +15,21 @@ from ..config import validate_queue_name, validate_text
 from ..errors import BadInput
 from ..flow.limits import format_rate
 from ..jobs.spec import row_view
-from ..store.index.keys import LAST_RUN_KEY, MAX_ID
-from ..store.index.parts import Index
-from ..store.index.registry import Registry
-from ..store.table.counts import Counts
-from ..store.table.figures import Count, QueueFigures
-from ..store.table.jobs import Jobs
-from ..store.table.listing import Listing, RowFilter
-from ..store.table.model import JobRow, Status, Table
-from ..store.table.params import payload_or_empty
-from ..store.table.queue_settings import QueueFlow, QueueSettings
+from ..store.index import LAST_RUN_KEY, MAX_ID, Index, Registry
+from ..store.table import (
+    Count,
+    Counts,
+    JobRow,
+    Jobs,
+    Listing,
+    QueueFigures,
+    QueueFlow,
+    QueueSettings,
+    RowFilter,
+    Status,
+    Table,
+    payload_or_empty,
+)
 
 MAX_PAGE = 10_000  # rows `list` or `peek` shows at once; more is a page of its own
 FAILED_WINDOW = 3600.0  # `failed_last_hour` counts failures this recent

@@ -9,10 +9,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import cast
 
-from ..store.index.keys import job_id_of, schedule_key, text
-from ..store.index.parts import Index
-from ..store.table.due_rows import DueRows
-from ..store.table.model import Table
+from ..store.index import Index, job_id_of, schedule_key, text
+from ..store.table import DueRows, Table
 
 # Schedule members read at each end of a queue's schedule, and overdue pending rows compared
 # with it, without --full: a few milliseconds at any size.

@@ -7,13 +7,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..store.index.parts import Index
-from ..store.table import counts
-from ..store.table.counts import Counts
-from ..store.table.locks import Locks
-from ..store.table.model import TABLE_NAME, Table, create_tables
-from ..store.table.queue_settings import QueueSettings
-from ..store.table.upgrade import upgrade_table
+from ..store.index import Index
+from ..store.table import (
+    TABLE_NAME,
+    Counts,
+    Locks,
+    QueueSettings,
+    Table,
+    added,
+    create_tables,
+    upgrade_table,
+)
 from ..worker.rebuilds import Rebuild
 
 
@@ -28,7 +32,7 @@ def initialise(
         changes += Counts(table).install() + QueueSettings(table).install()
         changes += Locks(table).install()
     else:  # the counts come with the table; only a failure to keep them is news
-        changes += [line for line in Counts(table).install() if not counts.added(line)]
+        changes += [line for line in Counts(table).install() if not added(line)]
         QueueSettings(table).install()
         Locks(table).install()
     complete = index.registry.is_complete()

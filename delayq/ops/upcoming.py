@@ -12,10 +12,9 @@ from dataclasses import dataclass
 
 from ..config import validate_queue_name
 from ..errors import BadInput
-from ..store.index.parts import Index
+from ..store.index import Index
 from ..store.producers import queues_in_use
-from ..store.table.due_rows import DueRows
-from ..store.table.model import JobRow, Table
+from ..store.table import DueRows, JobRow, Table
 from .overview import MAX_PAGE
 
 

@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from ..store.table.model import Status
+from ..store.table import Status
 from .pages import job_filter, search_fields
 from .rendering import error_page, render, root_path
 from .security import SESSION_COOKIE, csrf_token, is_right_token, new_session, read_form

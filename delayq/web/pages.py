@@ -17,9 +17,9 @@ from ..ops.doctor import topology_words
 from ..ops.minutes import Minute, per_minute
 from ..ops.overview import LIVE_STATUSES, JobFilter, StatusReport, status_report
 from ..store.backend_errors import backend_errors
-from ..store.index.sentinels import SCHEME as SENTINEL
-from ..store.index.topology import servers
-from ..store.table.model import Status
+from ..store.index import SCHEME as SENTINEL
+from ..store.index import servers
+from ..store.table import Status
 from . import charts
 from .rendering import render, root_path
 

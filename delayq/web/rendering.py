@@ -16,8 +16,8 @@ from starlette.responses import HTMLResponse
 
 from ..errors import BadInput
 from ..ops.printing import printable
-from ..store.table.model import JobRow
-from ..store.table.params import UNREADABLE, read_payload
+from ..store.index import UNREADABLE
+from ..store.table import JobRow, read_payload
 from .security import csrf_token, session_nonce
 
 # A job's message longer than one line (a traceback) or than this shows collapsed to its

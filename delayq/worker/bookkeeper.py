@@ -9,8 +9,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 from ..base.threads import keep_signals_off_this_thread
-from ..store.table.database import close_connection
-from ..store.table.model import Table
+from ..store.table import Table, close_connection
 
 
 class Bookkeeper(ThreadPoolExecutor):

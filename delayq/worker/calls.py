@@ -25,9 +25,7 @@ from .. import context
 from ..base.durations import FURTHEST_AHEAD, format_delta, seconds_of, shown
 from ..config import Settings, hide_secrets
 from ..errors import BadInput, RetryLater
-from ..store.table.model import TEXT_MAX, ClaimedJob, Status, storable
-from ..store.table.outcomes import Outcome
-from ..store.table.params import read_call
+from ..store.table import TEXT_MAX, ClaimedJob, Outcome, Status, read_call, storable
 from . import interrupts
 from .eventloop import EventLoopThread, under_limit
 from .handlers import Handler, HandlerName, handler_of, resolve

@@ -14,13 +14,8 @@ from dataclasses import dataclass
 
 from ..base.durations import format_instant
 from ..flow.gate import Gate
-from ..store.index.keys import job_id_of
-from ..store.index.parts import Index
-from ..store.index.tallies import Tally, handler_label
-from ..store.table.due_rows import DueRows
-from ..store.table.leases import Leases
-from ..store.table.model import ClaimedJob, Table
-from ..store.table.outcomes import Outcomes
+from ..store.index import Index, Tally, handler_label, job_id_of
+from ..store.table import ClaimedJob, DueRows, Leases, Outcomes, Table
 from .handlers import handler_of
 
 logger = logging.getLogger(__name__)

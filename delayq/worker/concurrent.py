@@ -9,8 +9,7 @@ from __future__ import annotations
 import logging
 import time
 
-from ..store.table.model import ClaimedJob
-from ..store.table.outcomes import Outcome
+from ..store.table import ClaimedJob, Outcome
 from .calls import Caller
 from .claims import Batch
 from .drains import Drain, Turn, TurnNeeds

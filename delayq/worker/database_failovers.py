@@ -19,10 +19,8 @@ import logging
 from dataclasses import dataclass
 
 from ..base.durations import format_instant
-from ..store.index.keys import job_id_of
-from ..store.index.parts import Index
-from ..store.table.model import Table
-from ..store.table.primaries import ids_without_rows, keep_ids_above, server_identity
+from ..store.index import Index, job_id_of
+from ..store.table import Table, ids_without_rows, keep_ids_above, server_identity
 
 logger = logging.getLogger(__name__)
 

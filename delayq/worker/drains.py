@@ -21,9 +21,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from ..flow.gate import Gate
-from ..store.index.journal import Journal
-from ..store.table.model import ClaimedJob
-from ..store.table.outcomes import Outcome, Written
+from ..store.index import Journal
+from ..store.table import ClaimedJob, Outcome, Written
 from .bookkeeper import Bookkeeper
 from .calls import Caller
 from .claims import Batch, Claimer, without_jobs_in_hand

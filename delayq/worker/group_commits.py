@@ -15,10 +15,8 @@ from dataclasses import dataclass
 
 import redis
 
-from ..store.index.parts import Index
-from ..store.index.tallies import Tally
-from ..store.table.model import Status, Table
-from ..store.table.outcomes import Outcome, Outcomes, Written
+from ..store.index import Index, Tally
+from ..store.table import Outcome, Outcomes, Status, Table, Written
 from .bookkeeper import Bookkeeper
 
 FLUSH_MAX = 500

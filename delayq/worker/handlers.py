@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BadInput, ConfigError, HandlerNotAllowed
-from ..store.index.tallies import UNNAMED
-from ..store.table.params import is_php, read_call, read_payload
+from ..store.index import UNNAMED
+from ..store.table import is_php, read_call, read_payload
 from .allowlist import EMPTY_ALLOWLIST, check_allowlist, find_spec
 
 Handler = Callable[[Any], Any]

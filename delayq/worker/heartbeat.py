@@ -18,10 +18,8 @@ from functools import partial
 
 from ..base.threads import Periodic
 from ..flow.gate import HeldSlots
-from ..store.index.parts import Index
-from ..store.table.database import close_connection
-from ..store.table.leases import Leases
-from ..store.table.model import ClaimedJob, Table
+from ..store.index import Index
+from ..store.table import ClaimedJob, Leases, Table, close_connection
 
 logger = logging.getLogger(__name__)
 

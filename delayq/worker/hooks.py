@@ -21,7 +21,7 @@ from typing import Any
 from ..base.threads import keep_signals_off_this_thread
 from ..config import Settings
 from ..errors import BadInput, ConfigError
-from ..store.table.outcomes import Outcome
+from ..store.table import Outcome
 from .handlers import locate
 from .interrupts import RUN_STOPS
 from .tracebacks import describe

@@ -11,10 +11,8 @@ import time
 from collections.abc import Callable, Sequence
 
 from ..store.backend_errors import is_lock_conflict, is_outage, is_read_only, one_line
-from ..store.index.parts import Index
-from ..store.table.leases import Leases
-from ..store.table.model import Table
-from ..store.table.queue_settings import QueueFlow
+from ..store.index import Index
+from ..store.table import Leases, QueueFlow, Table
 from .interrupts import GracefulStop
 from .liveness import Liveness
 from .report import RunReport

@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 from ..config import Settings
 from ..flow.gate import Gate, HeldSlots
-from ..store.index.parts import Index
-from ..store.table.model import Table
+from ..store.index import Index
+from ..store.table import Table
 from .bookkeeper import Bookkeeper
 from .claims import Claimer
 from .drains import TurnNeeds

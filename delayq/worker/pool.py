@@ -28,8 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..base.threads import keep_signals_off_this_thread
-from ..store.table.model import ClaimedJob
-from ..store.table.outcomes import Outcome
+from ..store.table import ClaimedJob, Outcome
 from .interrupts import JobTimeout
 
 logger = logging.getLogger(__name__)

@@ -34,13 +34,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from redis.exceptions import LockError
 
-from ..store.index.horizons import Horizon
-from ..store.index.keys import MAX_ID
-from ..store.index.parts import Index
-from ..store.table.database import close_connection
-from ..store.table.due_rows import DueBatch, DueCursor, DueRows
-from ..store.table.jobs import Jobs
-from ..store.table.model import Table
+from ..store.index import MAX_ID, Horizon, Index
+from ..store.table import DueBatch, DueCursor, DueRows, Jobs, Table, close_connection
 
 logger = logging.getLogger(__name__)
 

@@ -17,12 +17,8 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..store.index.keys import job_id_of
-from ..store.index.parts import Index
-from ..store.table.counts import Counts
-from ..store.table.due_rows import DueCursor, DueRows
-from ..store.table.jobs import Jobs
-from ..store.table.model import Table
+from ..store.index import Index, job_id_of
+from ..store.table import Counts, DueCursor, DueRows, Jobs, Table
 from .recovery import put_back_lost
 
 BATCH = 20000

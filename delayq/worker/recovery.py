@@ -20,16 +20,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from ..flow import locking
-from ..store.index.parts import Index
-from ..store.index.registry import ServerNote
-from ..store.index.tallies import Tally, handler_label
-from ..store.table import leases
-from ..store.table.counts import Counts
-from ..store.table.due_rows import DueCursor, DueRows
-from ..store.table.jobs import Jobs
-from ..store.table.leases import Leases
-from ..store.table.model import ClaimedJob, Status, Table
-from ..store.table.outcomes import Outcome, Outcomes
+from ..store.index import Index, ServerNote, Tally, handler_label
+from ..store.table import (
+    ClaimedJob,
+    Counts,
+    DueCursor,
+    DueRows,
+    Jobs,
+    Lapsed,
+    Leases,
+    Outcome,
+    Outcomes,
+    Status,
+    Table,
+)
 from .group_commits import tally_of
 from .handlers import handler_of
 from .retry import LostLease, after_failure, after_lost_lease
@@ -107,7 +111,7 @@ def recover_leases(
 def _put_back(
     table: Table,
     index: Index,
-    item: leases.Lapsed,
+    item: Lapsed,
     was_running: bool,
     now: float,
     result: Recovered,
@@ -155,7 +159,7 @@ def _were_running(index: Index, queue: str, ids_by_token: dict[str | None, set[i
     return running
 
 
-def _fail_poison(table: Table, index: Index, item: leases.Lapsed, now: float) -> bool:
+def _fail_poison(table: Table, index: Index, item: Lapsed, now: float) -> bool:
     message = (
         f"lost: the run holding it died {item.lost_leases + 1} times while it ran; "
         "not retried (does the handler kill its process?)"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 
-from ..store.table.outcomes import Outcome
+from ..store.table import Outcome
 
 
 @dataclass

@@ -14,8 +14,7 @@ from typing import Any, TypeVar
 
 from ..base.durations import Duration
 from ..errors import BadInput, HandlerNotAllowed, NoRetry
-from ..store.table.model import ClaimedJob
-from ..store.table.policies import POLICY_MAX, RetryPolicy, check_policy, read_policy
+from ..store.table import POLICY_MAX, ClaimedJob, RetryPolicy, check_policy, read_policy
 
 # Step k (1-based) is the wait before retry k: 15s, 15s, 30s, 3m, 10m, 20m, 30m three times,
 # 1h, 3h three times, 6h twice.

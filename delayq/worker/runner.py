@@ -21,10 +21,9 @@ from ..base.threads import keep_signals_off_this_thread
 from ..config import Settings
 from ..errors import BackendUnavailable
 from ..flow.settings import restore
-from ..store.index.parts import Index
+from ..store.index import Index
 from ..store.producers import queues_in_use
-from ..store.table.database import close_connection, is_read_only, ping
-from ..store.table.model import Table
+from ..store.table import Table, close_connection, is_read_only, ping
 from . import database_failovers, interrupts, recovery
 from .bookkeeper import Bookkeeper
 from .calls import Caller

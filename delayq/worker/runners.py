@@ -9,8 +9,8 @@ import os
 import threading
 
 from ..config import Settings
-from ..store.index.parts import Index
-from ..store.table.model import Table
+from ..store.index import Index
+from ..store.table import Table
 from .interrupts import GracefulStop
 from .liveness import Liveness
 from .options import RunOptions

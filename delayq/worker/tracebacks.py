@@ -11,7 +11,7 @@ import traceback
 from pathlib import Path
 from types import TracebackType
 
-from ..store.table.model import MESSAGE_MAX, TEXT_MAX, TRACEBACK_START, storable
+from ..store.table import MESSAGE_MAX, TEXT_MAX, TRACEBACK_START, storable
 from .interrupts import RUN_STOPS
 
 LINE_MAX = 1000

@@ -396,7 +396,8 @@ def test_full_finds_a_stray_member_far_from_the_due_end_that_a_sample_misses(que
     sampled = invoke(cli_env, "doctor")
     full = invoke(cli_env, "doctor", "--full")
 
-    assert "(sampled: the 1,000 due first and 1,000 at random of 100,001;" in "".join(
+    # Whether the sample met the stray (one time in a hundred) or not, it says it sampled.
+    assert "sampled: the 1,000 due first and 1,000 at random of 100,001;" in "".join(
         line(sampled, "members")
     )
     assert (full.exit_code, full.stderr) == (0, "")

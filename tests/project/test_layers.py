@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -126,6 +128,44 @@ def test_imports_point_down_the_layers() -> None:
         if LAYERS[layer_of(target)] > LAYERS[layer_of(name)]
     ]
     assert upward == []
+
+
+FACES = ("delayq.store.table", "delayq.store.index")
+
+
+def test_outside_the_store_its_two_faces_are_the_doors() -> None:
+    """Code above the store imports what store/table/ and store/index/ offer from the package
+    (its __init__ names the repositories and values), never one of their modules: what a
+    face keeps inside can move without a change above it."""
+    through_a_side_door = [
+        f"{name} imports {target}"
+        for name, targets in sorted(import_graph().items())
+        if not name.startswith("delayq.store")
+        for target in sorted(targets)
+        if target.startswith(tuple(face + "." for face in FACES))
+    ]
+    assert through_a_side_door == []
+
+
+def test_the_index_face_does_not_import_the_table_face() -> None:
+    """The table face may use the index's values (its keys, its packing, its labels); the
+    index never reads the table. One direction, so that importing either face first works."""
+    backwards = [
+        f"{name} imports {target}"
+        for name, targets in sorted(import_graph().items())
+        if name.startswith("delayq.store.index")
+        for target in sorted(targets)
+        if target.startswith("delayq.store.table")
+    ]
+    assert backwards == []
+
+
+@pytest.mark.parametrize("module", ["delayq", *FACES, "delayq.cli", "delayq.web.app"])
+def test_each_door_imports_first_in_a_fresh_interpreter(module: str) -> None:
+    """A face's __init__ imports every module of its face: a cycle between the faces shows only
+    in the order a fresh interpreter meets them, which the graph above does not model."""
+    done = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
 
 
 def test_the_web_page_does_not_import_the_command_line() -> None:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from importlib import resources
+from typing import NamedTuple
 
 import redis
 from redis.client import Pipeline
 
-from ..table.queue_settings import QueueFlow
 from .clusters import is_cluster
 from .keys import flow_key, queue_key, slots_key, starts_key, text
 
@@ -21,6 +21,40 @@ from .keys import flow_key, queue_key, slots_key, starts_key, text
 # for the rate's period plus this, and a run that could not start it by then hands it back,
 # so that no window of start times holds more than the rate allows.
 START_SLACK = 0.1
+
+
+class QueueFlow(NamedTuple):
+    """A queue's flow settings, as the settings table holds them and this mirror gives them
+    back: paused since `paused_at` (None: running), last resumed at `resumed_at` (None: never
+    paused, or never resumed), at change number `version`; its rate limit, at most
+    `rate_count` starts in any `rate_period` seconds, and its concurrency limit, at most
+    `concurrency` jobs running at once (None: no such limit)."""
+
+    paused_at: float | None = None
+    resumed_at: float | None = None
+    version: int = 0
+    rate_count: int | None = None
+    rate_period: float | None = None
+    concurrency: int | None = None
+
+    @property
+    def paused(self) -> bool:
+        return self.paused_at is not None
+
+    @property
+    def rate(self) -> tuple[int, float] | None:
+        """(starts, seconds) of its rate limit, or None."""
+        if self.rate_count is None or self.rate_period is None:
+            return None
+        return self.rate_count, self.rate_period
+
+    @property
+    def limited(self) -> bool:
+        """Whether it has a rate or a concurrency limit."""
+        return self.rate is not None or self.concurrency is not None
+
+
+RUNNING = QueueFlow()
 
 
 class FlowUnknown(Exception):

@@ -19,9 +19,11 @@ from typing import TypeVar
 
 import redis
 
-from ..table.params import UNREADABLE
 from .keys import METRICS_HANDLERS_KEY, minute_key, queue_key, text
 
+# How a row's class or method is shown where its params name none (not JSON, not an object,
+# no such key): one word for list, show, peek and a run's lines, never `None` or `?`.
+UNREADABLE = "(unreadable)"
 # Upper bounds, in seconds, of the lateness histogram (due -> start); the last is +Inf.
 LATENESS_BOUNDS: tuple[float, ...] = (
     0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, math.inf

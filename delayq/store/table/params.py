@@ -15,9 +15,6 @@ from typing import Any, NamedTuple
 from ...errors import BadInput
 from ..backend_errors import one_line
 
-# How a row's class or method is shown where its params name none (not JSON, not an object,
-# no such key): one word for list, show, peek and a run's lines, never `None` or `?`.
-UNREADABLE = "(unreadable)"
 # serialize() of an array or an object; no JSON text starts like this.
 PHP_SERIALIZED = re.compile(r"^[aO]:\d+:")
 # How deeply a job's data may nest lists and objects: Python's JSON parser and encoder recurse,

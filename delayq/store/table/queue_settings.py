@@ -11,45 +11,12 @@ so that of two writers racing to mirror their change, the later change wins in R
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
 
+from ..index.flow import RUNNING, QueueFlow
 from .model import Status, Table, quoted, stamp_text, table_exists
 
 SETTINGS_TABLE = "delay_queue_settings"
 ADDED = f"added table {SETTINGS_TABLE}"
-
-
-class QueueFlow(NamedTuple):
-    """A queue's flow settings: paused since `paused_at` (None: running), last resumed at
-    `resumed_at` (None: never paused, or never resumed), at change number `version`; its rate
-    limit, at most `rate_count` starts in any `rate_period` seconds, and its concurrency
-    limit, at most `concurrency` jobs running at once (None: no such limit)."""
-
-    paused_at: float | None = None
-    resumed_at: float | None = None
-    version: int = 0
-    rate_count: int | None = None
-    rate_period: float | None = None
-    concurrency: int | None = None
-
-    @property
-    def paused(self) -> bool:
-        return self.paused_at is not None
-
-    @property
-    def rate(self) -> tuple[int, float] | None:
-        """(starts, seconds) of its rate limit, or None."""
-        if self.rate_count is None or self.rate_period is None:
-            return None
-        return self.rate_count, self.rate_period
-
-    @property
-    def limited(self) -> bool:
-        """Whether it has a rate or a concurrency limit."""
-        return self.rate is not None or self.concurrency is not None
-
-
-RUNNING = QueueFlow()
 
 
 class Unchanged:
