@@ -29,8 +29,8 @@ from ..store.table import (
     Locks,
     QueueFlow,
     QueueSettings,
+    Schema,
     Table,
-    column_problems,
 )
 from ..worker.allowlist import EMPTY_ALLOWLIST, check_entry
 from ..worker.handlers import import_prefix
@@ -123,7 +123,7 @@ def _table_checks(inspection: Inspection) -> list[Check]:
     if missing:
         fix = "add them as schema.sql defines"
         checks = [Check(FAIL, "columns", f"{table} lacks {', '.join(missing)}; {fix}")]
-    elif problems := column_problems(inspection.table):
+    elif problems := Schema(inspection.table).column_problems():
         checks = [Check(FAIL, "columns", f"{table}: {'; '.join(problems)}; run `delayq init`")]
     else:
         checks = [Check(OK, "columns", f"all {len(expected)} columns of the model are present")]

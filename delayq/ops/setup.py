@@ -13,10 +13,10 @@ from ..store.table import (
     Counts,
     Locks,
     QueueSettings,
+    Schema,
     Table,
     added,
     create_tables,
-    upgrade_table,
 )
 from ..worker.rebuilds import Rebuild
 
@@ -28,7 +28,7 @@ def initialise(
     none of its due times (its waiting jobs become missed)."""
     changes = [f"created table {TABLE_NAME}"]
     if not create_tables(table):
-        changes = upgrade_table(table, index, clock(), schedule_lost)
+        changes = Schema(table).upgrade(index, clock(), schedule_lost)
         changes += Counts(table).install() + QueueSettings(table).install()
         changes += Locks(table).install()
     else:  # the counts come with the table; only a failure to keep them is news

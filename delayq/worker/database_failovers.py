@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from ..base.durations import format_instant
 from ..store.index import Index, job_id_of
-from ..store.table import Table, ids_without_rows, keep_ids_above, server_identity
+from ..store.table import Primaries, Table
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ class Taken:
 def check_database_server(table: Table, index: Index, now: float) -> Taken | None:
     """If the table is on another server than the one noted before, find and say what the
     move took (see the module's text); None when it is the same server, or the first seen."""
-    server = server_identity(table)
+    server = Primaries(table).server_identity()
     if server is None:
         return None
     previous = index.registry.swap_database_server(server)
@@ -67,8 +67,8 @@ def check_database_server(table: Table, index: Index, now: float) -> Taken | Non
             )
         known.update(job_id for name in index.journal.fields(queue) if (job_id := job_id_of(name)))
     known.update(scheduled)
-    missing = ids_without_rows(table, known)
-    if missing and not keep_ids_above(table, max(known)):
+    missing = Primaries(table).ids_without_rows(known)
+    if missing and not Primaries(table).keep_ids_above(max(known)):
         logger.warning("could not raise the table's next id above %d yet (a lock)", max(known))
     due = [scheduled[job_id] for job_id in missing if job_id in scheduled]
     taken = Taken(previous, server, missing, min(due, default=None), max(due, default=None))

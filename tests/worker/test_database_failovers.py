@@ -13,7 +13,7 @@ import time
 import pytest
 
 from delayq.store.index.keys import DATABASE_SERVER_KEY
-from delayq.store.table.primaries import server_identity
+from delayq.store.table.primaries import Primaries
 from tests.conftest import DELAYQ
 
 H = "tests.sample_handlers.jobs"
@@ -36,7 +36,9 @@ def test_the_first_run_on_another_server_says_what_the_failover_took_once(queue,
 
     assert first.returncode == second.returncode == 0, first.stderr + second.stderr
     (said,) = first.stderr.splitlines()
-    assert f"({server_identity(queue.table)}, was old-primary:3306/1: a failover?)" in said
+    assert (
+        f"({Primaries(queue.table).server_identity()}, was old-primary:3306/1: a failover?)" in said
+    )
     assert f"; 2 jobs the schedule or the journal knows have no row there (ids {LOST}, " in said
     assert f"{LOST + 1}, due " in said
     assert second.stderr == ""  # said once

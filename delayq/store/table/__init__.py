@@ -66,11 +66,11 @@ from .params import (
     too_deep,
 )
 from .policies import POLICY_MAX, RetryPolicy, check_policy, policy_text, read_policy
-from .primaries import ids_without_rows, keep_ids_above, server_identity
+from .primaries import Primaries
 from .queue_settings import RUNNING, UNCHANGED, QueueFlow, QueueSettings, Unchanged
 from .recurrence import parse_schedule
+from .schema import Schema
 from .transactions import add_through
-from .upgrade import column_problems, upgrade_table
 
 __all__ = [
     "ANY_DATABASE_ERROR",
@@ -103,10 +103,12 @@ __all__ = [
     "POLICY_MAX",
     "QueueFigures",
     "QueueFlow",
+    "Primaries",
     "QueueSettings",
     "RUNNING",
     "RetryPolicy",
     "RowFilter",
+    "Schema",
     "Status",
     "TABLE_NAME",
     "TEXT_MAX",
@@ -120,14 +122,11 @@ __all__ = [
     "bound_replies",
     "check_policy",
     "close_connection",
-    "column_problems",
     "create_tables",
     "failure_parts",
-    "ids_without_rows",
     "is_notice",
     "is_php",
     "is_read_only",
-    "keep_ids_above",
     "may_nest_deeper",
     "nests_deeper",
     "open_database",
@@ -139,13 +138,11 @@ __all__ = [
     "read_call",
     "read_payload",
     "read_policy",
-    "server_identity",
     "sqlite_file",
     "sqlite_url",
     "stamp_epoch",
     "status_word",
     "storable",
     "too_deep",
-    "upgrade_table",
     "utc_stamp",
 ]

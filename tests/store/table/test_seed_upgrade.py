@@ -16,7 +16,7 @@ import redis
 import delayq
 from delayq.config import Settings
 from delayq.errors import ConfigError
-from delayq.store.table.upgrade import UNSCHEDULED
+from delayq.store.table.schema import UNSCHEDULED
 from tests.conftest import changes_made
 from tests.sample_handlers.jobs import read_log
 from tests.support.invoke import invoke

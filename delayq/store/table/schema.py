@@ -33,19 +33,39 @@ TEXT_COLUMNS = ("params", "message")
 TEXT_TYPES = ("text", "mediumtext", "longtext")
 
 
-def upgrade_table(table: Table, index: Index, now: float, schedule_lost: bool = False) -> list[str]:
-    """Add what the table lacks and settle rows no delayq run could settle; one line per
-    change. A table without `run_at` holds the seed's jobs, whose due times live only in its
-    Redis schedule: pending rows absent from it become missed."""
-    changes: list[str] = []
-    if "run_at" not in _columns(table):
-        if not index.schedule.size(DEFAULT_QUEUE) and not schedule_lost:
-            _refuse_without_schedule(table)
-        changes += _miss_unscheduled(table, index, now)
-    changes += _alter_columns(table)
-    changes += _add_indexes(table)
-    changes += _adopt_due_times(table, index)
-    return changes + _recover_stranded(table, index, now)
+class Schema:
+    """The table's columns and SQL indexes against the model: what is missing or too narrow,
+    and the table brought up to the model in place."""
+
+    def __init__(self, table: Table) -> None:
+        self.table = table
+
+    def upgrade(self, index: Index, now: float, schedule_lost: bool = False) -> list[str]:
+        """Add what the table lacks and settle rows no delayq run could settle; one line per
+        change. A table without `run_at` holds the seed's jobs, whose due times live only in its
+        Redis schedule: pending rows absent from it become missed."""
+        changes: list[str] = []
+        if "run_at" not in _columns(self.table):
+            if not index.schedule.size(DEFAULT_QUEUE) and not schedule_lost:
+                _refuse_without_schedule(self.table)
+            changes += _miss_unscheduled(self.table, index, now)
+        changes += _alter_columns(self.table)
+        changes += _add_indexes(self.table)
+        changes += _adopt_due_times(self.table, index)
+        return changes + _recover_stranded(self.table, index, now)
+
+    def column_problems(self) -> list[str]:
+        """What makes delayq's writes fail on the existing columns, one phrase each: what
+        `upgrade` would fix."""
+        columns = _columns(self.table)
+        problems = []
+        for field in self.table.model._meta.sorted_fields if self.table.mysql else []:
+            column = columns.get(field.column_name)
+            if column is not None and (problem := _problem(field, column)):
+                problems.append(f"{field.column_name} {problem}")
+        if collation := _narrow_collation(self.table):
+            problems.append(f"the table is {collation}, which refuses 4-byte UTF-8 such as emoji")
+        return problems
 
 
 def _columns(table: Table) -> dict[str, Any]:
@@ -99,20 +119,6 @@ def _alter_columns(table: Table) -> list[str]:
         for clause in clauses:  # SQLite alters one column per statement
             table.db.execute_sql(f'ALTER TABLE "{TABLE_NAME}" {clause}')
     return changes
-
-
-def column_problems(table: Table) -> list[str]:
-    """What makes delayq's writes fail on the existing columns, one phrase each: what
-    `upgrade_table` would fix."""
-    columns = _columns(table)
-    problems = []
-    for field in table.model._meta.sorted_fields if table.mysql else []:
-        column = columns.get(field.column_name)
-        if column is not None and (problem := _problem(field, column)):
-            problems.append(f"{field.column_name} {problem}")
-    if collation := _narrow_collation(table):
-        problems.append(f"the table is {collation}, which refuses 4-byte UTF-8 such as emoji")
-    return problems
 
 
 def _narrow_collation(table: Table) -> str | None:
