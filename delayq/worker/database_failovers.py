@@ -9,7 +9,7 @@ found for `delayq doctor`.
 Nothing is run or marked on account of it, because nothing needs to be: a stale entry whose
 row is gone is dropped by the claim's guarded UPDATE (one whose id a new job took before
 the check is put back at that job's own due time: the UPDATE also checks `run_at`); a
-journaled outcome lands only on a row still RUNNING under the lease token of the run that
+journaled outcome lands only on a row still RUNNING under the lease token of the pass that
 journaled it; and the sweep puts back pending rows whose claims were rolled back.
 """
 

@@ -28,7 +28,7 @@ CLAIMED_SELECT = ", ".join(f"`{name}`" for name in ClaimedJob._fields)
 
 
 class Lapsed(NamedTuple):
-    """A running row whose lease lapsed, with the token of the run that died holding it."""
+    """A running row whose lease lapsed, with the lease token of the pass that died holding it."""
 
     job: ClaimedJob
     token: str | None
