@@ -52,9 +52,9 @@ class Leases:
         due_by: float | None = None,
     ) -> list[ClaimedJob]:
         """Take the PENDING rows among `ids` (due by `due_by`, if given) for this run; return
-        those won, in id order. A row
-        this run already holds may be among `ids` (a rebuild after Redis lost its data read it
-        as pending just before the run leased it): it is not won twice, or it would run twice."""
+        those won, in id order. A row this run already holds may be among `ids` (a rebuild
+        after Redis lost its data read it as pending just before the run leased it): it is not
+        won twice, or it would run twice."""
         if not ids:
             return []
         # Read before the UPDATE, and apart from it: the UPDATE and its SELECT may be run again
